@@ -1,0 +1,1 @@
+"""The DuckDB matrix: migrations, writes, queries and bundle ingest. The only SQL in qualify."""

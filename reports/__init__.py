@@ -1,0 +1,1 @@
+"""HTML qualification reports: view models, Jinja2 templates and rendering."""

@@ -1,0 +1,207 @@
+"""Results of a qualification run: cells, the run record and the portable run bundle.
+
+Owns the models only. The runner fills them in, ``matrix`` stores them, ``manifest`` decides
+over them. Missing measurements are ``null``, never a made-up number.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field
+
+from schemas.base import Digest, Document, Precision, Role, Verdict
+from schemas.host import Fingerprint
+from schemas.project import HostClassKey, OutputTolerance
+
+__all__ = [
+    "BUNDLE_FORMAT",
+    "REASON_CODES",
+    "Cell",
+    "LatencyResult",
+    "OutputParity",
+    "ParityResult",
+    "Placement",
+    "Reason",
+    "RollbackCheck",
+    "RunBundle",
+    "RunRecord",
+]
+
+BUNDLE_FORMAT = "qualify-run-bundle/1"
+
+REASON_CODES: dict[str, str] = {
+    "parity_failed": "outputs differ from the baseline beyond the tolerance",
+    "p99_over_budget": "the p99 lower confidence bound is above the budget",
+    "p99_insufficient": "not enough samples to decide p99 against the budget",
+    "provider_fallback": "nodes ran on a provider other than the expected one",
+    "expected_provider_missing": "the expected provider executed no node",
+    "peak_rss_over_budget": "peak resident memory above the budget",
+    "cold_init_over_budget": "cold init above the budget",
+    "digest_mismatch": "the artifact's bytes do not match its digest",
+    "load_failed": "the runtime refused the model (corrupt file, unsupported opset or op)",
+    "run_failed": "inference raised an error",
+    "timeout": "the subprocess exceeded its wall-clock limit",
+    "out_of_memory": "the subprocess exceeded its memory limit",
+    "crashed": "the subprocess died without a result",
+    "emulated": "measured on a host that does not match the class",
+    "baseline_failed": "the baseline could not be run, so parity could not be judged",
+}
+
+
+class Reason(Document):
+    """A machine-readable reason code with a sentence a person can act on."""
+
+    code: str = Field(description="Reason code; see REASON_CODES.")
+    message: str = Field(description="One sentence with the evidence.")
+
+
+class Placement(Document):
+    """Where the nodes actually ran, from get_provider_graph_assignment_info()."""
+
+    nodes_per_provider: dict[str, int] = Field(description="Node count per execution provider.")
+    total_nodes: int = Field(description="Nodes assigned in total.")
+    expected_provider: str = Field(description="The class's expected provider.")
+    fallback_nodes: int = Field(description="Nodes not on the expected provider.")
+    session_providers: list[str] = Field(
+        description="session.get_providers(): registered, not necessarily used."
+    )
+    warnings: list[str] = Field(
+        default_factory=list, description="Provider warnings captured while creating the session."
+    )
+
+
+class LatencyResult(Document):
+    """Latency at one (batch size, concurrency) with its p99 evidence."""
+
+    batch_size: int = Field(description="Rows per inference.")
+    concurrency: int = Field(description="Threads sharing one session.")
+    samples: int = Field(description="Timed inferences after warm-up.")
+    p50_ms: float = Field(description="Median latency.")
+    p90_ms: float = Field(description="90th percentile.")
+    p99_ms: float = Field(description="99th percentile (point estimate).")
+    max_ms: float = Field(description="Slowest timed inference.")
+    mean_ms: float = Field(description="Mean latency.")
+    p99_lower_ms: float | None = Field(
+        description="Distribution-free lower confidence bound of p99; null with too few samples."
+    )
+    p99_upper_ms: float | None = Field(
+        description="Distribution-free upper confidence bound of p99; null with too few samples."
+    )
+    confidence: float = Field(description="Confidence of the bounds.")
+    decision: Literal["pass", "fail", "insufficient"] = Field(
+        description="p99 against the budget: pass (upper <= budget), fail (lower > budget)."
+    )
+    stopped: Literal["decided", "max_samples", "time_cap"] = Field(
+        description="Why sampling stopped."
+    )
+    duration_s: float = Field(description="Wall time spent sampling.")
+    throughput_ips: float | None = Field(
+        description="Inferences per second from the separate throughput pass; null if not run."
+    )
+
+
+class OutputParity(Document):
+    """Parity of one output against the baseline."""
+
+    name: str = Field(description="Output name.")
+    max_abs: float = Field(description="Largest |a-b|.")
+    mean_abs: float = Field(description="Mean |a-b|.")
+    max_rel: float = Field(description="Largest |a-b| / max(|a|, eps).")
+    cosine_min: float = Field(description="Smallest per-sample cosine similarity.")
+    top1_agreement: float | None = Field(
+        description="Share of samples whose arg-max agrees; null if the output is not class scores."
+    )
+    tolerance: OutputTolerance = Field(description="The tolerance applied.")
+    passed: bool = Field(description="Whether every tolerance held.")
+    failures: list[str] = Field(default_factory=list, description="Which checks failed and by how much.")
+    min_passing: OutputTolerance = Field(
+        description="The tightest tolerance that would have passed (the measured values)."
+    )
+
+
+class ParityResult(Document):
+    """Parity of a candidate against the baseline on identical inputs."""
+
+    reference_digest: Digest = Field(description="The baseline compared against.")
+    samples: int = Field(description="Input rows compared.")
+    passed: bool = Field(description="Whether every output passed.")
+    outputs: list[OutputParity] = Field(description="Per-output results.")
+
+
+class RollbackCheck(Document):
+    """Whether the class's rollback artifact loads and runs under this runtime."""
+
+    artifact_digest: Digest = Field(description="The rollback artifact.")
+    loaded: bool = Field(description="Loaded and ran one inference.")
+    error: str | None = Field(default=None, description="Why it did not, if it did not.")
+
+
+class Cell(Document):
+    """One result: (hardware, runtime, provider, artifact digest, run id)."""
+
+    run_id: str = Field(description="The run this cell belongs to.")
+    host_class: str = Field(description="Host class name.")
+    key: HostClassKey = Field(description="(hardware, runtime, provider).")
+    artifact_digest: Digest = Field(description="sha256 of the artifact's bytes.")
+    artifact_name: str = Field(description="Artifact label from the project file.")
+    role: Role = Field(description="baseline or candidate.")
+    precision: Precision = Field(description="Precision family.")
+    verdict: Verdict = Field(description="pass, fail, insufficient or error.")
+    reasons: list[Reason] = Field(default_factory=list, description="Why, with evidence.")
+    emulated: bool = Field(description="Measured on a host that does not match the class.")
+    measured_at: datetime = Field(description="When the artifact's subprocess finished (UTC).")
+    settings_digest: str = Field(description="Digest of the class's runtime and provider settings.")
+    runtime_version: str | None = Field(description="onnxruntime version that ran it.")
+    cold_init_ms: float | None = Field(description="Fresh process: session creation + first inference.")
+    warm_init_ms: float | None = Field(description="Second session in the same process.")
+    peak_rss_mb: float | None = Field(description="Peak RSS of the subprocess (os.wait4).")
+    placement: Placement | None = Field(description="Actual node placement; null if not loaded.")
+    latency: list[LatencyResult] = Field(
+        default_factory=list, description="One result per (batch size, concurrency)."
+    )
+    parity: ParityResult | None = Field(
+        description="Parity against the baseline; null for the baseline itself or on error."
+    )
+    error: str | None = Field(default=None, description="Error detail for verdict 'error'.")
+
+    @property
+    def gate_latency(self) -> LatencyResult | None:
+        """The latency config the p99 gate rests on: the one with the highest p99 upper bound."""
+        if not self.latency:
+            return None
+        return max(
+            self.latency,
+            key=lambda r: r.p99_upper_ms if r.p99_upper_ms is not None else float("inf"),
+        )
+
+
+class RunRecord(Document):
+    """One `qualify run` on one host for one class."""
+
+    run_id: str = Field(description="Unique run id.")
+    host_class: str = Field(description="Host class name.")
+    key: HostClassKey = Field(description="(hardware, runtime, provider).")
+    model: str = Field(description="Model name from the project file.")
+    started_at: datetime = Field(description="Start (UTC).")
+    finished_at: datetime = Field(description="End (UTC).")
+    emulated: bool = Field(description="The host did not match the class and --emulate was given.")
+    mismatches: list[str] = Field(
+        default_factory=list, description="Match rules the host failed (why it was emulated)."
+    )
+    settings_digest: str = Field(description="Digest of the class's runtime and provider settings.")
+    fingerprint: Fingerprint = Field(description="The host measured on.")
+    load_avg_before: list[float] = Field(description="1/5/15-minute load average before.")
+    load_avg_after: list[float] = Field(description="1/5/15-minute load average after.")
+    rollback: RollbackCheck | None = Field(description="Rollback artifact check; null if not run.")
+
+
+class RunBundle(Document):
+    """The portable record of a run: this JSON plus samples.parquet beside it."""
+
+    format: Literal["qualify-run-bundle/1"] = Field(
+        default="qualify-run-bundle/1", description="Bundle format version."
+    )
+    run: RunRecord = Field(description="The run.")
+    cells: list[Cell] = Field(description="One cell per artifact.")

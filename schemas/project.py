@@ -1,0 +1,359 @@
+"""The project file (``qualify.yaml``): what a qualification run needs to know.
+
+Owns the models of the project document and their cross-field rules (one baseline, unique
+host-class keys, positive budgets). Does not read files: ``qualify.project`` loads YAML, resolves
+paths and turns validation errors into messages that point at lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from schemas.base import Document, Precision
+
+__all__ = [
+    "DEFAULT_TOLERANCES",
+    "ArtifactSpec",
+    "Artifacts",
+    "Budgets",
+    "HostClass",
+    "HostClassKey",
+    "InputSpec",
+    "MatchRules",
+    "OutputTolerance",
+    "Policy",
+    "Project",
+    "ProviderSpec",
+    "RuntimeSpec",
+    "Tolerance",
+    "Workload",
+]
+
+Dtype = Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"]
+
+
+class ArtifactSpec(Document):
+    """One ONNX file the run qualifies."""
+
+    path: str = Field(description="Path of the .onnx file, relative to the project file.")
+    name: str | None = Field(
+        default=None, description="Short label for tables and reports; defaults to the file stem."
+    )
+    precision: Precision = Field(
+        default="fp32",
+        description="Precision family; selects the parity tolerances (fp32, fp16, int8, pruned).",
+    )
+    derived_from: str | None = Field(
+        default=None,
+        description="Lineage: 'baseline' or the name of the artifact this one was derived from.",
+    )
+    how: str | None = Field(
+        default=None, description="Lineage: how it was derived, e.g. 'quantize_dynamic per-channel'."
+    )
+    uri: str | None = Field(
+        default=None,
+        description="Where hosts fetch this artifact; defaults to the content-addressed store path.",
+    )
+
+    @property
+    def label(self) -> str:
+        """The display name: ``name`` or the file stem."""
+        if self.name:
+            return self.name
+        stem = self.path.rsplit("/", 1)[-1]
+        return stem[:-5] if stem.endswith(".onnx") else stem
+
+
+class Artifacts(Document):
+    """The baseline and its candidates."""
+
+    baseline: ArtifactSpec = Field(description="The approved artifact every class may fall back to.")
+    candidates: list[ArtifactSpec] = Field(
+        default_factory=list, description="Optimised artifacts to qualify against the baseline."
+    )
+
+    @model_validator(mode="after")
+    def _unique_labels(self) -> Artifacts:
+        labels = [self.baseline.label, *(c.label for c in self.candidates)]
+        dupes = sorted({x for x in labels if labels.count(x) > 1})
+        if dupes:
+            raise ValueError(
+                f"artifact names must be unique, found {dupes} more than once; set 'name' on one"
+            )
+        return self
+
+
+class InputSpec(Document):
+    """How one model input is fed: recorded data, seeded generation or a fixed value."""
+
+    shape: list[int] = Field(
+        description="Shape of one sample including the batch axis (the batch axis is replaced by "
+        "each batch size)."
+    )
+    dtype: Dtype = Field(default="float32", description="Element type.")
+    source: Literal["recorded", "generated", "fixed"] = Field(
+        description="recorded: rows of a .npy file; generated: seeded random; fixed: one value."
+    )
+    file: str | None = Field(
+        default=None, description="For recorded inputs: a .npy file, relative to the project file."
+    )
+    seed: int = Field(default=0, description="For generated inputs: the random seed.")
+    low: float = Field(default=0.0, description="For generated inputs: lower bound (uniform).")
+    high: float = Field(default=1.0, description="For generated inputs: upper bound (uniform).")
+    value: float | None = Field(
+        default=None, description="For fixed inputs: the value every element takes."
+    )
+
+    @model_validator(mode="after")
+    def _source_fields(self) -> InputSpec:
+        if self.source == "recorded" and not self.file:
+            raise ValueError("a recorded input needs 'file' (a .npy file of samples)")
+        if self.source == "fixed" and self.value is None:
+            raise ValueError("a fixed input needs 'value'")
+        if any(d <= 0 for d in self.shape):
+            raise ValueError(f"every dimension of 'shape' must be > 0, found {self.shape}")
+        if self.source == "generated" and self.high <= self.low:
+            raise ValueError(f"'high' ({self.high}) must be greater than 'low' ({self.low})")
+        return self
+
+
+class Workload(Document):
+    """What a run feeds the model and how latency is sampled."""
+
+    inputs: dict[str, InputSpec] = Field(description="Model inputs by name.")
+    batch_sizes: list[int] = Field(default=[1], description="Batch sizes to time.")
+    concurrency: list[int] = Field(
+        default=[1], description="Concurrency levels: C threads share one session."
+    )
+    warmup: int = Field(default=50, ge=0, description="Warm-up inferences discarded per config.")
+    parity_samples: int = Field(
+        default=256, gt=0, description="Rows of input used for parity (baseline vs candidate)."
+    )
+    min_samples: int = Field(
+        default=662,
+        ge=459,
+        description="Fewest latency samples a p99 is decided on (662: MLPerf LoadGen's minimum for "
+        "p99 at 99% confidence with one over-budget sample).",
+    )
+    max_samples: int = Field(
+        default=20000, gt=0, description="Sampling stops here even if the bound has not decided."
+    )
+    time_cap_s: float = Field(
+        default=20.0,
+        gt=0,
+        description="Wall-clock cap per latency config; undecided at the cap means 'insufficient'.",
+    )
+    throughput_s: float = Field(
+        default=1.0, gt=0, description="Duration of the separate throughput pass per config."
+    )
+    confidence: float = Field(
+        default=0.99, gt=0.5, lt=1.0, description="Confidence of the p99 bounds."
+    )
+    postprocess: Literal["none", "argmax", "softmax"] = Field(
+        default="none",
+        description="Post-processing included in end-to-end timing (applied to the first output).",
+    )
+
+    @model_validator(mode="after")
+    def _levels(self) -> Workload:
+        if not self.inputs:
+            raise ValueError("'inputs' must name at least one model input")
+        for name, values in (("batch_sizes", self.batch_sizes), ("concurrency", self.concurrency)):
+            if not values or any(v <= 0 for v in values):
+                raise ValueError(f"'{name}' must be a non-empty list of integers > 0")
+        if self.max_samples < self.min_samples:
+            raise ValueError("'max_samples' must be >= 'min_samples'")
+        return self
+
+
+class OutputTolerance(Document):
+    """Parity tolerances for one output; unset fields are not checked."""
+
+    max_abs: float | None = Field(default=None, gt=0, description="Largest allowed |a-b|.")
+    mean_abs: float | None = Field(default=None, gt=0, description="Largest allowed mean |a-b|.")
+    max_rel: float | None = Field(
+        default=None, gt=0, description="Largest allowed |a-b| / max(|a|, eps)."
+    )
+    cosine_min: float | None = Field(
+        default=None, ge=-1, le=1, description="Smallest allowed cosine similarity per sample."
+    )
+    top1_agreement_min: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Smallest allowed share of samples whose arg-max agrees (class-score outputs).",
+    )
+
+
+class Tolerance(OutputTolerance):
+    """Parity tolerances of one precision family, overridable per output."""
+
+    outputs: dict[str, OutputTolerance] = Field(
+        default_factory=dict, description="Per-output overrides, by output name."
+    )
+
+
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "fp32": Tolerance(max_abs=1e-4, cosine_min=0.99999, top1_agreement_min=1.0),
+    "fp16": Tolerance(max_abs=1e-2, cosine_min=0.999, top1_agreement_min=0.99),
+    "int8": Tolerance(max_abs=0.05, cosine_min=0.99, top1_agreement_min=0.98),
+    "pruned": Tolerance(max_abs=0.1, cosine_min=0.98, top1_agreement_min=0.97),
+}
+
+
+class Policy(Document):
+    """Fleet-wide decision policy."""
+
+    unknown_class: Literal["baseline", "hold"] = Field(
+        default="hold", description="What a class with no evidence gets."
+    )
+    allow_emulated: bool = Field(
+        default=False, description="Whether emulated cells may qualify a candidate."
+    )
+    choose: Literal["lowest_p99_upper"] = Field(
+        default="lowest_p99_upper",
+        description="How to choose among several passing candidates.",
+    )
+
+
+class HostClassKey(Document):
+    """The key of a host class: (hardware, runtime, provider) labels."""
+
+    hardware: str = Field(min_length=1, description="Hardware label, e.g. 'arm-r5'.")
+    runtime: str = Field(min_length=1, description="Runtime label, e.g. 'ort-r8'.")
+    provider: str = Field(min_length=1, description="Provider label, e.g. 'cpu-int8'.")
+
+    def as_tuple(self) -> tuple[str, str, str]:
+        """The key as a tuple, for lookups."""
+        return (self.hardware, self.runtime, self.provider)
+
+
+class MatchRules(Document):
+    """Rules a host must satisfy to belong to the class."""
+
+    arch: str | None = Field(default=None, description="Machine architecture, e.g. x86_64.")
+    cpu_flags: list[str] = Field(
+        default_factory=list,
+        description="CPU flags that must all be present (both spellings are accepted: "
+        "avx512_vnni / avx512vnni).",
+    )
+    cpu_model: str | None = Field(
+        default=None, description="Substring the CPU model name must contain."
+    )
+    min_cores: int | None = Field(default=None, gt=0, description="Fewest usable cores.")
+    min_memory_mb: int | None = Field(default=None, gt=0, description="Least total memory.")
+    accelerator: str | None = Field(
+        default=None,
+        description="An execution provider that must be available on the host, e.g. "
+        "CUDAExecutionProvider.",
+    )
+
+
+class RuntimeSpec(Document):
+    """The runtime identity a class stands for."""
+
+    package: str = Field(default="onnxruntime", description="Distribution name, e.g. onnxruntime-gpu.")
+    version: str = Field(default="*", description="Version pattern, e.g. '1.31.*'.")
+    build_info: str | None = Field(
+        default=None, description="Substring the runtime's build info must contain."
+    )
+
+
+class ProviderSpec(Document):
+    """Execution providers and session options of a class."""
+
+    execution_providers: list[str] = Field(
+        default=["CPUExecutionProvider"], min_length=1, description="Requested providers, in order."
+    )
+    provider_options: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="Options per provider name."
+    )
+    expected: str = Field(
+        default="CPUExecutionProvider",
+        description="The provider that must actually execute the nodes; others count as fallback.",
+    )
+    fallback_allowance: int = Field(
+        default=0, ge=0, description="Nodes allowed off the expected provider."
+    )
+    intra_op_threads: int | None = Field(default=None, ge=0, description="intra_op_num_threads.")
+    inter_op_threads: int | None = Field(default=None, ge=0, description="inter_op_num_threads.")
+    graph_optimization_level: Literal["disable", "basic", "extended", "all"] = Field(
+        default="all", description="Graph optimisation level."
+    )
+    strict_fallback: bool = Field(
+        default=False,
+        description="Set session.disable_cpu_ep_fallback: session creation fails instead of "
+        "silently falling back to the CPU.",
+    )
+
+
+class Budgets(Document):
+    """Limits a candidate must meet on the class."""
+
+    p99_ms: float = Field(gt=0, description="p99 latency budget; the p99 upper bound must be <= it.")
+    peak_rss_mb: float | None = Field(default=None, gt=0, description="Peak resident memory budget.")
+    cold_init_ms: float | None = Field(
+        default=None, gt=0, description="Cold init budget: session creation plus first inference."
+    )
+    timeout_s: float = Field(
+        default=300.0, gt=0, description="Wall-clock limit of one artifact's subprocess."
+    )
+    memory_limit_mb: int = Field(
+        default=8192,
+        gt=0,
+        description="Address-space limit of one artifact's subprocess (RLIMIT_AS); exceeding it "
+        "is an 'out_of_memory' error.",
+    )
+
+
+class HostClass(Document):
+    """A named cohort of hosts."""
+
+    key: HostClassKey = Field(description="The (hardware, runtime, provider) key.")
+    match: MatchRules = Field(default_factory=MatchRules, description="Host match rules.")
+    runtime: RuntimeSpec = Field(default_factory=RuntimeSpec, description="Runtime identity.")
+    provider: ProviderSpec = Field(default_factory=ProviderSpec, description="Providers and options.")
+    budgets: Budgets = Field(description="Budgets a candidate must meet.")
+
+    def settings_digest(self) -> str:
+        """Digest of the runtime and provider settings; a cell measured under another is stale."""
+        doc = {"runtime": self.runtime.model_dump(), "provider": self.provider.model_dump()}
+        raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+class Project(Document):
+    """The whole project file."""
+
+    model: str = Field(min_length=1, description="Model name, e.g. 'ocr-rec'.")
+    artifacts: Artifacts = Field(description="Baseline and candidates.")
+    workload: Workload = Field(description="Inputs and the latency protocol.")
+    parity: dict[Precision, Tolerance] = Field(
+        default_factory=dict,
+        description="Parity tolerances per precision family; unset families use the defaults.",
+    )
+    policy: Policy = Field(default_factory=Policy, description="Fleet decision policy.")
+    host_classes: dict[str, HostClass] = Field(
+        min_length=1, description="Host classes by name."
+    )
+
+    @model_validator(mode="after")
+    def _unique_keys(self) -> Project:
+        seen: dict[tuple[str, str, str], str] = {}
+        for name, cls in self.host_classes.items():
+            key = cls.key.as_tuple()
+            if key in seen:
+                raise ValueError(
+                    f"host classes '{seen[key]}' and '{name}' have the same key {list(key)}; "
+                    "every class needs its own (hardware, runtime, provider)"
+                )
+            seen[key] = name
+        return self
+
+    def tolerance(self, precision: str) -> Tolerance:
+        """The tolerance for a precision family: the project's, else the default."""
+        return self.parity.get(precision, DEFAULT_TOLERANCES[precision])  # type: ignore[call-overload]
