@@ -106,10 +106,12 @@ class OutputParity(Document):
     """Parity of one output against the baseline."""
 
     name: str = Field(description="Output name.")
-    max_abs: float = Field(description="Largest |a-b|.")
-    mean_abs: float = Field(description="Mean |a-b|.")
-    max_rel: float = Field(description="Largest |a-b| / max(|a|, eps).")
-    cosine_min: float = Field(description="Smallest per-sample cosine similarity.")
+    max_abs: float | None = Field(description="Largest |a-b|; null if the output could not be compared.")
+    mean_abs: float | None = Field(description="Mean |a-b|; null if not comparable.")
+    max_rel: float | None = Field(description="Largest |a-b| / max(|a|, eps); null if not comparable.")
+    cosine_min: float | None = Field(
+        description="Smallest per-sample cosine similarity; null if not comparable."
+    )
     top1_agreement: float | None = Field(
         description="Share of samples whose arg-max agrees; null if the output is not class scores."
     )

@@ -1,0 +1,47 @@
+# The two commands of the README: `make demo` and `make test`. Everything else is for developers.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: demo test test-fast lint typecheck bench schemas docs clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# One stamp per install flavour, refreshed when pyproject.toml changes.
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
+	touch $@
+
+demo: $(VENV)/.installed-dev
+	$(BIN)/qualify demo --workdir demo
+
+test: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -n 2 -m "" $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -n 2 -m "not slow" $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy
+
+schemas: $(VENV)/.installed-dev
+	$(BIN)/python -m schemas.generate
+
+docs: $(VENV)/.installed-dev
+	$(BIN)/python -m qualify.docgen
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python bench/run_all.py
+
+clean:
+	rm -rf $(VENV) demo .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -1,0 +1,451 @@
+"""Building, writing, reading and comparing release manifests.
+
+Owns turning the policy's decisions into the ``signed`` part of a manifest (plain JSON: integers,
+strings, booleans; see ``manifest.envelope``), splitting it into one document per host class (as
+TUF's hashed bins split targets, so a host of a large fleet reads only its own), writing both
+atomically, reading a manifest back into its model, and the diff between two manifests. Does
+not own the decision (``manifest.policy``), keys and signatures (``manifest.signing``) nor the
+host side (``manifest.resolve``). No clock: ``created`` and ``expires`` are arguments.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import ValidationError
+
+from manifest import envelope
+from manifest.errors import BuildError, MalformedError
+from manifest.signing import sign_document
+from schemas.manifest import (
+    ArtifactRef,
+    ChangeSide,
+    ClassChange,
+    ClassDecision,
+    Manifest,
+    ManifestEntry,
+)
+from schemas.project import Project
+
+__all__ = [
+    "build_manifest",
+    "diff_manifests",
+    "load_manifest",
+    "next_version",
+    "per_class_documents",
+    "render_changes",
+    "render_manifest",
+    "sign_document",
+    "write_manifest",
+    "write_per_class",
+]
+
+
+def next_version(previous: Manifest | None) -> int:
+    """The version of the next manifest: one above the previous one, 1 for the first."""
+    return 1 if previous is None else previous.signed.version + 1
+
+
+def _artifact(
+    digest: str,
+    artifacts: Mapping[str, ArtifactRef],
+    previous: Manifest | None,
+    host_class: str,
+    role: str,
+) -> dict[str, Any]:
+    ref = artifacts.get(digest)
+    if ref is not None:
+        return {"name": ref.name, "digest": digest, "length": ref.length, "uri": ref.uri}
+    # A rollback may be an artifact the project no longer lists: the previous manifest knows it.
+    if previous is not None:
+        for entry in previous.signed.entries.values():
+            for known in (entry.artifact, entry.rollback):
+                if known is not None and known.digest == digest:
+                    return {
+                        "name": known.name,
+                        "digest": digest,
+                        "length": known.length,
+                        "uri": known.uri,
+                    }
+    raise BuildError(
+        f"class '{host_class}': the {role} artifact {digest} has no location; add it to "
+        "'artifacts' (digest -> name, uri, length) from the artifact store"
+    )
+
+
+def build_manifest(
+    project: Project,
+    decisions: Sequence[ClassDecision],
+    *,
+    release: str,
+    version: int,
+    created: datetime,
+    expires: datetime,
+    snapshot: str,
+    artifacts: Mapping[str, ArtifactRef],
+    previous: Manifest | None = None,
+) -> dict[str, Any]:
+    """The ``signed`` part of a manifest.
+
+    Args:
+        project: the project file (match rules, runtime and provider requirements per class).
+        decisions: ``manifest.policy.decide``'s output, one per class.
+        release: release name.
+        version: this manifest's version; must be above ``previous``'s.
+        created: when it is generated (aware datetime; seconds kept).
+        expires: from when hosts refuse it; must be after ``created``.
+        snapshot: the matrix snapshot the decisions were read from.
+        artifacts: digest -> where hosts fetch it.
+        previous: the previous manifest (version check, locations of old rollback artifacts).
+
+    Returns:
+        The ``signed`` mapping: canonical-JSON content with no floats, ready for
+        ``sign_document``.
+
+    Raises:
+        BuildError: a version not above the previous one, ``expires`` not after ``created``, a
+            decision for a class the project lacks, or an artifact without a location.
+    """
+    if not release:
+        raise BuildError("release: the release name must not be empty; pass --release NAME")
+    if version < 1:
+        raise BuildError(f"version: must be >= 1, found {version}")
+    if previous is not None and version <= previous.signed.version:
+        raise BuildError(
+            f"version: {version} must be > {previous.signed.version}, the previous manifest's "
+            f"(release {previous.signed.release!r}); a lower version is never generated"
+        )
+    created_s, expires_s = envelope.format_time(created), envelope.format_time(expires)
+    if expires_s <= created_s:
+        raise BuildError(f"expires: {expires_s} must be after created {created_s}")
+
+    entries: dict[str, Any] = {}
+    for d in decisions:
+        cls = project.host_classes.get(d.host_class)
+        if cls is None:
+            raise BuildError(
+                f"decision for class '{d.host_class}', which the project file does not define"
+            )
+        if d.host_class in entries:
+            raise BuildError(f"two decisions for class '{d.host_class}'")
+        rollback = None
+        if d.rollback_digest is not None:
+            rollback = _artifact(d.rollback_digest, artifacts, previous, d.host_class, "rollback")
+            rollback["proven_to_load"] = d.rollback_proven
+            rollback["runtime"] = d.rollback_runtime.model_dump(mode="json")
+            rollback["provider"] = d.rollback_provider.model_dump(mode="json")
+        entries[d.host_class] = {
+            "host_class": d.host_class,
+            "key": cls.key.model_dump(mode="json"),
+            "match": cls.match.model_dump(mode="json"),
+            "decision": d.decision,
+            "artifact": None
+            if d.artifact_digest is None
+            else _artifact(d.artifact_digest, artifacts, previous, d.host_class, d.decision),
+            "runtime": cls.runtime.model_dump(mode="json"),
+            "provider": cls.provider.model_dump(mode="json"),
+            "rollback": rollback,
+            "evidence": None if d.evidence is None else d.evidence.model_dump(mode="json"),
+            "reasons": [r.model_dump(mode="json") for r in d.reasons],
+            "summary": d.summary,
+            "run_ids": list(d.run_ids),
+        }
+    return {
+        "type": envelope.MANIFEST_TYPE,
+        "format": envelope.FORMAT,
+        "release": release,
+        "version": version,
+        "created": created_s,
+        "expires": expires_s,
+        "model": project.model,
+        "snapshot": snapshot,
+        "policy": project.policy.model_dump(mode="json"),
+        "entries": entries,
+    }
+
+
+def _signed_part(doc: Mapping[str, Any]) -> Mapping[str, Any]:
+    inner = doc.get("signed")
+    return inner if isinstance(inner, Mapping) else doc
+
+
+def per_class_documents(signed: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Split a manifest into one ``signed`` part per host class.
+
+    Each carries the manifest's release, version, times, model, snapshot and policy, the class
+    name (hosts check it against the name they asked for) and the class's entry.
+
+    Args:
+        signed: a manifest's ``signed`` part (or the whole signed document).
+
+    Returns:
+        class name -> ``signed`` part of type ``qualify-class-manifest``.
+    """
+    signed = _signed_part(signed)
+    common = {
+        k: signed[k] for k in ("release", "version", "created", "expires", "model", "snapshot")
+    }
+    common["policy"] = signed["policy"]
+    return {
+        name: {
+            **common,
+            "type": envelope.CLASS_TYPE,
+            "format": envelope.FORMAT,
+            "host_class": name,
+            "entry": entry,
+        }
+        for name, entry in signed["entries"].items()
+    }
+
+
+def _atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            if fsync:
+                fh.flush()
+                os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_manifest(doc: Mapping[str, Any], path: Path) -> None:
+    """Write a signed (or unsigned) document atomically as canonical JSON.
+
+    Args:
+        doc: ``{"signed": ..., "signatures": [...]}``.
+        path: destination; its directory must exist.
+
+    Raises:
+        BuildError: the directory does not exist.
+        CanonicalError: the document holds a float.
+    """
+    if not path.parent.is_dir():
+        raise BuildError(f"{path.parent}: no such directory for the manifest; create it first")
+    _atomic_write(path, envelope.encode_canonical(doc))
+
+
+def write_per_class(
+    doc: Mapping[str, Any], key: Ed25519PrivateKey, directory: Path
+) -> dict[str, Path]:
+    """Sign and write one document per class into ``directory`` (``envelope.class_filename``).
+
+    Each file is written to a temporary name, all are synced once, then each is renamed into
+    place: a host never reads a half-written file, and the cost is not one fsync per class.
+    Documents of classes no longer in the manifest are removed, so a retired class cannot keep
+    resolving from an old document.
+
+    Args:
+        doc: the manifest (signed document or its ``signed`` part).
+        key: the signing key.
+        directory: created if missing.
+
+    Returns:
+        class name -> path written.
+
+    Raises:
+        BuildError: a class name that cannot be a file name.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    pending: list[tuple[str, Path]] = []
+    try:
+        for name, signed in per_class_documents(doc).items():
+            try:
+                filename = envelope.class_filename(name)
+            except ValueError as exc:
+                raise BuildError(f"class '{name[:60]}': {exc}") from exc
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".class.", suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(envelope.encode_canonical(sign_document(signed, key)))
+            os.chmod(tmp, 0o644)
+            pending.append((tmp, directory / filename))
+            written[name] = directory / filename
+        os.sync()
+        for tmp, final in pending:
+            os.replace(tmp, final)
+    except BaseException:
+        for tmp, _ in pending:
+            Path(tmp).unlink(missing_ok=True)
+        raise
+    keep = {p.name for p in written.values()}
+    for old in directory.glob("*.json"):
+        if old.name not in keep:
+            old.unlink(missing_ok=True)
+    return written
+
+
+def load_manifest(raw: bytes | Path, *, source: str | None = None) -> Manifest:
+    """Parse and validate a manifest (its signature is not checked here: ``signing.verify``).
+
+    Args:
+        raw: the file's bytes, or its path.
+        source: name for messages (defaults to the path).
+
+    Returns:
+        The manifest model.
+
+    Raises:
+        MalformedError: unreadable, not JSON, or not a manifest (the message names the field).
+    """
+    if isinstance(raw, Path):
+        source = source or str(raw)
+        try:
+            raw = raw.read_bytes()
+        except OSError as exc:
+            raise MalformedError(f"{source}: cannot read ({exc.strerror})") from exc
+    source = source or "manifest"
+    try:
+        return Manifest.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(document)"
+        raise MalformedError(
+            f"{source}: {where}: {first['msg']} ({exc.error_count()} problem(s)); is this a "
+            "manifest written by 'qualify manifest generate'?"
+        ) from exc
+
+
+def _side(entry: ManifestEntry) -> ChangeSide:
+    return ChangeSide(
+        decision=entry.decision,
+        artifact_name=entry.artifact.name if entry.artifact else None,
+        artifact_digest=entry.artifact.digest if entry.artifact else None,
+        rollback_digest=entry.rollback.digest if entry.rollback else None,
+    )
+
+
+def _label(side: ChangeSide) -> str:
+    if side.decision == "hold":
+        return "hold"
+    return f"{side.decision} {side.artifact_name}"
+
+
+def diff_manifests(a: Manifest, b: Manifest) -> list[ClassChange]:
+    """What changes for each class from manifest ``a`` to manifest ``b``, and why.
+
+    Args:
+        a: the older manifest.
+        b: the newer one.
+
+    Returns:
+        One change per class that was added, removed, or whose decision, artifact, rollback,
+        runtime, provider or match rules differ; sorted by class name. Unchanged classes are
+        left out.
+    """
+    old, new = a.signed.entries, b.signed.entries
+    changes: list[ClassChange] = []
+    for name in sorted(set(old) | set(new)):
+        before, after = old.get(name), new.get(name)
+        if before is None and after is not None:
+            side = _side(after)
+            changes.append(
+                ClassChange(
+                    host_class=name,
+                    change="added",
+                    before=None,
+                    after=side,
+                    fields=["class"],
+                    reasons=after.reasons,
+                    summary=f"{name}: new class, gets {_label(side)}. {after.summary}",
+                )
+            )
+            continue
+        if after is None and before is not None:
+            changes.append(
+                ClassChange(
+                    host_class=name,
+                    change="removed",
+                    before=_side(before),
+                    after=None,
+                    fields=["class"],
+                    reasons=[],
+                    summary=f"{name}: no longer in the manifest (was {_label(_side(before))}).",
+                )
+            )
+            continue
+        if before is None or after is None:
+            continue  # unreachable: a name comes from one side or the other
+        fields = [
+            field
+            for field, x, y in (
+                ("decision", before.decision, after.decision),
+                ("artifact", before.artifact, after.artifact),
+                ("rollback", before.rollback, after.rollback),
+                ("runtime", before.runtime, after.runtime),
+                ("provider", before.provider, after.provider),
+                ("match", before.match, after.match),
+            )
+            if x != y
+        ]
+        if not fields:
+            continue
+        x, y = _side(before), _side(after)
+        what = (
+            f"{_label(x)} -> {_label(y)}"
+            if ("decision" in fields or "artifact" in fields)
+            else f"still {_label(y)}; {', '.join(fields)} changed"
+        )
+        changes.append(
+            ClassChange(
+                host_class=name,
+                change="changed",
+                before=x,
+                after=y,
+                fields=fields,
+                reasons=after.reasons,
+                summary=f"{name}: {what}. {after.summary}",
+            )
+        )
+    return changes
+
+
+def render_changes(changes: Sequence[ClassChange], a: Manifest, b: Manifest) -> str:
+    """A diff for people: a header line, then one line per change and its reason codes."""
+    head = (
+        f"{a.signed.release} (version {a.signed.version}) -> "
+        f"{b.signed.release} (version {b.signed.version}): "
+    )
+    if not changes:
+        return head + "no class changes.\n"
+    lines = [head + f"{len(changes)} class(es) change."]
+    for change in changes:
+        lines.append(f"  {change.summary}")
+        codes = ", ".join(dict.fromkeys(r.code for r in change.reasons))
+        if codes:
+            lines.append(f"      reasons: {codes}")
+    return "\n".join(lines) + "\n"
+
+
+def render_manifest(manifest: Manifest) -> str:
+    """A manifest for people: header, then one line per class with its decision and why."""
+    s = manifest.signed
+    lines = [
+        f"{s.model} release {s.release}, version {s.version}, created {s.created}, "
+        f"expires {s.expires}, snapshot {s.snapshot}",
+        f"policy: unknown classes -> {s.policy.unknown_class}, emulated cells "
+        f"{'allowed' if s.policy.allow_emulated else 'ignored'}, choose {s.policy.choose}",
+        f"signatures: {', '.join(sig.keyid[:16] for sig in manifest.signatures) or 'UNSIGNED'}",
+    ]
+    for name in sorted(s.entries):
+        entry = s.entries[name]
+        target = "hold" if entry.artifact is None else f"{entry.decision} {entry.artifact.name}"
+        rollback = (
+            "none"
+            if entry.rollback is None
+            else f"{entry.rollback.name}"
+            + ("" if entry.rollback.proven_to_load else " (not proven to load)")
+        )
+        lines.append(f"  {name}: {target}; rollback {rollback}")
+        lines.append(f"      {entry.summary}")
+    return "\n".join(lines) + "\n"

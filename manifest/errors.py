@@ -1,0 +1,100 @@
+"""The error tree of the ``manifest`` package.
+
+Owns every exception ``manifest`` raises on purpose; the CLI turns them into messages and exit
+codes in one place. Does not own the exit codes of ``resolve-artifact`` (``manifest.resolve``
+maps these errors to them). Standard library only: ``resolve-artifact`` imports this module.
+
+::
+
+    ManifestError                  anything this package refuses, with a message a person can act on
+    ├── PolicyError                the inputs of a decision do not fit together
+    ├── BuildError                 a manifest cannot be built or written as asked
+    ├── KeyFileError               a key file is missing, malformed or of the wrong kind
+    ├── CanonicalError             a value canonical JSON cannot hold (a float, a non-string key)
+    └── VerificationError          a document failed a check; ``code`` says which
+        ├── MalformedError         not JSON, wrong shape, wrong type, or larger than allowed
+        ├── SignatureError         no valid signature by the trusted key
+        ├── ExpiredError           past its ``expires``
+        ├── RollbackError          ``version`` lower than the one this host last accepted
+        ├── ClassMismatchError     a per-class document read under another class's name
+        └── DigestMismatchError    a local artifact's sha256 is not the manifest's
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BuildError",
+    "CanonicalError",
+    "ClassMismatchError",
+    "DigestMismatchError",
+    "ExpiredError",
+    "KeyFileError",
+    "MalformedError",
+    "ManifestError",
+    "PolicyError",
+    "RollbackError",
+    "SignatureError",
+    "VerificationError",
+]
+
+
+class ManifestError(Exception):
+    """Base of every error ``manifest`` raises on purpose."""
+
+
+class PolicyError(ManifestError):
+    """The project, cells and runs handed to the decision policy do not fit together."""
+
+
+class BuildError(ManifestError):
+    """A manifest cannot be built or written as asked (version, artifact locations, names)."""
+
+
+class KeyFileError(ManifestError):
+    """A key file is missing, unreadable, malformed or not an Ed25519 key."""
+
+
+class CanonicalError(ManifestError):
+    """A value that canonical JSON cannot hold: a float, NaN, or a key that is not a string."""
+
+
+class VerificationError(ManifestError):
+    """A document failed a check. ``code`` is a short machine-readable name of the check."""
+
+    code = "verification_failed"
+
+
+class MalformedError(VerificationError):
+    """Not JSON, not the expected shape or type, or larger than the size limit."""
+
+    code = "malformed"
+
+
+class SignatureError(VerificationError):
+    """No signature by the trusted key id, or that signature does not verify."""
+
+    code = "bad_signature"
+
+
+class ExpiredError(VerificationError):
+    """The document's ``expires`` is not after the reference time."""
+
+    code = "expired"
+
+
+class RollbackError(VerificationError):
+    """The document's ``version`` is lower than the version this host last accepted."""
+
+    code = "rollback"
+
+
+class ClassMismatchError(VerificationError):
+    """A per-class document names another class than the one it was read for."""
+
+    code = "class_mismatch"
+
+
+class DigestMismatchError(VerificationError):
+    """A local artifact's sha256 differs from the digest the manifest gives."""
+
+    code = "digest_mismatch"

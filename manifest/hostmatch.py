@@ -1,0 +1,135 @@
+"""Host facts and class match rules, on the standard library alone.
+
+Owns reading the facts a match rule needs (arch, CPU model and flags, cores, memory) from
+``/proc`` and checking them against a class's rules. Both ``qualify run`` (through
+``qualify.fingerprint``) and the host-side ``resolve-artifact`` use it, so a host is put in the
+same class by both. Rules arrive as plain dicts (the ``match`` mapping of a project file or a
+manifest entry), never pydantic models: this module must stay importable without pydantic.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["HostFacts", "flag_spellings", "match_failures", "read_host_facts"]
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What the match rules look at."""
+
+    arch: str
+    cpu_model: str | None
+    cpu_flags: frozenset[str]
+    cores: int
+    memory_mb: int | None
+    providers: frozenset[str] = field(default_factory=frozenset)
+
+
+def _parse_cpuinfo(text: str) -> tuple[str | None, set[str]]:
+    model: str | None = None
+    flags: set[str] = set()
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if not sep:
+            continue
+        name = name.strip().lower()
+        if (
+            model is None
+            and name in ("model name", "cpu model", "hardware", "processor")
+            and (value.strip() and not value.strip().isdigit())
+        ):
+            model = value.strip()
+        elif name in ("flags", "features") and not flags:
+            flags = set(value.split())
+    return model, flags
+
+
+def _parse_meminfo(text: str) -> int | None:
+    for line in text.splitlines():
+        if line.startswith("MemTotal:"):
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                return int(parts[1]) // 1024
+    return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def read_host_facts(proc: Path = Path("/proc"), providers: Iterable[str] = ()) -> HostFacts:
+    """Read this host's facts.
+
+    Args:
+        proc: where procfs lives (a test passes a directory with fake ``cpuinfo``/``meminfo``).
+        providers: execution providers known to be available (the caller probes onnxruntime;
+            this module never imports it).
+
+    Returns:
+        The facts. Unknown values are ``None`` or empty, never guessed.
+    """
+    model, flags = _parse_cpuinfo(_read(proc / "cpuinfo"))
+    return HostFacts(
+        arch=platform.machine(),
+        cpu_model=model,
+        cpu_flags=frozenset(flags),
+        cores=len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count() or 1,
+        memory_mb=_parse_meminfo(_read(proc / "meminfo")),
+        providers=frozenset(providers),
+    )
+
+
+def flag_spellings(flag: str) -> set[str]:
+    """Both spellings of a CPU flag: ``avx512_vnni`` and ``avx512vnni`` name the same feature."""
+    flag = flag.strip().lower()
+    return {flag, flag.replace("_", "")}
+
+
+def _has_flag(flags: frozenset[str], wanted: str) -> bool:
+    normalised = {f.lower().replace("_", "") for f in flags}
+    return bool(flag_spellings(wanted) & (flags | normalised))
+
+
+def match_failures(facts: HostFacts, rules: Mapping[str, Any]) -> list[str]:
+    """Check a host against a class's match rules.
+
+    Args:
+        facts: the host.
+        rules: the class's ``match`` mapping (keys: arch, cpu_flags, cpu_model, min_cores,
+            min_memory_mb, accelerator); missing or null keys are not checked.
+
+    Returns:
+        One sentence per failed rule; empty when the host matches.
+    """
+    failures: list[str] = []
+    arch = rules.get("arch")
+    if arch and facts.arch != arch:
+        failures.append(f"arch: host is {facts.arch}, class needs {arch}")
+    missing = [f for f in rules.get("cpu_flags") or [] if not _has_flag(facts.cpu_flags, f)]
+    if missing:
+        failures.append(f"cpu_flags: host lacks {', '.join(missing)}")
+    model = rules.get("cpu_model")
+    if model and (facts.cpu_model is None or model.lower() not in facts.cpu_model.lower()):
+        failures.append(f"cpu_model: host CPU is {facts.cpu_model!r}, class needs {model!r}")
+    min_cores = rules.get("min_cores")
+    if min_cores and facts.cores < min_cores:
+        failures.append(f"min_cores: host has {facts.cores} usable cores, class needs {min_cores}")
+    min_mem = rules.get("min_memory_mb")
+    if min_mem and (facts.memory_mb is None or facts.memory_mb < min_mem):
+        failures.append(f"min_memory_mb: host has {facts.memory_mb} MB, class needs {min_mem}")
+    accel = rules.get("accelerator")
+    if accel and accel not in facts.providers:
+        available = ", ".join(sorted(facts.providers)) or "none"
+        failures.append(f"accelerator: {accel} is not available (available: {available})")
+    return failures

@@ -1,0 +1,615 @@
+"""The decision rule: which artifact each host class may run, with reasons and evidence.
+
+Owns ``decide``, a pure function over the project file, cells and run records (no disk, clock or
+database: the CLI reads the matrix and hands them over). Does not own judging a measurement
+against budgets (``manifest.gates.judge``, which this module calls again with the class's
+*current* budgets), nor building or signing the manifest (``manifest.build``).
+
+The rule, per host class of the project (classes of other keys in the cells are ignored):
+
+* Only cells on the class's **exact key** count. Per artifact digest the latest cell measured
+  under the class's current settings is used; if every cell of that digest is stale, the latest
+  stale one is reported as ``stale``.
+* A candidate qualifies only if that cell is not stale; is not emulated (unless the policy
+  allows it); has runner verdict ``pass``; has parity that passed against *this* baseline's
+  digest and still holds under the project's current tolerance; passes ``gates.judge`` under the
+  current budgets (p99 upper bound within budget, ``insufficient`` is not a pass; expected
+  provider executed and fallback within the allowance; peak memory and cold init within budget);
+  has peak memory and cold init measured where the class has a budget; and the class's rollback
+  artifact was shown to load by the latest current evidence on the key.
+* Several qualify: ``policy.choose`` picks (lowest p99 upper bound; ties by name, then digest).
+* None qualifies: the class gets the **baseline**, if the baseline has a current, usable cell on
+  the key that loaded (verdict other than ``error``).
+* The baseline's latest current cell on the key is ``error`` (it cannot run there): **hold**.
+  Shipping an artifact known not to load is never safer than shipping nothing new.
+* No cell at all on the key, or none of the baseline that is current and usable (only stale or
+  emulated ones): the class is as unknown as a new one, so ``policy.unknown_class`` applies.
+
+A class's **rollback** is what it was last approved for in the previous manifest (its artifact;
+for a held class, its rollback), else the baseline. ``rollback_proven`` says whether the latest
+current evidence on the key (a run's rollback check, or a cell of that digest) shows it loads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from manifest.envelope import format_time
+from manifest.errors import PolicyError
+from manifest.gates import judge
+from schemas.cell import Cell, OutputParity, Reason, RunRecord
+from schemas.manifest import (
+    ClassDecision,
+    Evidence,
+    Manifest,
+    OutputParitySummary,
+    ParitySummary,
+)
+from schemas.project import (
+    HostClass,
+    OutputTolerance,
+    Project,
+    ProviderSpec,
+    RuntimeSpec,
+    Tolerance,
+)
+
+__all__ = ["artifact_digests", "decide"]
+
+_Key = tuple[str, str, str]
+_TOL_FIELDS = ("max_abs", "mean_abs", "max_rel", "cosine_min", "top1_agreement_min")
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _latest(cells: Iterable[Cell]) -> Cell | None:
+    return max(cells, key=lambda c: (_aware(c.measured_at), c.run_id), default=None)
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3g} ms" if value < 100 else f"{value:.0f} ms"
+
+
+def _us(ms: float | None) -> int | None:
+    return None if ms is None or not math.isfinite(ms) else round(ms * 1000)
+
+
+def _ratio(value: float | None) -> str | None:
+    return None if value is None else format(value, ".6e")
+
+
+def artifact_digests(project: Project, cells: Sequence[Cell]) -> dict[str, str]:
+    """The digest of each artifact label of the project, as the cells measured it.
+
+    When a label was measured with several digests (the file changed), the most recently
+    measured one wins. The CLI should prefer the digests of the files it hashed.
+
+    Args:
+        project: the project file.
+        cells: cells from the matrix.
+
+    Returns:
+        label -> digest, for the labels some cell measured.
+    """
+    labels = {project.artifacts.baseline.label, *(c.label for c in project.artifacts.candidates)}
+    newest: dict[str, tuple[datetime, str, str]] = {}
+    for cell in cells:
+        if cell.artifact_name not in labels:
+            continue
+        stamp = (_aware(cell.measured_at), cell.run_id, cell.artifact_digest)
+        if cell.artifact_name not in newest or stamp > newest[cell.artifact_name]:
+            newest[cell.artifact_name] = stamp
+    return {label: stamp[2] for label, stamp in newest.items()}
+
+
+@dataclass(frozen=True)
+class _Pick:
+    """The cell used for one digest on one key, and whether it is stale."""
+
+    cell: Cell
+    stale: bool
+
+
+def _pick(cells: Sequence[Cell], digest: str, current: str) -> _Pick | None:
+    mine = [c for c in cells if c.artifact_digest == digest]
+    fresh = _latest(c for c in mine if c.settings_digest == current)
+    if fresh is not None:
+        return _Pick(fresh, stale=False)
+    old = _latest(mine)
+    return None if old is None else _Pick(old, stale=True)
+
+
+def _emulated(cell: Cell, runs: Mapping[str, RunRecord]) -> bool:
+    run = runs.get(cell.run_id)
+    return cell.emulated or (run is not None and run.emulated)
+
+
+def _resolve_tolerance(tolerance: Tolerance, name: str) -> OutputTolerance:
+    override = tolerance.outputs.get(name)
+    values: dict[str, float | None] = {}
+    for field in _TOL_FIELDS:
+        own = getattr(override, field) if override is not None else None
+        values[field] = own if own is not None else getattr(tolerance, field)
+    return OutputTolerance(**values)
+
+
+def _tolerance_failures(out: OutputParity, tol: OutputTolerance) -> list[str]:
+    """Checks of one output that fail the tolerance; a null measurement fails a set limit."""
+    found: list[str] = []
+    ceilings = (
+        ("max_abs", out.max_abs, tol.max_abs),
+        ("mean_abs", out.mean_abs, tol.mean_abs),
+        ("max_rel", out.max_rel, tol.max_rel),
+    )
+    for field, measured, limit in ceilings:
+        if limit is None:
+            continue
+        if measured is None:
+            found.append(f"{out.name} {field} could not be compared")
+        elif not measured <= limit:
+            found.append(f"{out.name} {field} {measured:.3g} > {limit:.3g}")
+    floors = (
+        ("cosine_min", out.cosine_min, tol.cosine_min, False),
+        ("top1_agreement", out.top1_agreement, tol.top1_agreement_min, True),
+    )
+    for field, measured, limit, optional in floors:
+        if limit is None:
+            continue
+        if measured is None:
+            if not optional:
+                found.append(f"{out.name} {field} could not be compared")
+        elif not measured >= limit:
+            found.append(f"{out.name} {field} {measured:.6g} < {limit:.6g}")
+    return found
+
+
+def _parity_reasons(cell: Cell, project: Project, baseline_digest: str | None) -> list[Reason]:
+    parity = cell.parity
+    if parity is None:
+        return [Reason(code="parity_missing", message="no parity result against the baseline")]
+    if baseline_digest is not None and parity.reference_digest != baseline_digest:
+        return [
+            Reason(
+                code="parity_reference_mismatch",
+                message=f"parity was measured against {parity.reference_digest[:19]}, not the "
+                f"baseline {baseline_digest[:19]}",
+            )
+        ]
+    tolerance = project.tolerance(cell.precision)
+    failures = [
+        f
+        for out in parity.outputs
+        for f in _tolerance_failures(out, _resolve_tolerance(tolerance, out.name))
+    ]
+    if failures:
+        return [
+            Reason(
+                code="parity_failed",
+                message=f"parity fails the current {cell.precision} tolerance: {'; '.join(failures)}",
+            )
+        ]
+    return []
+
+
+def _missing_measurements(cell: Cell, cls: HostClass) -> list[Reason]:
+    found: list[Reason] = []
+    if cls.budgets.peak_rss_mb is not None and cell.peak_rss_mb is None:
+        found.append(
+            Reason(
+                code="peak_rss_missing",
+                message=f"peak memory was not measured; the budget is {cls.budgets.peak_rss_mb:g} MB",
+            )
+        )
+    if cls.budgets.cold_init_ms is not None and cell.cold_init_ms is None:
+        found.append(
+            Reason(
+                code="cold_init_missing",
+                message=f"cold init was not measured; the budget is {_ms(cls.budgets.cold_init_ms)}",
+            )
+        )
+    return found
+
+
+@dataclass(frozen=True)
+class _RollbackState:
+    digest: str | None
+    name: str | None
+    runtime: RuntimeSpec
+    provider: ProviderSpec
+    proven: bool
+    reason: Reason | None
+
+
+def _rollback(
+    name: str,
+    cls: HostClass,
+    previous: Manifest | None,
+    baseline: tuple[str | None, str],
+    key_cells: Sequence[Cell],
+    key_runs: Sequence[RunRecord],
+    runs: Mapping[str, RunRecord],
+    current: str,
+    allow_emulated: bool,
+) -> _RollbackState:
+    digest, label = baseline
+    runtime, provider = cls.runtime, cls.provider
+    entry = previous.signed.entries.get(name) if previous is not None else None
+    if entry is not None and entry.artifact is not None:
+        digest, label = entry.artifact.digest, entry.artifact.name
+        runtime, provider = entry.runtime, entry.provider
+    elif entry is not None and entry.rollback is not None:
+        digest, label = entry.rollback.digest, entry.rollback.name
+        runtime, provider = entry.rollback.runtime, entry.rollback.provider
+    if digest is None:
+        return _RollbackState(None, None, runtime, provider, False, None)
+
+    checks: list[tuple[datetime, str, bool, str | None]] = []
+    for run in key_runs:
+        if run.settings_digest != current:
+            continue
+        if run.emulated and not allow_emulated:
+            continue
+        if run.rollback is not None and run.rollback.artifact_digest == digest:
+            checks.append(
+                (_aware(run.finished_at), run.run_id, run.rollback.loaded, run.rollback.error)
+            )
+    for cell in key_cells:
+        if cell.artifact_digest != digest or cell.settings_digest != current:
+            continue
+        if _emulated(cell, runs) and not allow_emulated:
+            continue
+        checks.append((_aware(cell.measured_at), cell.run_id, cell.verdict != "error", cell.error))
+    if not checks:
+        reason = Reason(
+            code="rollback_unchecked",
+            message=f"no current run showed that rollback {label} ({digest[:19]}) loads under "
+            "this class's runtime",
+        )
+        return _RollbackState(digest, label, runtime, provider, False, reason)
+    _, run_id, loaded, error = max(checks, key=lambda c: (c[0], c[1]))
+    if loaded:
+        return _RollbackState(digest, label, runtime, provider, True, None)
+    reason = Reason(
+        code="rollback_failed",
+        message=f"rollback {label} did not load in run {run_id}: {error or 'no detail'}",
+    )
+    return _RollbackState(digest, label, runtime, provider, False, reason)
+
+
+def _evidence(cell: Cell, cls: HostClass, emulated: bool) -> Evidence:
+    gate = cell.gate_latency
+    fallback = None
+    if cell.placement is not None:
+        on_expected = cell.placement.nodes_per_provider.get(cls.provider.expected, 0)
+        fallback = cell.placement.total_nodes - on_expected
+    parity = None
+    if cell.parity is not None:
+        parity = ParitySummary(
+            passed=cell.parity.passed,
+            reference_digest=cell.parity.reference_digest,
+            samples=cell.parity.samples,
+            outputs={
+                o.name: OutputParitySummary(
+                    passed=o.passed,
+                    max_abs=_ratio(o.max_abs),
+                    cosine_min=_ratio(o.cosine_min),
+                    top1_agreement=_ratio(o.top1_agreement),
+                )
+                for o in cell.parity.outputs
+            },
+        )
+    return Evidence(
+        run_id=cell.run_id,
+        artifact_digest=cell.artifact_digest,
+        artifact_name=cell.artifact_name,
+        role=cell.role,
+        verdict=cell.verdict,
+        measured_at=format_time(_aware(cell.measured_at)),
+        emulated=emulated,
+        p99_us=_us(gate.p99_ms) if gate else None,
+        p99_upper_us=_us(gate.p99_upper_ms) if gate else None,
+        p99_budget_us=round(cls.budgets.p99_ms * 1000),
+        batch_size=gate.batch_size if gate else None,
+        concurrency=gate.concurrency if gate else None,
+        samples=gate.samples if gate else None,
+        fallback_nodes=fallback,
+        peak_rss_kb=None if cell.peak_rss_mb is None else round(cell.peak_rss_mb * 1024),
+        cold_init_us=_us(cell.cold_init_ms),
+        parity=parity,
+    )
+
+
+def _candidate_reasons(
+    pick: _Pick,
+    cls: HostClass,
+    project: Project,
+    runs: Mapping[str, RunRecord],
+    baseline_digest: str | None,
+    rollback: _RollbackState,
+) -> list[Reason]:
+    """Every gate the candidate's cell fails; empty when it qualifies."""
+    cell = pick.cell
+    found: list[Reason] = []
+    if pick.stale:
+        found.append(
+            Reason(
+                code="stale",
+                message=f"its latest cell (run {cell.run_id}) was measured under settings "
+                f"{cell.settings_digest[:19]}; the class's are now different",
+            )
+        )
+    if cell.run_id not in runs:
+        found.append(Reason(code="run_missing", message=f"run {cell.run_id} was not supplied"))
+    if _emulated(cell, runs) and not project.policy.allow_emulated:
+        found.append(
+            Reason(code="emulated", message=f"run {cell.run_id} ran on a host that does not match")
+        )
+    if cell.verdict != "pass":
+        codes = ", ".join(r.code for r in cell.reasons) or "no reason recorded"
+        found.append(
+            Reason(
+                code="verdict_not_pass",
+                message=f"the runner's verdict was {cell.verdict} ({codes})",
+            )
+        )
+    found.extend(_parity_reasons(cell, project, baseline_digest))
+    _, gate_reasons = judge(cell, cls)
+    for reason in gate_reasons:
+        if reason.code == "baseline_failed":
+            continue  # judge's word for missing parity; _parity_reasons already said it
+        if reason.code == "expected_provider_missing" and cell.placement is None:
+            reason = Reason(code="placement_missing", message=reason.message)
+        found.append(reason)
+    found.extend(_missing_measurements(cell, cls))
+    if rollback.reason is not None:
+        found.append(rollback.reason)
+    return found
+
+
+def _upper(cell: Cell) -> float:
+    gate = cell.gate_latency
+    return math.inf if gate is None or gate.p99_upper_ms is None else gate.p99_upper_ms
+
+
+def _decide_class(
+    name: str,
+    cls: HostClass,
+    project: Project,
+    key_cells: Sequence[Cell],
+    key_runs: Sequence[RunRecord],
+    runs: Mapping[str, RunRecord],
+    digests: Mapping[str, str],
+    previous: Manifest | None,
+    current: str,
+) -> ClassDecision:
+    policy = project.policy
+    baseline_label = project.artifacts.baseline.label
+    baseline_digest = digests.get(baseline_label)
+    rollback = _rollback(
+        name,
+        cls,
+        previous,
+        (baseline_digest, baseline_label),
+        key_cells,
+        key_runs,
+        runs,
+        current,
+        policy.allow_emulated,
+    )
+    key_text = "(" + ", ".join(cls.key.as_tuple()) + ")"
+    reasons: list[Reason] = []
+    looked: set[str] = set()
+
+    def decision(
+        kind: str, artifact: tuple[str | None, str | None], evidence: Evidence | None, summary: str
+    ) -> ClassDecision:
+        if kind in ("baseline", "candidate") and artifact[0] is None:
+            raise PolicyError(
+                f"class '{name}' gets the baseline, but the digest of artifact "
+                f"'{baseline_label}' is unknown (no cell measured it); pass digests="
+                "{label: 'sha256:...'} from the artifact files"
+            )
+        return ClassDecision(
+            host_class=name,
+            key=cls.key,
+            decision=kind,  # type: ignore[arg-type]
+            artifact_digest=artifact[0] if kind != "hold" else None,
+            artifact_name=artifact[1] if kind != "hold" else None,
+            rollback_digest=rollback.digest,
+            rollback_name=rollback.name,
+            rollback_proven=rollback.proven,
+            rollback_runtime=rollback.runtime,
+            rollback_provider=rollback.provider,
+            evidence=evidence,
+            reasons=reasons,
+            summary=summary,
+            run_ids=sorted(looked),
+        )
+
+    def unknown(why: str) -> ClassDecision:
+        kind = policy.unknown_class
+        if kind == "hold":
+            reasons.append(Reason(code="hold", message="the policy for unknown classes is 'hold'"))
+            return decision(
+                "hold",
+                (None, None),
+                None,
+                f"{name} is held: {why}, and the policy for unknown classes is 'hold'.",
+            )
+        reasons.append(
+            Reason(code="baseline_chosen", message="the policy for unknown classes is 'baseline'")
+        )
+        return decision(
+            "baseline",
+            (baseline_digest, baseline_label),
+            None,
+            f"{name} gets the baseline {baseline_label}: {why}, and the policy for "
+            "unknown classes is 'baseline'.",
+        )
+
+    if not key_cells:
+        reasons.append(Reason(code="no_evidence", message=f"no cell was measured on {key_text}"))
+        return unknown(f"nothing was measured on {key_text}")
+
+    base = _pick(key_cells, baseline_digest, current) if baseline_digest else None
+    base_usable = (
+        base is not None
+        and not base.stale
+        and (policy.allow_emulated or not _emulated(base.cell, runs))
+    )
+    if base is not None:
+        looked.add(base.cell.run_id)
+    base_evidence = _evidence(base.cell, cls, _emulated(base.cell, runs)) if base else None
+
+    passing: list[Cell] = []
+    if not project.artifacts.candidates:
+        reasons.append(Reason(code="no_candidates", message="the project lists no candidate"))
+    for spec in project.artifacts.candidates:
+        digest = digests.get(spec.label)
+        pick = _pick(key_cells, digest, current) if digest else None
+        if pick is None:
+            reasons.append(
+                Reason(
+                    code="no_candidate_cell",
+                    message=f"candidate {spec.label} was never measured on {key_text}",
+                )
+            )
+            continue
+        looked.add(pick.cell.run_id)
+        failed = _candidate_reasons(pick, cls, project, runs, baseline_digest, rollback)
+        if failed:
+            reasons.extend(
+                Reason(code=r.code, message=f"candidate {spec.label}: {r.message}") for r in failed
+            )
+        else:
+            passing.append(pick.cell)
+
+    if passing:
+        passing.sort(key=lambda c: (_upper(c), c.artifact_name, c.artifact_digest))
+        chosen = passing[0]
+        upper = _upper(chosen)
+        reasons.insert(
+            0,
+            Reason(
+                code="candidate_passed",
+                message=f"candidate {chosen.artifact_name} passed every gate on {key_text} in run "
+                f"{chosen.run_id}: p99 upper bound {_ms(upper)} <= {_ms(cls.budgets.p99_ms)}",
+            ),
+        )
+        reasons.extend(
+            Reason(
+                code="candidate_not_chosen",
+                message=f"candidate {other.artifact_name} also passed, with p99 upper bound "
+                f"{_ms(_upper(other))} > {_ms(upper)}",
+            )
+            for other in passing[1:]
+        )
+        return decision(
+            "candidate",
+            (chosen.artifact_digest, chosen.artifact_name),
+            _evidence(chosen, cls, _emulated(chosen, runs)),
+            f"{name} gets candidate {chosen.artifact_name}: it passed every gate on {key_text} in "
+            f"run {chosen.run_id} (p99 upper bound {_ms(upper)}, budget {_ms(cls.budgets.p99_ms)}).",
+        )
+
+    failed_codes = sorted({r.code for r in reasons if r.code not in ("no_candidates",)})
+    why = f"no candidate qualified ({', '.join(failed_codes)})" if failed_codes else "no candidate"
+    if base is not None and base_usable and base.cell.verdict == "error":
+        reasons.append(
+            Reason(
+                code="baseline_failed",
+                message=f"baseline {baseline_label} could not run on {key_text} in run "
+                f"{base.cell.run_id}: {base.cell.error or 'no detail'}",
+            )
+        )
+        return decision(
+            "hold",
+            (None, None),
+            base_evidence,
+            f"{name} is held: {why}, and the baseline {baseline_label} itself could "
+            "not run on this class.",
+        )
+    if base is None or not base_usable:
+        state = (
+            "no cell"
+            if base is None
+            else ("only a stale cell" if base.stale else "only emulated cells")
+        )
+        reasons.append(
+            Reason(
+                code="baseline_unmeasured",
+                message=f"baseline {baseline_label} has {state} on {key_text}",
+            )
+        )
+        return unknown(f"{why}, and the baseline has {state} on this key")
+    reasons.append(
+        Reason(
+            code="baseline_chosen",
+            message=f"baseline {baseline_label} ran on {key_text} in run {base.cell.run_id}",
+        )
+    )
+    return decision(
+        "baseline",
+        (baseline_digest, baseline_label),
+        base_evidence,
+        f"{name} gets the baseline {baseline_label}: {why}.",
+    )
+
+
+def decide(
+    project: Project,
+    cells: Sequence[Cell],
+    runs: Mapping[str, RunRecord],
+    *,
+    previous: Manifest | None = None,
+    current_settings: Mapping[str, str] | None = None,
+    digests: Mapping[str, str] | None = None,
+) -> list[ClassDecision]:
+    """Decide, for every host class of the project, which artifact it may run.
+
+    Args:
+        project: the project file; its classes, budgets, tolerances and policy are the current
+            ones every cell is judged against.
+        cells: cells from the matrix (the latest per key and digest, or more); cells of keys no
+            class of the project has are ignored.
+        runs: run records by run id (emulation and the rollback check).
+        previous: the previous manifest, for each class's rollback artifact.
+        current_settings: class name -> settings digest to treat as current, overriding
+            ``HostClass.settings_digest()`` (e.g. when the matrix knows of a driver change).
+        digests: artifact label -> digest of the project's files; labels missing here are taken
+            from the cells (``artifact_digests``).
+
+    Returns:
+        One decision per class, in the project's order.
+
+    Raises:
+        PolicyError: a class must get the baseline but the baseline's digest is unknown.
+    """
+    known = artifact_digests(project, cells)
+    known.update(digests or {})
+    by_key: dict[_Key, list[Cell]] = {}
+    for cell in cells:
+        by_key.setdefault(cell.key.as_tuple(), []).append(cell)
+    runs_by_key: dict[_Key, list[RunRecord]] = {}
+    for run in runs.values():
+        runs_by_key.setdefault(run.key.as_tuple(), []).append(run)
+    overrides = current_settings or {}
+    return [
+        _decide_class(
+            name,
+            cls,
+            project,
+            by_key.get(cls.key.as_tuple(), []),
+            runs_by_key.get(cls.key.as_tuple(), []),
+            runs,
+            known,
+            previous,
+            overrides.get(name) or cls.settings_digest(),
+        )
+        for name, cls in project.host_classes.items()
+    ]

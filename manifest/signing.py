@@ -1,0 +1,191 @@
+"""Ed25519 keys and signatures for manifests, on the generating side.
+
+Owns making a key pair, reading key files, key ids, signing a ``signed`` mapping into the
+``{"signed": ..., "signatures": [...]}`` envelope and verifying one. Does not own canonical JSON,
+the public key format or the checks a host runs (``manifest.envelope``, shared with
+``resolve-artifact``), nor building the content (``manifest.build``).
+
+Key files: ``NAME.key`` is the private key as unencrypted PEM PKCS#8, created with mode 0600
+(never overwritten unless asked); ``NAME.pub`` is the public key as PEM SubjectPublicKeyInfo.
+Both are what ``openssl genpkey -algorithm ed25519`` and ``openssl pkey -pubout`` read and write.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from manifest import envelope
+from manifest.errors import CanonicalError, KeyFileError, MalformedError
+
+__all__ = [
+    "generate_keypair",
+    "key_id",
+    "load_private_key",
+    "load_public_key",
+    "public_raw",
+    "sign_document",
+    "verify",
+]
+
+
+def public_raw(public_key: Ed25519PublicKey) -> bytes:
+    """The 32 raw bytes of a public key."""
+    return public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def key_id(public_key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
+    """The key id: hex sha256 of the raw public key bytes (a private key gives its public's)."""
+    if isinstance(public_key, Ed25519PrivateKey):
+        public_key = public_key.public_key()
+    return envelope.key_id(public_raw(public_key))
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_public(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "w", encoding="ascii") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def generate_keypair(name: str, directory: Path, *, overwrite: bool = False) -> tuple[Path, Path]:
+    """Make a new Ed25519 key pair: ``directory/NAME.key`` (mode 0600) and ``NAME.pub``.
+
+    Args:
+        name: the key's name (file stem); no path separators.
+        directory: where to write both files (must exist).
+        overwrite: replace existing files; without it an existing key is never touched.
+
+    Returns:
+        ``(key_path, pub_path)``.
+
+    Raises:
+        KeyFileError: a bad name, a missing directory, or the files exist and ``overwrite`` is off.
+    """
+    if not name or "/" in name or os.sep in name or name in (".", ".."):
+        raise KeyFileError(f"key name {name!r} must be a plain file stem, e.g. 'release'")
+    if not directory.is_dir():
+        raise KeyFileError(f"{directory}: no such directory; create it first")
+    key_path, pub_path = directory / f"{name}.key", directory / f"{name}.pub"
+    if not overwrite:
+        for path in (key_path, pub_path):
+            if path.exists():
+                raise KeyFileError(
+                    f"{path} already exists; refusing to overwrite a key (remove it, or choose "
+                    "another name)"
+                )
+    private = Ed25519PrivateKey.generate()
+    pem = private.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    _write_private(key_path, pem)
+    _write_public(pub_path, envelope.public_pem(public_raw(private.public_key())))
+    return key_path, pub_path
+
+
+def load_private_key(path: Path) -> Ed25519PrivateKey:
+    """Read a private key written by ``generate_keypair`` (PEM PKCS#8, unencrypted).
+
+    Raises:
+        KeyFileError: missing, unreadable, encrypted, or not an Ed25519 private key.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise KeyFileError(f"{path}: cannot read the private key ({exc.strerror})") from exc
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise KeyFileError(
+            f"{path}: not an unencrypted PEM private key ({exc}); make one with 'qualify keygen'"
+        ) from exc
+    if not isinstance(key, Ed25519PrivateKey):
+        raise KeyFileError(f"{path}: a {type(key).__name__}, not an Ed25519 private key")
+    return key
+
+
+def load_public_key(path: Path) -> Ed25519PublicKey:
+    """Read a public key (PEM SubjectPublicKeyInfo, Ed25519).
+
+    Raises:
+        KeyFileError: missing, unreadable, or not an Ed25519 public key.
+    """
+    try:
+        text = path.read_text(encoding="ascii", errors="replace")
+    except OSError as exc:
+        raise KeyFileError(f"{path}: cannot read the public key ({exc.strerror})") from exc
+    return Ed25519PublicKey.from_public_bytes(envelope.parse_public_pem(text, source=str(path)))
+
+
+def sign_document(signed: Mapping[str, Any], private_key: Ed25519PrivateKey) -> dict[str, Any]:
+    """Sign the canonical bytes of ``signed``.
+
+    Args:
+        signed: the content (integers, strings, booleans, null, lists, objects; no floats).
+        private_key: the signing key.
+
+    Returns:
+        ``{"signed": signed, "signatures": [{"keyid": ..., "sig": ...}]}``.
+
+    Raises:
+        CanonicalError: ``signed`` holds a float or a non-string key.
+    """
+    data = envelope.encode_canonical(signed)
+    return {
+        "signed": signed,
+        "signatures": [{"keyid": key_id(private_key), "sig": private_key.sign(data).hex()}],
+    }
+
+
+def verify(
+    doc: Mapping[str, Any], public_key: Ed25519PublicKey, *, now: datetime | None = None
+) -> None:
+    """Check a document's signature by ``public_key`` and, given ``now``, its type and expiry.
+
+    Args:
+        doc: ``{"signed": ..., "signatures": [...]}`` as parsed from a file.
+        public_key: the trusted key.
+        now: reference time; when given, the type, format and expiry are checked too.
+
+    Raises:
+        MalformedError: not an envelope, or ``signed`` is not canonical-JSON content.
+        SignatureError: no signature by this key, or it does not verify.
+        ExpiredError: ``now`` is given and the document expired.
+    """
+    try:
+        raw = envelope.encode_canonical(dict(doc))
+    except CanonicalError as exc:
+        raise MalformedError(f"manifest: {exc}") from exc
+    signed = envelope.check_envelope(raw, public_raw(public_key), max_bytes=len(raw))
+    if now is not None:
+        envelope.check_signed(signed, now=envelope.format_time(now))

@@ -1,0 +1,66 @@
+"""The errors of the ``matrix`` package; ``qualify.cli`` turns them into messages in one place.
+
+Tree::
+
+    MatrixError                 a user-facing matrix failure; exit code 2
+    ├── MatrixLockedError       another process held the database lock for longer than wait_s
+    ├── SchemaVersionError      the database was written by a newer qualify (or is not migrated)
+    ├── BundleError             a run bundle or its samples are missing, unreadable or inconsistent
+    └── ManifestVersionError    a manifest version is not above the latest stored one
+
+Messages name the file, the field and the fix. Nothing here prints or exits. Owns no I/O.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "BundleError",
+    "ManifestVersionError",
+    "MatrixError",
+    "MatrixLockedError",
+    "SchemaVersionError",
+]
+
+
+class MatrixError(Exception):
+    """A matrix failure the user can fix; carries the process exit code."""
+
+    exit_code = 2
+
+
+class MatrixLockedError(MatrixError):
+    """Another process kept the DuckDB file locked for longer than the wait allowed.
+
+    Attributes:
+        path: The database file.
+        pid: The process holding the lock, when DuckDB named it.
+        waited_s: Seconds spent waiting before giving up.
+    """
+
+    def __init__(self, message: str, *, path: Path, pid: int | None, waited_s: float) -> None:
+        super().__init__(message)
+        self.path = path
+        self.pid = pid
+        self.waited_s = waited_s
+
+
+class SchemaVersionError(MatrixError):
+    """The database schema is newer than this code knows, or too old to read without migrating."""
+
+
+class BundleError(MatrixError):
+    """A run bundle (its files or the objects handed to ``Store.write_run``) is not acceptable.
+
+    Attributes:
+        path: The bundle file or directory at fault, when the bundle came from disk.
+    """
+
+    def __init__(self, message: str, *, path: Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class ManifestVersionError(MatrixError):
+    """A manifest version that is not greater than the latest stored one."""

@@ -1,0 +1,310 @@
+"""Versioned schema migrations of the matrix database, recorded in ``schema_migrations``.
+
+Owns the DDL (tables, the ``matrix`` view) and the rule for applying it: each migration runs in
+its own transaction together with its ``schema_migrations`` row, in version order, once. A
+database whose recorded version is newer than ``LATEST_VERSION`` is refused rather than guessed
+at. Does not own connections, locking or any query over the data (``matrix.store`` does).
+
+A new migration is appended to ``MIGRATIONS`` with the next version; applied ones never change.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import duckdb
+
+from matrix.errors import SchemaVersionError
+
+__all__ = [
+    "LATEST_VERSION",
+    "MIGRATIONS",
+    "AppliedMigration",
+    "Migration",
+    "apply_migrations",
+    "check_current",
+    "current_version",
+]
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step: a version, a short name and the statements that make it."""
+
+    version: int
+    name: str
+    statements: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AppliedMigration:
+    """A row of ``schema_migrations``."""
+
+    version: int
+    name: str
+    applied_at: datetime
+
+
+_BOOTSTRAP = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    name       VARCHAR NOT NULL,
+    applied_at TIMESTAMPTZ NOT NULL
+)
+"""
+
+_RUNS = """
+CREATE TABLE runs (
+    run_id            VARCHAR PRIMARY KEY,
+    host_class        VARCHAR NOT NULL,
+    hardware          VARCHAR NOT NULL,
+    runtime           VARCHAR NOT NULL,
+    provider          VARCHAR NOT NULL,
+    model             VARCHAR NOT NULL,
+    started_at        TIMESTAMPTZ NOT NULL,
+    finished_at       TIMESTAMPTZ NOT NULL,
+    emulated          BOOLEAN NOT NULL,
+    mismatches        VARCHAR[] NOT NULL,
+    settings_digest   VARCHAR NOT NULL,
+    hostname          VARCHAR NOT NULL,
+    runtime_version   VARCHAR NOT NULL,
+    fingerprint       JSON NOT NULL,
+    load_avg_before   DOUBLE[] NOT NULL,
+    load_avg_after    DOUBLE[] NOT NULL,
+    rollback_digest   VARCHAR,
+    rollback_loaded   BOOLEAN,
+    rollback_error    VARCHAR,
+    bundle_format     VARCHAR NOT NULL,
+    record            JSON NOT NULL,
+    cell_count        INTEGER NOT NULL,
+    sample_count      BIGINT NOT NULL,
+    ingested_at       TIMESTAMPTZ NOT NULL
+)
+"""
+
+_CELLS = """
+CREATE TABLE cells (
+    run_id             VARCHAR NOT NULL,
+    artifact_digest    VARCHAR NOT NULL,
+    host_class         VARCHAR NOT NULL,
+    hardware           VARCHAR NOT NULL,
+    runtime            VARCHAR NOT NULL,
+    provider           VARCHAR NOT NULL,
+    artifact_name      VARCHAR NOT NULL,
+    role               VARCHAR NOT NULL,
+    precision          VARCHAR NOT NULL,
+    verdict            VARCHAR NOT NULL,
+    reason_codes       VARCHAR[] NOT NULL,
+    reasons            JSON NOT NULL,
+    emulated           BOOLEAN NOT NULL,
+    measured_at        TIMESTAMPTZ NOT NULL,
+    settings_digest    VARCHAR NOT NULL,
+    runtime_version    VARCHAR,
+    cold_init_ms       DOUBLE,
+    warm_init_ms       DOUBLE,
+    peak_rss_mb        DOUBLE,
+    expected_provider  VARCHAR,
+    fallback_nodes     INTEGER,
+    total_nodes        INTEGER,
+    nodes_per_provider JSON,
+    parity_passed      BOOLEAN,
+    gate_batch_size    INTEGER,
+    gate_concurrency   INTEGER,
+    p50_ms             DOUBLE,
+    p90_ms             DOUBLE,
+    p99_ms             DOUBLE,
+    p99_lower_ms       DOUBLE,
+    p99_upper_ms       DOUBLE,
+    p99_decision       VARCHAR,
+    samples            INTEGER,
+    throughput_ips     DOUBLE,
+    error              VARCHAR,
+    cell               JSON NOT NULL,
+    PRIMARY KEY (run_id, artifact_digest)
+)
+"""
+
+_LATENCY = """
+CREATE TABLE latency (
+    run_id          VARCHAR NOT NULL,
+    artifact_digest VARCHAR NOT NULL,
+    batch_size      INTEGER NOT NULL,
+    concurrency     INTEGER NOT NULL,
+    is_gate         BOOLEAN NOT NULL,
+    samples         INTEGER NOT NULL,
+    p50_ms          DOUBLE NOT NULL,
+    p90_ms          DOUBLE NOT NULL,
+    p99_ms          DOUBLE NOT NULL,
+    max_ms          DOUBLE NOT NULL,
+    mean_ms         DOUBLE NOT NULL,
+    p99_lower_ms    DOUBLE,
+    p99_upper_ms    DOUBLE,
+    confidence      DOUBLE NOT NULL,
+    decision        VARCHAR NOT NULL,
+    stopped         VARCHAR NOT NULL,
+    duration_s      DOUBLE NOT NULL,
+    throughput_ips  DOUBLE,
+    PRIMARY KEY (run_id, artifact_digest, batch_size, concurrency)
+)
+"""
+
+# Raw samples carry no key constraint: an index over millions of rows would cost more at insert
+# than it protects, and the run-level idempotency check already keeps a run from landing twice.
+_SAMPLES = """
+CREATE TABLE samples (
+    run_id          VARCHAR NOT NULL,
+    artifact_digest VARCHAR NOT NULL,
+    batch_size      INTEGER NOT NULL,
+    concurrency     INTEGER NOT NULL,
+    seq             INTEGER NOT NULL,
+    latency_ns      BIGINT NOT NULL
+)
+"""
+
+_MANIFESTS = """
+CREATE TABLE manifests (
+    version    INTEGER PRIMARY KEY,
+    release    VARCHAR NOT NULL,
+    created    TIMESTAMPTZ NOT NULL,
+    expires    TIMESTAMPTZ NOT NULL,
+    document   JSON NOT NULL,
+    stored_at  TIMESTAMPTZ NOT NULL
+)
+"""
+
+_MATRIX_VIEW = """
+CREATE VIEW matrix AS
+SELECT
+    hardware, runtime, provider, host_class, artifact_digest, artifact_name, role, precision,
+    run_id, verdict, reason_codes, parity_passed,
+    p50_ms, p90_ms, p99_ms, p99_lower_ms, p99_upper_ms, p99_decision, samples, throughput_ips,
+    gate_batch_size, gate_concurrency,
+    expected_provider, fallback_nodes, total_nodes, peak_rss_mb, cold_init_ms, warm_init_ms,
+    emulated, measured_at, settings_digest, runtime_version
+FROM (
+    SELECT
+        *,
+        row_number() OVER (
+            PARTITION BY hardware, runtime, provider, artifact_digest
+            ORDER BY measured_at DESC, run_id DESC
+        ) AS recency
+    FROM cells
+)
+WHERE recency = 1
+"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        version=1,
+        name="runs, cells, latency, samples, manifests and the matrix view",
+        statements=(_RUNS, _CELLS, _LATENCY, _SAMPLES, _MANIFESTS, _MATRIX_VIEW),
+    ),
+)
+
+LATEST_VERSION: int = MIGRATIONS[-1].version
+
+
+def _first(result: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
+    # fetchall, not fetchone: DuckDB 2 keeps a half-read result open and refuses other work
+    # (register, the next statement's arrow scan) on the connection until it is finished.
+    rows = result.fetchall()
+    return tuple(rows[0]) if rows else None
+
+
+def current_version(conn: duckdb.DuckDBPyConnection) -> int:
+    """The highest applied migration version, 0 for a database without ``schema_migrations``.
+
+    Args:
+        conn: An open connection.
+
+    Returns:
+        The recorded schema version.
+    """
+    exists = _first(
+        conn.execute(
+            "SELECT count(*) FROM information_schema.tables "
+            "WHERE table_schema = 'main' AND table_name = 'schema_migrations'"
+        )
+    )
+    if exists is None or exists[0] == 0:
+        return 0
+    row = _first(conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations"))
+    return int(row[0]) if row is not None else 0
+
+
+def _refuse_newer(version: int, source: str) -> None:
+    if version > LATEST_VERSION:
+        raise SchemaVersionError(
+            f"matrix {source} has schema version {version}, but this qualify knows versions up to "
+            f"{LATEST_VERSION}: upgrade qualify to read it, or point at a matrix this version wrote"
+        )
+
+
+def apply_migrations(
+    conn: duckdb.DuckDBPyConnection, *, source: str, now: Callable[[], datetime]
+) -> list[int]:
+    """Apply every migration the database lacks, each in its own transaction.
+
+    Idempotent: a database already at ``LATEST_VERSION`` is left untouched.
+
+    Args:
+        conn: A read-write connection not inside a transaction.
+        source: The database path, for messages.
+        now: Clock for ``applied_at`` (UTC).
+
+    Returns:
+        The versions applied by this call, in order (empty if none).
+
+    Raises:
+        SchemaVersionError: The database records a version newer than this code knows.
+    """
+    conn.execute(_BOOTSTRAP)
+    version = current_version(conn)
+    _refuse_newer(version, source)
+    applied: list[int] = []
+    for migration in MIGRATIONS:
+        if migration.version <= version:
+            continue
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            for statement in migration.statements:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                [migration.version, migration.name, now()],
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback_quietly(conn)
+            raise
+        applied.append(migration.version)
+    return applied
+
+
+def check_current(conn: duckdb.DuckDBPyConnection, *, source: str) -> None:
+    """Refuse a database whose schema is not exactly ``LATEST_VERSION`` (for read-only opens).
+
+    Args:
+        conn: An open connection (read-only is fine).
+        source: The database path, for messages.
+
+    Raises:
+        SchemaVersionError: The schema is newer than this code, or older and needs migrating.
+    """
+    version = current_version(conn)
+    _refuse_newer(version, source)
+    if version < LATEST_VERSION:
+        raise SchemaVersionError(
+            f"matrix {source} has schema version {version}, this qualify needs {LATEST_VERSION}: "
+            "open it once read-write (any `qualify matrix` write, or `qualify run`) to migrate it"
+        )
+
+
+def _rollback_quietly(conn: duckdb.DuckDBPyConnection) -> None:
+    # A failed COMMIT has already rolled back; a second ROLLBACK would raise and mask the cause.
+    with contextlib.suppress(duckdb.Error):
+        conn.execute("ROLLBACK")

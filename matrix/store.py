@@ -1,0 +1,811 @@
+"""The matrix store: one DuckDB file holding runs, cells, latency, raw samples and manifests.
+
+Owns the connection (opening it, waiting politely for another process's file lock, migrating),
+writing a run in one transaction, every query over the matrix, Parquet export, the snapshot id a
+manifest cites and the stored manifest documents. It is the only place in qualify with SQL (with
+``matrix.migrations``, which owns the DDL).
+
+Does not own the decision policy, manifest building or signing (``manifest``), bundle files
+(``matrix.bundle``) or what to print (callers pass ``on_wait``).
+
+DuckDB lets one process write a database file at a time. Callers keep a store open briefly
+(open, write, close), so concurrent ``qualify run`` processes serialise on ``Store.open``::
+
+    with Store.open(path) as store:
+        store.write_run(bundle, samples)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import duckdb
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from matrix.bundle import check_bundle
+from matrix.errors import ManifestVersionError, MatrixError, MatrixLockedError
+from matrix.migrations import (
+    AppliedMigration,
+    apply_migrations,
+    check_current,
+    current_version,
+)
+from schemas.cell import Cell, RunBundle, RunRecord
+
+__all__ = ["EXPORTED", "MEMORY", "LockWait", "Store"]
+
+MEMORY = ":memory:"
+"""Path that opens a private in-memory database (tests, dry runs)."""
+
+EXPORTED: tuple[str, ...] = (
+    "schema_migrations",
+    "runs",
+    "cells",
+    "latency",
+    "samples",
+    "manifests",
+    "matrix",
+)
+"""Tables (and the ``matrix`` view) that ``Store.export_parquet`` writes, one file each."""
+
+_EXPORT_ORDER: dict[str, str] = {
+    "schema_migrations": "version",
+    "runs": "started_at, run_id",
+    "cells": "measured_at, run_id, artifact_digest",
+    "latency": "run_id, artifact_digest, batch_size, concurrency",
+    "samples": "run_id, artifact_digest, batch_size, concurrency, seq",
+    "manifests": "version",
+    "matrix": "hardware, runtime, provider, role, artifact_name, artifact_digest",
+}
+
+_LOCK_MARK = "Could not set lock on file"
+_PID_RE = re.compile(r"PID (\d+)")
+_FIRST_DELAY_S = 0.05
+_MAX_DELAY_S = 1.0
+
+_MATRIX_ORDER = "hardware, runtime, provider, role, artifact_name, artifact_digest"
+
+
+@dataclass(frozen=True)
+class LockWait:
+    """Handed to ``on_wait`` when ``Store.open`` finds the file locked by another process.
+
+    Attributes:
+        path: The database file.
+        pid: The process holding the lock, as DuckDB reported it (None if it did not say).
+        waited_s: Seconds waited so far.
+        detail: DuckDB's message.
+    """
+
+    path: Path
+    pid: int | None
+    waited_s: float
+    detail: str
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+_RUNS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("host_class", pa.string()),
+        ("hardware", pa.string()),
+        ("runtime", pa.string()),
+        ("provider", pa.string()),
+        ("model", pa.string()),
+        ("started_at", pa.timestamp("us", tz="UTC")),
+        ("finished_at", pa.timestamp("us", tz="UTC")),
+        ("emulated", pa.bool_()),
+        ("mismatches", pa.list_(pa.string())),
+        ("settings_digest", pa.string()),
+        ("hostname", pa.string()),
+        ("runtime_version", pa.string()),
+        ("fingerprint", pa.string()),
+        ("load_avg_before", pa.list_(pa.float64())),
+        ("load_avg_after", pa.list_(pa.float64())),
+        ("rollback_digest", pa.string()),
+        ("rollback_loaded", pa.bool_()),
+        ("rollback_error", pa.string()),
+        ("bundle_format", pa.string()),
+        ("record", pa.string()),
+        ("cell_count", pa.int32()),
+        ("sample_count", pa.int64()),
+        ("ingested_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+_CELLS_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("artifact_digest", pa.string()),
+        ("host_class", pa.string()),
+        ("hardware", pa.string()),
+        ("runtime", pa.string()),
+        ("provider", pa.string()),
+        ("artifact_name", pa.string()),
+        ("role", pa.string()),
+        ("precision", pa.string()),
+        ("verdict", pa.string()),
+        ("reason_codes", pa.list_(pa.string())),
+        ("reasons", pa.string()),
+        ("emulated", pa.bool_()),
+        ("measured_at", pa.timestamp("us", tz="UTC")),
+        ("settings_digest", pa.string()),
+        ("runtime_version", pa.string()),
+        ("cold_init_ms", pa.float64()),
+        ("warm_init_ms", pa.float64()),
+        ("peak_rss_mb", pa.float64()),
+        ("expected_provider", pa.string()),
+        ("fallback_nodes", pa.int32()),
+        ("total_nodes", pa.int32()),
+        ("nodes_per_provider", pa.string()),
+        ("parity_passed", pa.bool_()),
+        ("gate_batch_size", pa.int32()),
+        ("gate_concurrency", pa.int32()),
+        ("p50_ms", pa.float64()),
+        ("p90_ms", pa.float64()),
+        ("p99_ms", pa.float64()),
+        ("p99_lower_ms", pa.float64()),
+        ("p99_upper_ms", pa.float64()),
+        ("p99_decision", pa.string()),
+        ("samples", pa.int32()),
+        ("throughput_ips", pa.float64()),
+        ("error", pa.string()),
+        ("cell", pa.string()),
+    ]
+)
+
+_LATENCY_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("artifact_digest", pa.string()),
+        ("batch_size", pa.int32()),
+        ("concurrency", pa.int32()),
+        ("is_gate", pa.bool_()),
+        ("samples", pa.int32()),
+        ("p50_ms", pa.float64()),
+        ("p90_ms", pa.float64()),
+        ("p99_ms", pa.float64()),
+        ("max_ms", pa.float64()),
+        ("mean_ms", pa.float64()),
+        ("p99_lower_ms", pa.float64()),
+        ("p99_upper_ms", pa.float64()),
+        ("confidence", pa.float64()),
+        ("decision", pa.string()),
+        ("stopped", pa.string()),
+        ("duration_s", pa.float64()),
+        ("throughput_ips", pa.float64()),
+    ]
+)
+
+
+def _run_table(bundle: RunBundle, sample_count: int, ingested_at: datetime) -> pa.Table:
+    run = bundle.run
+    rollback = run.rollback
+    row: dict[str, Any] = {
+        "run_id": run.run_id,
+        "host_class": run.host_class,
+        "hardware": run.key.hardware,
+        "runtime": run.key.runtime,
+        "provider": run.key.provider,
+        "model": run.model,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+        "emulated": run.emulated,
+        "mismatches": list(run.mismatches),
+        "settings_digest": run.settings_digest,
+        "hostname": run.fingerprint.hostname,
+        "runtime_version": run.fingerprint.runtime.version,
+        "fingerprint": run.fingerprint.model_dump_json(),
+        "load_avg_before": list(run.load_avg_before),
+        "load_avg_after": list(run.load_avg_after),
+        "rollback_digest": rollback.artifact_digest if rollback else None,
+        "rollback_loaded": rollback.loaded if rollback else None,
+        "rollback_error": rollback.error if rollback else None,
+        "bundle_format": bundle.format,
+        "record": run.model_dump_json(),
+        "cell_count": len(bundle.cells),
+        "sample_count": sample_count,
+        "ingested_at": ingested_at,
+    }
+    return pa.Table.from_pylist([row], schema=_RUNS_SCHEMA)
+
+
+def _cell_row(cell: Cell) -> dict[str, Any]:
+    gate = cell.gate_latency
+    placement = cell.placement
+    return {
+        "run_id": cell.run_id,
+        "artifact_digest": cell.artifact_digest,
+        "host_class": cell.host_class,
+        "hardware": cell.key.hardware,
+        "runtime": cell.key.runtime,
+        "provider": cell.key.provider,
+        "artifact_name": cell.artifact_name,
+        "role": cell.role,
+        "precision": cell.precision,
+        "verdict": cell.verdict,
+        "reason_codes": [reason.code for reason in cell.reasons],
+        "reasons": json.dumps([reason.model_dump(mode="json") for reason in cell.reasons]),
+        "emulated": cell.emulated,
+        "measured_at": cell.measured_at,
+        "settings_digest": cell.settings_digest,
+        "runtime_version": cell.runtime_version,
+        "cold_init_ms": cell.cold_init_ms,
+        "warm_init_ms": cell.warm_init_ms,
+        "peak_rss_mb": cell.peak_rss_mb,
+        "expected_provider": placement.expected_provider if placement else None,
+        "fallback_nodes": placement.fallback_nodes if placement else None,
+        "total_nodes": placement.total_nodes if placement else None,
+        "nodes_per_provider": (
+            json.dumps(placement.nodes_per_provider, sort_keys=True) if placement else None
+        ),
+        "parity_passed": cell.parity.passed if cell.parity else None,
+        "gate_batch_size": gate.batch_size if gate else None,
+        "gate_concurrency": gate.concurrency if gate else None,
+        "p50_ms": gate.p50_ms if gate else None,
+        "p90_ms": gate.p90_ms if gate else None,
+        "p99_ms": gate.p99_ms if gate else None,
+        "p99_lower_ms": gate.p99_lower_ms if gate else None,
+        "p99_upper_ms": gate.p99_upper_ms if gate else None,
+        "p99_decision": gate.decision if gate else None,
+        "samples": gate.samples if gate else None,
+        "throughput_ips": gate.throughput_ips if gate else None,
+        "error": cell.error,
+        "cell": cell.model_dump_json(),
+    }
+
+
+def _latency_rows(cell: Cell) -> list[dict[str, Any]]:
+    gate = cell.gate_latency
+    gate_config = (gate.batch_size, gate.concurrency) if gate else None
+    return [
+        {
+            "run_id": cell.run_id,
+            "artifact_digest": cell.artifact_digest,
+            "batch_size": result.batch_size,
+            "concurrency": result.concurrency,
+            "is_gate": (result.batch_size, result.concurrency) == gate_config,
+            "samples": result.samples,
+            "p50_ms": result.p50_ms,
+            "p90_ms": result.p90_ms,
+            "p99_ms": result.p99_ms,
+            "max_ms": result.max_ms,
+            "mean_ms": result.mean_ms,
+            "p99_lower_ms": result.p99_lower_ms,
+            "p99_upper_ms": result.p99_upper_ms,
+            "confidence": result.confidence,
+            "decision": result.decision,
+            "stopped": result.stopped,
+            "duration_s": result.duration_s,
+            "throughput_ips": result.throughput_ips,
+        }
+        for result in cell.latency
+    ]
+
+
+def _first(result: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
+    # fetchall, not fetchone: DuckDB 2 keeps a half-read result open and refuses other work
+    # (register, the next statement's arrow scan) on the connection until it is finished.
+    rows = result.fetchall()
+    return tuple(rows[0]) if rows else None
+
+
+def _rollback_quietly(conn: duckdb.DuckDBPyConnection) -> None:
+    # After a failed COMMIT DuckDB has already rolled back; a second ROLLBACK would raise and
+    # hide the original error.
+    with contextlib.suppress(duckdb.Error):
+        conn.execute("ROLLBACK")
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Store:
+    """An open matrix database. Create with ``Store.open``; use as a context manager.
+
+    One store wraps one DuckDB connection: use it from one thread at a time. Keep it open only
+    as long as a command needs it, since a read-write store holds the file lock.
+    """
+
+    def __init__(
+        self,
+        conn: duckdb.DuckDBPyConnection,
+        *,
+        path: str,
+        read_only: bool,
+        clock: Callable[[], datetime],
+    ) -> None:
+        """Wrap an already configured and migrated connection (use ``Store.open`` instead)."""
+        self._conn = conn
+        self._path = path
+        self._read_only = read_only
+        self._clock = clock
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str | Path,
+        *,
+        wait_s: float = 120.0,
+        on_wait: Callable[[LockWait], None] | None = None,
+        read_only: bool = False,
+        clock: Callable[[], datetime] = _utc_now,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> Self:
+        """Open (creating and migrating if needed) the matrix at ``path``.
+
+        When another process holds the file lock, wait and retry with exponential backoff
+        (50 ms doubling to 1 s) for up to ``wait_s`` seconds. Prints nothing.
+
+        Args:
+            path: The DuckDB file, or ``":memory:"``. Missing parent directories are created
+                (read-write only).
+            wait_s: How long to wait for another process's lock before giving up.
+            on_wait: Called when the lock is found held, and again whenever the holding PID
+                changes, so a CLI can say "waiting for the matrix lock held by PID ...".
+            read_only: Open without the write lock (several readers may share the file, but
+                not with a writer). The schema must already be current.
+            clock: UTC clock for ``applied_at``, ``ingested_at`` and ``stored_at``.
+            sleep: Sleeps between retries (a parameter so tests need not wait).
+            monotonic: Measures the wait.
+
+        Returns:
+            The open store.
+
+        Raises:
+            MatrixLockedError: The lock was still held after ``wait_s``.
+            SchemaVersionError: The database is newer than this code, or (read-only) older.
+            MatrixError: The file is missing (read-only), not a DuckDB database, or unreadable.
+        """
+        target = str(path)
+        if target == MEMORY:
+            if read_only:
+                raise MatrixError("a ':memory:' matrix cannot be opened read-only")
+        else:
+            file = Path(target)
+            if read_only and not file.is_file():
+                raise MatrixError(
+                    f"no matrix at {file}: run `qualify run` or `qualify matrix ingest` to create "
+                    "it, or pass the path of an existing matrix"
+                )
+            if not read_only:
+                try:
+                    file.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as error:
+                    raise MatrixError(
+                        f"cannot create the directory of matrix {file}: {error}"
+                    ) from error
+        conn = cls._connect(
+            target,
+            read_only=read_only,
+            wait_s=wait_s,
+            on_wait=on_wait,
+            sleep=sleep,
+            monotonic=monotonic,
+        )
+        try:
+            conn.execute("SET TimeZone = 'UTC'")
+            if read_only:
+                check_current(conn, source=target)
+            else:
+                apply_migrations(conn, source=target, now=clock)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn, path=target, read_only=read_only, clock=clock)
+
+    @staticmethod
+    def _connect(
+        target: str,
+        *,
+        read_only: bool,
+        wait_s: float,
+        on_wait: Callable[[LockWait], None] | None,
+        sleep: Callable[[float], None],
+        monotonic: Callable[[], float],
+    ) -> duckdb.DuckDBPyConnection:
+        started = monotonic()
+        delay = _FIRST_DELAY_S
+        announced: tuple[int | None] | None = None
+        while True:
+            try:
+                return duckdb.connect(target, read_only=read_only)
+            except duckdb.Error as error:
+                detail = str(error)
+                if _LOCK_MARK not in detail:
+                    raise MatrixError(f"cannot open matrix {target}: {detail}") from error
+                found = _PID_RE.search(detail)
+                pid = int(found.group(1)) if found else None
+                waited = monotonic() - started
+                if waited >= wait_s:
+                    holder = f"PID {pid}" if pid is not None else "another process"
+                    raise MatrixLockedError(
+                        f"matrix {target} is locked by {holder}; gave up after waiting "
+                        f"{waited:.1f} s. Let that process (another `qualify run` or ingest) "
+                        "finish, or stop it, then retry",
+                        path=Path(target),
+                        pid=pid,
+                        waited_s=waited,
+                    ) from error
+                if on_wait is not None and announced != (pid,):
+                    announced = (pid,)
+                    on_wait(LockWait(path=Path(target), pid=pid, waited_s=waited, detail=detail))
+                sleep(min(delay, max(wait_s - waited, 0.0)))
+                delay = min(delay * 2, _MAX_DELAY_S)
+
+    def close(self) -> None:
+        """Close the connection (releasing the file lock). Closing twice is harmless."""
+        if not self._closed:
+            self._closed = True
+            self._conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def path(self) -> str:
+        """The database path as opened (``":memory:"`` for an in-memory store)."""
+        return self._path
+
+    @property
+    def read_only(self) -> bool:
+        """Whether the store was opened read-only."""
+        return self._read_only
+
+    @property
+    def schema_version(self) -> int:
+        """The highest applied migration version."""
+        return current_version(self._conn)
+
+    def migrations(self) -> list[AppliedMigration]:
+        """The applied migrations, oldest first."""
+        rows = self._conn.execute(
+            "SELECT version, name, applied_at FROM schema_migrations ORDER BY version"
+        ).fetchall()
+        return [AppliedMigration(version=v, name=n, applied_at=a) for v, n, a in rows]
+
+    def _require_writable(self, what: str) -> None:
+        if self._read_only:
+            raise MatrixError(f"cannot {what}: matrix {self._path} was opened read-only")
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def write_run(self, bundle: RunBundle, samples: pa.Table) -> bool:
+        """Write a run, its cells, latency results and raw samples in one transaction.
+
+        Idempotent by run id: if the run is already stored nothing is written. Either every row
+        of the run lands or none does, even if the process is killed mid-write.
+
+        Args:
+            bundle: The run and its cells.
+            samples: Raw latency samples with columns artifact_digest (string), batch_size
+                (int32), concurrency (int32), seq (int32), latency_ns (int64); the store adds
+                run_id. Use ``matrix.samples.empty_samples()`` when nothing was timed.
+
+        Returns:
+            True if the run was written, False if it was already present.
+
+        Raises:
+            BundleError: The bundle is inconsistent or the samples table has the wrong columns.
+            MatrixError: The store was opened read-only.
+        """
+        self._require_writable("write a run")
+        run_id = bundle.run.run_id
+        conformed = check_bundle(bundle, samples, source=f"run {run_id}")
+        incoming: list[tuple[str, pa.Table, str]] = [
+            ("runs", _run_table(bundle, conformed.num_rows, self._clock()), "*"),
+            (
+                "cells",
+                pa.Table.from_pylist([_cell_row(c) for c in bundle.cells], schema=_CELLS_SCHEMA),
+                "*",
+            ),
+            (
+                "latency",
+                pa.Table.from_pylist(
+                    [row for c in bundle.cells for row in _latency_rows(c)],
+                    schema=_LATENCY_SCHEMA,
+                ),
+                "*",
+            ),
+            ("samples", conformed, "$run_id AS run_id, *"),
+        ]
+        conn = self._conn
+        registered: list[str] = []
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            if self._has_run(run_id):
+                conn.execute("ROLLBACK")
+                return False
+            for table, rows, select in incoming:
+                source = f"_incoming_{table}"
+                conn.register(source, rows)
+                registered.append(source)
+                conn.execute(
+                    f"INSERT INTO {table} BY NAME SELECT {select} FROM {source}",
+                    {"run_id": run_id} if "$run_id" in select else None,
+                )
+            self._before_commit(run_id)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback_quietly(conn)
+            raise
+        finally:
+            for source in registered:
+                conn.unregister(source)
+        return True
+
+    def _before_commit(self, run_id: str) -> None:
+        """Test seam: runs inside the write transaction, after every insert, before COMMIT."""
+
+    def save_manifest(
+        self,
+        version: int,
+        release: str,
+        created: datetime,
+        expires: datetime,
+        document_json: str,
+    ) -> None:
+        """Store a manifest document; versions only go up.
+
+        Args:
+            version: The manifest's monotonic version (>= 1).
+            release: Release name.
+            created: When it was created (UTC; naive values are taken as UTC).
+            expires: When it expires.
+            document_json: The document as published (canonical JSON, signed or not).
+
+        Raises:
+            ManifestVersionError: ``version`` is < 1 or not greater than the latest stored one.
+            MatrixError: ``document_json`` is not JSON, or the store was opened read-only.
+        """
+        self._require_writable("save a manifest")
+        if version < 1:
+            raise ManifestVersionError(f"manifest version must be 1 or more, found {version}")
+        try:
+            json.loads(document_json)
+        except json.JSONDecodeError as error:
+            raise MatrixError(
+                f"manifest version {version}: document is not valid JSON at line {error.lineno} "
+                f"column {error.colno}: {error.msg}"
+            ) from error
+        conn = self._conn
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            row = _first(conn.execute("SELECT max(version) FROM manifests"))
+            latest = row[0] if row is not None else None
+            if latest is not None and version <= latest:
+                raise ManifestVersionError(
+                    f"new manifest version {version} must be greater than the latest stored "
+                    f"version {latest}: use version {latest + 1} or higher"
+                )
+            conn.execute(
+                "INSERT INTO manifests (version, release, created, expires, document, stored_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                [version, release, created, expires, document_json, self._clock()],
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback_quietly(conn)
+            raise
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def _has_run(self, run_id: str) -> bool:
+        row = _first(self._conn.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]))
+        return row is not None and row[0] > 0
+
+    def has_run(self, run_id: str) -> bool:
+        """Whether a run with this id is stored."""
+        return self._has_run(run_id)
+
+    def latest_cells(self, *, host_class: str | None = None) -> list[Cell]:
+        """The latest cell per (hardware, runtime, provider, artifact digest), as stored.
+
+        Latest is by ``measured_at``, ties broken by the larger run id. The key, not the class
+        name, is the identity: ``host_class`` filters the latest cells by the class name they
+        were measured under.
+
+        Args:
+            host_class: Only cells of this class; None for all.
+
+        Returns:
+            Cells rebuilt exactly from their stored JSON, ordered by key, role, name, digest.
+        """
+        rows = self._conn.execute(
+            "SELECT c.cell FROM matrix AS m JOIN cells AS c USING (run_id, artifact_digest) "
+            "WHERE $host_class IS NULL OR m.host_class = $host_class "
+            "ORDER BY m.hardware, m.runtime, m.provider, m.role, m.artifact_name, "
+            "m.artifact_digest",
+            {"host_class": host_class},
+        ).fetchall()
+        return [Cell.model_validate_json(row[0]) for row in rows]
+
+    def cells(self, *, run_id: str | None = None, host_class: str | None = None) -> list[Cell]:
+        """Every stored cell (not only the latest), oldest first.
+
+        Args:
+            run_id: Only cells of this run; None for all.
+            host_class: Only cells of this class; None for all.
+
+        Returns:
+            Cells ordered by measured_at, run id, role, artifact name.
+        """
+        rows = self._conn.execute(
+            "SELECT cell FROM cells "
+            "WHERE ($run_id IS NULL OR run_id = $run_id) "
+            "AND ($host_class IS NULL OR host_class = $host_class) "
+            "ORDER BY measured_at, run_id, role, artifact_name, artifact_digest",
+            {"run_id": run_id, "host_class": host_class},
+        ).fetchall()
+        return [Cell.model_validate_json(row[0]) for row in rows]
+
+    def matrix_rows(self) -> list[dict[str, Any]]:
+        """The ``matrix`` view: one row per latest cell per key and digest.
+
+        Returns:
+            Rows as dicts (column name to value; timestamps are UTC datetimes), ordered by
+            hardware, runtime, provider, role (baseline first), artifact name, digest.
+        """
+        result = self._conn.execute(f"SELECT * FROM matrix ORDER BY {_MATRIX_ORDER}")
+        names = [column[0] for column in result.description or ()]
+        return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
+
+    def runs(self) -> list[RunRecord]:
+        """Every stored run, ordered by start time then run id."""
+        rows = self._conn.execute("SELECT record FROM runs ORDER BY started_at, run_id").fetchall()
+        return [RunRecord.model_validate_json(row[0]) for row in rows]
+
+    def run(self, run_id: str) -> RunRecord | None:
+        """The stored run with this id, or None."""
+        row = _first(self._conn.execute("SELECT record FROM runs WHERE run_id = ?", [run_id]))
+        return RunRecord.model_validate_json(row[0]) if row is not None else None
+
+    def samples(self, run_id: str, artifact_digest: str) -> pa.Table:
+        """Raw latency samples of one cell.
+
+        Args:
+            run_id: The run.
+            artifact_digest: The artifact.
+
+        Returns:
+            Columns batch_size, concurrency, seq (int32) and latency_ns (int64), ordered by
+            (batch_size, concurrency, seq); empty if the cell has none or does not exist.
+        """
+        return self._conn.sql(
+            "SELECT batch_size, concurrency, seq, latency_ns FROM samples "
+            "WHERE run_id = $run_id AND artifact_digest = $digest "
+            "ORDER BY batch_size, concurrency, seq",
+            params={"run_id": run_id, "digest": artifact_digest},
+        ).to_arrow_table()
+
+    def samples_by_config(
+        self, run_id: str, artifact_digest: str
+    ) -> dict[tuple[int, int], npt.NDArray[np.int64]]:
+        """Raw latencies of one cell per (batch_size, concurrency), in sequence order.
+
+        Args:
+            run_id: The run.
+            artifact_digest: The artifact.
+
+        Returns:
+            ``{(batch_size, concurrency): latency_ns array}``; empty if there are none.
+        """
+        table = self.samples(run_id, artifact_digest)
+        batch = table.column("batch_size").to_numpy()
+        concurrency = table.column("concurrency").to_numpy()
+        latency = table.column("latency_ns").to_numpy().astype(np.int64, copy=False)
+        grouped: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
+        if table.num_rows == 0:
+            return grouped
+        # Rows arrive sorted by config, so each config is one contiguous slice.
+        change = np.flatnonzero((np.diff(batch) != 0) | (np.diff(concurrency) != 0)) + 1
+        starts = np.concatenate(([0], change))
+        ends = np.concatenate((change, [table.num_rows]))
+        for start, end in zip(starts, ends, strict=True):
+            grouped[(int(batch[start]), int(concurrency[start]))] = latency[start:end].copy()
+        return grouped
+
+    def snapshot_id(self) -> str:
+        """A stable digest of the runs present: ``sha256:`` over the sorted run ids.
+
+        Runs are immutable once written, so the same set of runs always gives the same id; a
+        manifest cites it as its source matrix snapshot.
+        """
+        run_ids = sorted(
+            str(row[0]) for row in self._conn.execute("SELECT run_id FROM runs").fetchall()
+        )
+        return "sha256:" + hashlib.sha256("\n".join(run_ids).encode("utf-8")).hexdigest()
+
+    def latest_manifest(self) -> tuple[int, str] | None:
+        """The highest stored manifest as (version, document JSON), or None if there is none."""
+        row = _first(
+            self._conn.execute(
+                "SELECT version, document FROM manifests ORDER BY version DESC LIMIT 1"
+            )
+        )
+        return (int(row[0]), str(row[1])) if row is not None else None
+
+    def manifest(self, version: int) -> str | None:
+        """The stored document of manifest ``version``, or None."""
+        row = _first(
+            self._conn.execute("SELECT document FROM manifests WHERE version = ?", [version])
+        )
+        return str(row[0]) if row is not None else None
+
+    # -- export ------------------------------------------------------------------------------
+
+    def export_parquet(
+        self, directory: str | Path, *, tables: Sequence[str] = EXPORTED
+    ) -> list[Path]:
+        """Write one Parquet file per table and one for the ``matrix`` view, each atomically.
+
+        Each file is written to a temp file beside it, fsynced and renamed over
+        ``<directory>/<name>.parquet``. Rows are in a fixed order.
+
+        Args:
+            directory: Where to write; created if missing.
+            tables: Which of ``EXPORTED`` to write (all by default).
+
+        Returns:
+            The written paths, in the order of ``tables``.
+
+        Raises:
+            MatrixError: A name in ``tables`` is not one of ``EXPORTED``.
+        """
+        unknown = [name for name in tables if name not in _EXPORT_ORDER]
+        if unknown:
+            raise MatrixError(f"cannot export {unknown}: choose from {list(EXPORTED)}")
+        out = Path(directory)
+        out.mkdir(parents=True, exist_ok=True)
+        written: list[Path] = []
+        for name in tables:
+            final = out / f"{name}.parquet"
+            fd, temp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".parquet.tmp", dir=out)
+            os.close(fd)
+            temp = Path(temp_name)
+            try:
+                self._conn.sql(
+                    f"SELECT * FROM {name} ORDER BY {_EXPORT_ORDER[name]}"
+                ).write_parquet(str(temp), compression="zstd")
+                _fsync_path(temp)
+                os.replace(temp, final)
+            except BaseException:
+                temp.unlink(missing_ok=True)
+                raise
+            written.append(final)
+        _fsync_path(out)
+        return written

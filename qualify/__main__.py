@@ -1,0 +1,5 @@
+"""``python -m qualify``: the same as the ``qualify`` console script."""
+
+from qualify.cli import main
+
+main()

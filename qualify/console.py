@@ -1,0 +1,172 @@
+"""Terminal output: the run's progress display, result tables and machine-readable summaries.
+
+Owns how things look in a terminal (rich) and the JSON summary of a run. It computes nothing
+that is not already in the cells.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+from rich.status import Status
+from rich.table import Table
+
+from schemas.cell import Cell, RunBundle
+from schemas.project import Project
+
+__all__ = ["RunDisplay", "print_matrix", "rows_to_csv", "run_summary"]
+
+VERDICT_STYLE = {"pass": "green", "fail": "red", "insufficient": "yellow", "error": "magenta"}
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
+def cell_summary(cell: Cell) -> dict[str, Any]:
+    """The per-cell part of ``qualify run --json``."""
+    gate = cell.gate_latency
+    return {
+        "artifact_digest": cell.artifact_digest,
+        "artifact_name": cell.artifact_name,
+        "role": cell.role,
+        "verdict": cell.verdict,
+        "reasons": [r.model_dump() for r in cell.reasons],
+        "p50_ms": gate.p50_ms if gate else None,
+        "p99_ms": gate.p99_ms if gate else None,
+        "p99_upper_ms": gate.p99_upper_ms if gate else None,
+        "samples": gate.samples if gate else None,
+        "nodes_per_provider": cell.placement.nodes_per_provider if cell.placement else None,
+        "fallback_nodes": cell.placement.fallback_nodes if cell.placement else None,
+        "peak_rss_mb": cell.peak_rss_mb,
+        "cold_init_ms": cell.cold_init_ms,
+        "parity_passed": cell.parity.passed if cell.parity else None,
+    }
+
+
+def run_summary(bundle: RunBundle) -> dict[str, Any]:
+    """The document ``qualify run --json`` prints."""
+    run = bundle.run
+    return {
+        "run_id": run.run_id,
+        "host_class": run.host_class,
+        "key": run.key.model_dump(),
+        "emulated": run.emulated,
+        "mismatches": run.mismatches,
+        "rollback": run.rollback.model_dump() if run.rollback else None,
+        "cells": [cell_summary(c) for c in bundle.cells],
+    }
+
+
+class RunDisplay:
+    """A live status line while a run works; silent when disabled (``--json``)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.console = Console(stderr=True)
+        self._status: Status | None = None
+
+    def __enter__(self) -> RunDisplay:
+        if self.enabled:
+            self._status = self.console.status("starting", spinner="dots")
+            self._status.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._status is not None:
+            self._status.stop()
+
+    def event(self, message: str) -> None:
+        """Show one step: the line is kept and the spinner names the step."""
+        if not self.enabled:
+            return
+        self.console.log(message, highlight=False)
+        if self._status is not None:
+            self._status.update(message)
+
+    def print_cells(self, bundle: RunBundle, project: Project) -> None:
+        """The result table of one run."""
+        budget = project.host_classes[bundle.run.host_class].budgets
+        title = f"run {bundle.run.run_id}" + (" (EMULATED)" if bundle.run.emulated else "")
+        table = Table(title=title)
+        for col in ("artifact", "role", "verdict", "p50 ms", "p99 ms", "p99 bound", "budget",
+                    "n", "fallback", "peak MB", "cold ms", "reasons"):
+            table.add_column(col)
+        for cell in bundle.cells:
+            gate = cell.gate_latency
+            style = VERDICT_STYLE[cell.verdict]
+            table.add_row(
+                cell.artifact_name,
+                cell.role,
+                f"[{style}]{cell.verdict}[/]",
+                _ms(gate.p50_ms if gate else None),
+                _ms(gate.p99_ms if gate else None),
+                _ms(gate.p99_upper_ms if gate else None),
+                _ms(budget.p99_ms),
+                str(gate.samples) if gate else "—",
+                "—" if cell.placement is None else str(cell.placement.fallback_nodes),
+                "—" if cell.peak_rss_mb is None else f"{cell.peak_rss_mb:.0f}",
+                _ms(cell.cold_init_ms),
+                "; ".join(r.message for r in cell.reasons) or "",
+            )
+        Console().print(table)
+
+
+def print_matrix(rows: list[dict[str, Any]], console: Console | None = None) -> None:
+    """Host classes x artifacts, with verdict and p99 bound against budget."""
+    console = console or Console()
+    if not rows:
+        console.print("the matrix is empty: run 'qualify run --host-class NAME' first")
+        return
+    artifacts = sorted({(r["role"] != "baseline", r["artifact_name"]) for r in rows})
+    names = [a for _, a in artifacts]
+    table = Table(title="qualification matrix (latest cell per key and artifact)")
+    table.add_column("host class")
+    table.add_column("key (hardware, runtime, provider)")
+    for name in names:
+        table.add_column(name)
+    by_class: dict[tuple[str, str, str, str], dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        key = (r["host_class"], r["hardware"], r["runtime"], r["provider"])
+        by_class.setdefault(key, {})[r["artifact_name"]] = r
+    for (cls, hw, rt, pv), cells in sorted(by_class.items()):
+        values = []
+        for name in names:
+            r = cells.get(name)
+            if r is None:
+                values.append("—")
+                continue
+            style = VERDICT_STYLE.get(r["verdict"], "white")
+            budget = r.get("p99_budget_ms")
+            p99 = f"p99≤{_ms(r['p99_upper_ms'])}" if r.get("p99_upper_ms") is not None else "p99 ?"
+            if budget is not None:
+                p99 += f"/{_ms(budget)} ms"
+            flags = " emulated" if r.get("emulated") else ""
+            fb = r.get("fallback_nodes")
+            fb_text = f" fb={fb}" if fb else ""
+            values.append(f"[{style}]{r['verdict']}[/] {p99}{fb_text}{flags}")
+        table.add_row(cls, f"{hw}, {rt}, {pv}", *values)
+    console.print(table)
+
+
+def rows_to_csv(rows: list[dict[str, Any]]) -> str:
+    """The matrix rows as CSV with a header line."""
+    if not rows:
+        return ""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0].keys()), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return out.getvalue()

@@ -1,0 +1,172 @@
+"""The embedded demo: a real model, a real int8 candidate, four host classes, one command.
+
+Owns laying out a demo workdir (models and recorded inputs copied from the package, a
+``qualify.yaml`` written for this host's onnxruntime) and running the main job end to end:
+every class qualified (emulated where this host is not of the class), then the matrix printed.
+It builds nothing at run time and downloads nothing.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from qualify.demo_assets import asset_path
+from qualify.runner import probe_runtime
+from schemas.project import (
+    Artifacts,
+    ArtifactSpec,
+    Budgets,
+    HostClass,
+    HostClassKey,
+    InputSpec,
+    MatchRules,
+    Policy,
+    Project,
+    ProviderSpec,
+    RuntimeSpec,
+    Workload,
+)
+
+__all__ = ["demo_project", "run_demo"]
+
+Echo = Callable[[str], None]
+
+
+def demo_project(ort_version: str) -> Project:
+    """The demo's project: the digits MLP (fp32 baseline, int8 candidate) on four classes.
+
+    Args:
+        ort_version: this host's onnxruntime version; the classes' runtime pattern is its
+            ``major.minor.*`` so the runtime identity check is real, not waived.
+    """
+    major_minor = ".".join(ort_version.split(".")[:2]) + ".*"
+    runtime = RuntimeSpec(package="onnxruntime", version=major_minor)
+    cpu2 = ProviderSpec(execution_providers=["CPUExecutionProvider"], intra_op_threads=2)
+    cpu1 = ProviderSpec(execution_providers=["CPUExecutionProvider"], intra_op_threads=1)
+    return Project(
+        model="digits-mlp",
+        artifacts=Artifacts(
+            baseline=ArtifactSpec(path="models/digits-mlp-fp32.onnx", name="fp32", precision="fp32"),
+            candidates=[
+                ArtifactSpec(
+                    path="models/digits-mlp-int8.onnx",
+                    name="int8",
+                    precision="int8",
+                    derived_from="fp32",
+                    how="onnxruntime.quantization (see qualify/demo_assets/README.md)",
+                )
+            ],
+        ),
+        workload=Workload(
+            inputs={
+                "pixels": InputSpec(
+                    shape=[1, 64], dtype="float32", source="recorded", file="data/digits_inputs.npy"
+                )
+            },
+            batch_sizes=[1],
+            concurrency=[1, 2],
+            parity_samples=256,
+            time_cap_s=10.0,
+            throughput_s=0.5,
+            postprocess="argmax",
+        ),
+        policy=Policy(unknown_class="hold", allow_emulated=True),
+        host_classes={
+            "arm-r5": HostClass(
+                key=HostClassKey(hardware="arm-r5", runtime="ort-r8", provider="cpu-int8"),
+                match=MatchRules(arch="aarch64", cpu_flags=["asimddp"]),
+                runtime=runtime,
+                provider=cpu2,
+                budgets=Budgets(p99_ms=82, peak_rss_mb=512, cold_init_ms=1500),
+            ),
+            "x86-v4": HostClass(
+                key=HostClassKey(hardware="x86-v4", runtime="ort-r8", provider="cpu-int8"),
+                match=MatchRules(arch="x86_64", cpu_flags=["avx512f", "avx512_vnni"]),
+                runtime=runtime,
+                provider=cpu2,
+                budgets=Budgets(p99_ms=20, peak_rss_mb=512, cold_init_ms=1500),
+            ),
+            "x86-v3-1t": HostClass(
+                key=HostClassKey(hardware="x86-v3", runtime="ort-r8", provider="cpu-1thread"),
+                match=MatchRules(arch="x86_64", cpu_flags=["avx2", "fma"]),
+                runtime=runtime,
+                provider=cpu1,
+                budgets=Budgets(p99_ms=20, peak_rss_mb=512, cold_init_ms=1500),
+            ),
+            "gpu-t4": HostClass(
+                key=HostClassKey(hardware="gpu-t4", runtime="ort-r8-cuda", provider="cuda-fp32"),
+                match=MatchRules(arch="x86_64", accelerator="CUDAExecutionProvider"),
+                runtime=RuntimeSpec(package="onnxruntime-gpu", version=major_minor),
+                provider=ProviderSpec(
+                    execution_providers=["CUDAExecutionProvider", "CPUExecutionProvider"],
+                    expected="CUDAExecutionProvider",
+                ),
+                budgets=Budgets(p99_ms=20, peak_rss_mb=2048, cold_init_ms=5000),
+            ),
+        },
+    )
+
+
+ASSETS = {
+    "models/digits-mlp-fp32.onnx": "digits-mlp-fp32.onnx",
+    "models/digits-mlp-int8.onnx": "digits-mlp-int8.onnx",
+    "data/digits_inputs.npy": "digits_inputs.npy",
+    "data/digits_labels.npy": "digits_labels.npy",
+}
+
+
+def lay_out(workdir: Path) -> Path:
+    """Copy the packaged model and data into ``workdir`` and write ``qualify.yaml``.
+
+    Returns:
+        The project file path.
+    """
+    from qualify.project import write_project
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    for rel, name in ASSETS.items():
+        target = workdir / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(asset_path(name), target)
+    runtime = probe_runtime()
+    project_path = workdir / "qualify.yaml"
+    write_project(demo_project(str(runtime["version"])), project_path)
+    return project_path
+
+
+def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
+    """Lay out the demo and qualify every class into ``workdir/qualify.duckdb``.
+
+    Returns:
+        True when every cell was measured (no ``error`` verdicts).
+    """
+    from matrix.store import Store
+    from qualify.console import print_matrix
+    from qualify.project import load_project
+    from qualify.run import RunOptions, qualify_run
+
+    project_path = lay_out(workdir)
+    echo(f"demo project: {project_path}")
+    loaded = load_project(project_path)
+    db_path = workdir / "qualify.duckdb"
+    ok = True
+    for name in loaded.project.host_classes:
+        echo(f"\n== qualify run --host-class {name} --emulate")
+        outcome = qualify_run(
+            loaded, name, RunOptions(db_path=db_path, emulate=True), on_event=lambda m: echo("  " + m)
+        )
+        ok = ok and outcome.ok
+    with Store.open(db_path) as db:
+        rows = db.matrix_rows()
+    budgets = {n: c.budgets.p99_ms for n, c in loaded.project.host_classes.items()}
+    for row in rows:
+        row["p99_budget_ms"] = budgets.get(row["host_class"])
+    echo("")
+    print_matrix(rows)
+    echo(
+        f"\nNext: cd {workdir} && qualify matrix show   (the project file and matrix are found "
+        "there by default)"
+    )
+    return ok

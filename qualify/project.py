@@ -1,0 +1,719 @@
+"""Loading and writing the project file (``qualify.yaml``).
+
+Owns reading the YAML while keeping the line and column of every key and value, validating the
+data against ``schemas.project.Project``, the checks a model cannot make (duplicate YAML keys,
+files that must exist beside the project file), and turning every failure into one
+``ProjectError`` whose message names the file, the line, the field, what was expected, what was
+found and how to fix it. Also owns writing a project back as readable YAML, atomically.
+
+Does not own the models or their rules (``schemas.project``), loading artifacts or input arrays
+(shapes and dtypes are checked by the run), nor printing the error (``qualify.cli``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tempfile
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from qualify.errors import ProjectError
+from schemas.project import Budgets, Project
+
+__all__ = [
+    "PROJECT_FILENAME",
+    "LoadedProject",
+    "dump_project",
+    "load_project",
+    "parse_project",
+    "write_project",
+]
+
+PROJECT_FILENAME = "qualify.yaml"
+"""The project file's default name."""
+
+Loc = tuple[str | int, ...]
+"""A place in the document: mapping keys and list indices from the top level down."""
+
+_NPY_MAGIC = b"\x93NUMPY"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_SHOW_LIMIT = 60
+_DUPLICATE_CLASS_KEY = re.compile(
+    r"host classes '(?P<first>.+?)' and '(?P<second>.+)' have the same key"
+)
+
+# Snippets for "Fix: add ..." when a required field is missing, by (model, field).
+_EXAMPLES: dict[tuple[str, str], str] = {
+    ("Project", "model"): "model: my-model",
+    ("Project", "artifacts"): "artifacts: {baseline: {path: models/model.onnx}}",
+    (
+        "Project",
+        "workload",
+    ): "workload: {inputs: {x: {shape: [1, 3, 224, 224], source: generated}}}",
+    ("Project", "host_classes"): (
+        "host_classes: {x86-avx2: {key: {hardware: x86-avx2, runtime: ort, provider: cpu}, "
+        "budgets: {p99_ms: 50}}}"
+    ),
+    ("Artifacts", "baseline"): "baseline: {path: models/model.onnx}",
+    ("ArtifactSpec", "path"): "path: models/model.onnx",
+    ("Workload", "inputs"): "inputs: {x: {shape: [1, 3, 224, 224], source: generated}}",
+    ("InputSpec", "shape"): "shape: [1, 3, 224, 224]",
+    ("InputSpec", "source"): "source: generated",
+    ("HostClass", "key"): "key: {hardware: x86-avx2, runtime: ort, provider: cpu}",
+    ("HostClass", "budgets"): "budgets: {p99_ms: 50}",
+    ("HostClassKey", "hardware"): "hardware: x86-avx2",
+    ("HostClassKey", "runtime"): "runtime: ort",
+    ("HostClassKey", "provider"): "provider: cpu",
+    ("Budgets", "p99_ms"): "p99_ms: 50",
+}
+
+_UNITS = {"_ms": "milliseconds", "_mb": "megabytes", "_s": "seconds"}
+
+_EXPECTED_TYPE: dict[str, tuple[str, str]] = {
+    # pydantic error type -> (what was expected, an example of it)
+    "int_type": ("an integer", "2"),
+    "int_parsing": ("an integer", "2"),
+    "int_from_float": ("a whole number", "2"),
+    "float_type": ("a number", "1.5"),
+    "float_parsing": ("a number", "1.5"),
+    "string_type": ("a string", "'text'"),
+    "bool_type": ("true or false", "true"),
+    "bool_parsing": ("true or false", "true"),
+    "list_type": ("a list", "[1, 2]"),
+    "dict_type": ("a mapping", "{name: value}"),
+    "model_type": ("a mapping", "{name: value}"),
+    "model_attributes_type": ("a mapping", "{name: value}"),
+}
+
+
+@dataclass(frozen=True)
+class LoadedProject:
+    """A validated project file and the folder its relative paths are resolved against."""
+
+    path: Path
+    """The project file, absolute."""
+    root: Path
+    """The folder of the project file, absolute."""
+    project: Project
+    """The validated project."""
+
+    def resolve(self, relpath: str | os.PathLike[str]) -> Path:
+        """Resolve a path written in the project file.
+
+        Args:
+            relpath: A path as written in the file; relative paths are relative to the folder of
+                the project file (never the current directory), absolute paths are kept.
+
+        Returns:
+            An absolute path (symbolic links are not resolved).
+        """
+        candidate = Path(relpath)
+        return candidate if candidate.is_absolute() else self.root / candidate
+
+
+@dataclass(frozen=True)
+class _Problem:
+    """One thing wrong with the file, at one place."""
+
+    loc: Loc
+    message: str
+    fix: str | None = None
+    mark: yaml.Mark | None = None
+
+
+@dataclass
+class _Document:
+    """Plain data built from the YAML node tree, with where each key and value starts."""
+
+    data: object = None
+    key_marks: dict[Loc, yaml.Mark] = field(default_factory=dict)
+    value_marks: dict[Loc, yaml.Mark] = field(default_factory=dict)
+    raw: dict[Loc, str] = field(default_factory=dict)
+    problems: list[_Problem] = field(default_factory=list)
+
+    def render_loc(self, loc: Loc) -> str:
+        """``host_classes.arm-r5.budgets.p99_ms`` / ``artifacts.candidates[0].path``."""
+        out = ""
+        node: object = self.data
+        for part in loc:
+            if isinstance(node, list) and isinstance(part, int):
+                out += f"[{part}]"
+                node = node[part] if 0 <= part < len(node) else None
+                continue
+            text = str(part)
+            if not text or any(c in text for c in ".[]: "):
+                text = repr(text)
+            out += f".{text}" if out else text
+            node = node.get(part) if isinstance(node, dict) else None
+        return out
+
+    def mark_for(self, loc: Loc, *, on_key: bool = False) -> yaml.Mark | None:
+        """Where ``loc`` starts (its key if ``on_key``), else its nearest ancestor's value."""
+        if on_key and loc in self.key_marks:
+            return self.key_marks[loc]
+        for end in range(len(loc), -1, -1):
+            mark = self.value_marks.get(loc[:end])
+            if mark is not None:
+                return mark
+        return None
+
+
+class _Builder:
+    """Turns a composed YAML node tree into plain data, recording marks and refusing duplicates."""
+
+    def __init__(self, loader: yaml.SafeLoader) -> None:
+        self._loader = loader
+        self.doc = _Document()
+
+    def build(self, node: yaml.Node) -> _Document:
+        self.doc.data = self._node(node, (), frozenset())
+        return self.doc
+
+    def _node(self, node: yaml.Node, loc: Loc, active: frozenset[int]) -> object:
+        self.doc.value_marks[loc] = node.start_mark
+        if id(node) in active:
+            self.doc.problems.append(
+                _Problem(
+                    loc,
+                    "an alias refers to a node that contains it",
+                    "remove the alias loop",
+                    node.start_mark,
+                )
+            )
+            return None
+        if isinstance(node, yaml.MappingNode):
+            return self._mapping(node, loc, active | {id(node)})
+        if isinstance(node, yaml.SequenceNode):
+            inner = active | {id(node)}
+            return [self._node(item, (*loc, i), inner) for i, item in enumerate(node.value)]
+        if isinstance(node, yaml.ScalarNode):
+            self.doc.raw[loc] = node.value
+        return self._loader.construct_object(node, deep=True)
+
+    def _key(self, node: yaml.Node, loc: Loc) -> str | None:
+        # Every mapping key in a project file is a name, so keys are taken as written:
+        # a class called `on` or an output called `1.0` stays a string (YAML 1.1 would make
+        # them a boolean and a float).
+        if isinstance(node, yaml.ScalarNode):
+            return str(node.value)
+        self.doc.problems.append(
+            _Problem(
+                loc,
+                "a key must be a plain name",
+                "write the key as a name, e.g. 'name:'",
+                node.start_mark,
+            )
+        )
+        return None
+
+    def _mapping(self, node: yaml.MappingNode, loc: Loc, active: frozenset[int]) -> object:
+        # Duplicates are judged on the keys written here; keys merged in with '<<' may be
+        # overridden, which is what merge keys are for.
+        first_seen: dict[str, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = str(key_node.value)
+            earlier = first_seen.get(key)
+            if earlier is not None:
+                self.doc.problems.append(
+                    _Problem(
+                        (*loc, key),
+                        f"duplicate key {key!r} (first at line {earlier.line + 1}); "
+                        "YAML would silently keep only the last one",
+                        "merge the two entries into one or remove one of them",
+                        key_node.start_mark,
+                    )
+                )
+            else:
+                first_seen[key] = key_node.start_mark
+        self._loader.flatten_mapping(node)
+        out: dict[str, object] = {}
+        for key_node, value_node in node.value:
+            name = self._key(key_node, loc)
+            if name is None:
+                continue
+            child = (*loc, name)
+            self.doc.key_marks[child] = key_node.start_mark
+            out[name] = self._node(value_node, child, active)
+        return out
+
+
+def _where(display: str, mark: yaml.Mark | None) -> str:
+    if mark is None:
+        return display
+    return f"{display}:{mark.line + 1}:{mark.column + 1}"
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "?", "!")) else text + "."
+
+
+def _format(display: str, doc: _Document | None, problem: _Problem) -> str:
+    where = _where(display, problem.mark)
+    what = _sentence(problem.message)
+    if problem.loc:
+        name = doc.render_loc(problem.loc) if doc is not None else ".".join(map(str, problem.loc))
+        line = f"{where}: {name}: {what}"
+    else:
+        line = f"{where}: {what}"
+    if problem.fix:
+        line += f" Fix: {_sentence(problem.fix)}"
+    return line
+
+
+def _fail(display: str, doc: _Document | None, problems: list[_Problem]) -> ProjectError:
+    lines = [_format(display, doc, p) for p in problems]
+    if len(lines) > 1:
+        lines.insert(0, f"{display}: {len(lines)} problems:")
+    return ProjectError("\n".join(lines))
+
+
+def _show(value: object) -> str:
+    """A found value, the way a person reading the YAML would recognise it."""
+    if value is None:
+        return "nothing (null)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        text = repr(value)
+        return text if len(text) <= _SHOW_LIMIT else text[: _SHOW_LIMIT - 4] + "...'"
+    if isinstance(value, dict):
+        keys = ", ".join(str(k) for k in value)
+        return f"a mapping with keys {keys}" if value else "an empty mapping"
+    if isinstance(value, list):
+        text = repr(value)
+        return f"a list {text}" if len(text) <= _SHOW_LIMIT else f"a list of {len(value)} items"
+    return f"{type(value).__name__} {value!s}"
+
+
+def _number(value: object) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _unwrap(tp: object) -> object:
+    """``X | None`` -> ``X``; anything else unchanged."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _type_at(loc: Loc) -> object:
+    """The declared type of the field at ``loc`` in the Project model, or None if unknown."""
+    tp: object = Project
+    for part in loc:
+        tp = _unwrap(tp)
+        origin = typing.get_origin(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            info = tp.model_fields.get(str(part))
+            if info is None:
+                return None
+            tp = info.annotation
+        elif origin is dict:
+            tp = typing.get_args(tp)[1]
+        elif origin is list:
+            tp = typing.get_args(tp)[0]
+        else:
+            return None
+    return _unwrap(tp)
+
+
+def _model_at(loc: Loc) -> type[BaseModel] | None:
+    tp = _type_at(loc)
+    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+
+
+def _split_loc(raw: tuple[str | int, ...], data: object) -> tuple[Loc, bool]:
+    """Map a pydantic error location onto the document: (loc, whether it names a mapping key).
+
+    Pydantic adds ``'[key]'`` for an invalid mapping key and may add tags for union branches;
+    those are dropped so the location matches the YAML.
+    """
+    loc: list[str | int] = []
+    node: object = data
+    on_key = False
+    for i, part in enumerate(raw):
+        if part == "[key]":
+            on_key = True
+            break
+        in_mapping = isinstance(node, dict) and part in node
+        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if in_mapping or in_list:
+            node = node[part]  # type: ignore[index]
+        elif i == len(raw) - 1:
+            node = None  # a missing or unknown field: the last part is the field's name
+        else:
+            continue  # a union-branch tag, not a place in the document
+        loc.append(part)
+    return tuple(loc), on_key
+
+
+def _problem_from_error(error: ErrorDetails, doc: _Document) -> _Problem:
+    kind = error["type"]
+    ctx: Mapping[str, object] = error.get("ctx") or {}
+    found = error.get("input")
+    loc, on_key = _split_loc(tuple(error["loc"]), doc.data)
+    name = str(loc[-1]) if loc else ""
+    parent = _model_at(loc[:-1]) if loc else None
+
+    if kind == "missing":
+        example = _EXAMPLES.get((parent.__name__, name)) if parent is not None else None
+        where = doc.render_loc(loc[:-1]) or "the top level"
+        if example is None:
+            info = parent.model_fields.get(name) if parent is not None else None
+            hint = (
+                f" ({info.description.rstrip('.')})"
+                if info is not None and info.description
+                else ""
+            )
+            fix = f"add '{name}:' under {where}{hint}"
+        else:
+            fix = f"add '{example}' under {where}"
+        return _Problem(loc, "required field is missing", fix, doc.mark_for(loc[:-1]))
+
+    if kind == "extra_forbidden":
+        allowed = sorted(parent.model_fields) if parent is not None else []
+        message = f"unknown key {name!r}. Expected one of: {', '.join(allowed)}"
+        close = difflib.get_close_matches(name, allowed, n=1)
+        fix = f"rename it to {close[0]!r}" if close else "remove it or correct its spelling"
+        return _Problem(loc, message, fix, doc.mark_for(loc, on_key=True))
+
+    mark = doc.mark_for(loc, on_key=on_key)
+    subject = "the key must be" if on_key else "must be"
+
+    if kind in ("value_error", "duplicate_host_class_key") and not loc:
+        # Project's validator names the two classes in its message (or, as a custom error
+        # type, in ctx); point at the second class's key rather than at the whole file.
+        match = _DUPLICATE_CLASS_KEY.search(error["msg"])
+        names = (ctx.get("first"), ctx.get("second")) if match is None else match.group(1, 2)
+        if all(isinstance(n, str) for n in names) and isinstance(doc.data, dict):
+            first, second = str(names[0]), str(names[1])
+            class_loc: Loc = ("host_classes", second, "key")
+            first_mark = doc.mark_for(("host_classes", first), on_key=True)
+            at = f" (line {first_mark.line + 1})" if first_mark is not None else ""
+            classes = doc.data.get("host_classes")
+            key = classes.get(second, {}).get("key") if isinstance(classes, dict) else None
+            key_text = (
+                f"[{key.get('hardware')}, {key.get('runtime')}, {key.get('provider')}]"
+                if isinstance(key, dict)
+                else "key"
+            )
+            return _Problem(
+                class_loc,
+                f"same key {key_text} as host class {first!r}{at}; "
+                "every class needs its own (hardware, runtime, provider)",
+                f"change hardware, runtime or provider of {second!r} or {first!r}, or remove one",
+                doc.mark_for(class_loc),
+            )
+
+    if kind in ("value_error", "assertion_error"):
+        message = error["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        return _Problem(loc, message, None, mark)
+
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        bound_key = {
+            "greater_than": "gt",
+            "greater_than_equal": "ge",
+            "less_than": "lt",
+            "less_than_equal": "le",
+        }[kind]
+        bound = _number(ctx.get(bound_key))
+        phrase = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}[
+            bound_key
+        ]
+        message = f"must be {phrase} {bound}, found {_show(found)}"
+        if parent is Budgets and bound_key == "gt" and bound == "0":
+            unit = next((u for s, u in _UNITS.items() if name.endswith(s)), None)
+            fix = f"set a positive budget in {unit}" if unit else "set a positive budget"
+        else:
+            fix = f"set a number {phrase} {bound}"
+        return _Problem(loc, message, fix, mark)
+
+    if kind in ("too_short", "string_too_short"):
+        least = ctx.get("min_length", 1)
+        if isinstance(found, str):
+            message = f"must not be empty, found {_show(found)}"
+        else:
+            noun = "item" if least == 1 else "items"
+            message = f"must have at least {least} {noun}, found {_show(found)}"
+        fix = (
+            "define at least one host class (run 'qualify demo --workdir DIR' for an example)"
+            if loc == ("host_classes",)
+            else f"give {name or 'it'} a value"
+        )
+        return _Problem(loc, message, fix, mark)
+
+    if kind == "literal_error":
+        expected = str(ctx.get("expected", ""))
+        message = f"{subject} one of {expected}, found {_show(found)}"
+        return _Problem(loc, message, f"use one of {expected}", mark)
+
+    if kind in _EXPECTED_TYPE:
+        expected, example = _EXPECTED_TYPE[kind]
+        raw = doc.raw.get(loc)
+        label = f"{name}: " if loc and isinstance(loc[-1], str) else ""
+        if kind == "string_type" and raw is not None and found is not None:
+            # YAML read 1.31, yes or 2024-01-01 as something other than text.
+            fix = f'quote it: {label}"{raw}"'
+        elif found is None:
+            fix = f"give it a value, e.g. {label}{example}"
+        else:
+            fix = f"write {expected}, e.g. {label}{example}"
+        message = f"{subject} {expected}, found {_show(found)}"
+        return _Problem(loc, message, fix, mark)
+
+    message = error["msg"]
+    return _Problem(loc, f"{message[:1].lower()}{message[1:]}, found {_show(found)}", None, mark)
+
+
+def _compose(text: str, display: str) -> _Document:
+    loader = yaml.SafeLoader(text)
+    try:
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                raise _fail(
+                    display,
+                    None,
+                    [
+                        _Problem(
+                            (),
+                            "the file is empty",
+                            "run 'qualify demo --workdir DIR' to write an example project file",
+                        )
+                    ],
+                )
+            doc = _Builder(loader).build(node)
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        what = " ".join(part for part in (exc.context, exc.problem) if part)
+        source = ""
+        if mark is not None:
+            lines = text.splitlines()
+            if 0 <= mark.line < len(lines):
+                source = f" (line {mark.line + 1}: {lines[mark.line].strip()!r})"
+        if "'\\t'" in what:
+            fix = "indent with spaces, not tabs"
+        elif "constructor for the tag" in what:
+            fix = "remove the '!' tag; a project file holds plain values only"
+        else:
+            fix = "check the indentation and quoting there; a value with ': ' or ' #' needs quotes"
+        raise _fail(
+            display, None, [_Problem((), f"not valid YAML: {what}{source}", fix, mark)]
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise _fail(display, None, [_Problem((), f"not valid YAML: {exc}", None)]) from exc
+    return doc
+
+
+def _validate(doc: _Document, display: str) -> Project:
+    if not isinstance(doc.data, dict):
+        allowed = ", ".join(Project.model_fields)
+        raise _fail(
+            display,
+            doc,
+            [
+                _Problem(
+                    (),
+                    f"the top level must be a mapping with keys {allowed}; found {_show(doc.data)}",
+                    "run 'qualify demo --workdir DIR' to see an example project file",
+                    doc.value_marks.get(()),
+                )
+            ],
+        )
+    problems = list(doc.problems)
+    try:
+        project = Project.model_validate(doc.data)
+    except ValidationError as exc:
+        problems += [_problem_from_error(e, doc) for e in exc.errors(include_url=False)]
+        cause: Exception | None = exc
+    else:
+        cause = None
+    if problems:
+        problems.sort(key=lambda p: (p.mark.line, p.mark.column) if p.mark else (-1, -1))
+        raise _fail(display, doc, problems) from cause
+    return project
+
+
+def parse_project(text: str, *, source: str = PROJECT_FILENAME) -> Project:
+    """Parse and validate project YAML without touching the file system.
+
+    Args:
+        text: The YAML text.
+        source: How to name the text in messages, e.g. the file's path.
+
+    Returns:
+        The validated project.
+
+    Raises:
+        ProjectError: the text is not YAML, has duplicate keys or does not validate; the message
+            has one line per problem with line, column, field, what was found and a fix.
+    """
+    return _validate(_compose(text, source), source)
+
+
+def _check_file(
+    loaded: LoadedProject, doc: _Document, loc: Loc, relpath: str, *, npy: bool
+) -> _Problem | None:
+    target = loaded.resolve(relpath)
+    mark = doc.mark_for(loc)
+    relative = f"; relative paths are resolved against {loaded.root}"
+    if not target.exists():
+        return _Problem(loc, f"file not found: {target}", f"correct the path{relative}", mark)
+    if not target.is_file():
+        return _Problem(loc, f"not a file: {target}", "point it at a file, not a folder", mark)
+    try:
+        with target.open("rb") as handle:
+            head = handle.read(len(_NPY_MAGIC))
+    except OSError as exc:
+        return _Problem(
+            loc, f"cannot read {target}: {exc.strerror or exc}", "fix its permissions", mark
+        )
+    if npy and head != _NPY_MAGIC:
+        return _Problem(
+            loc,
+            f"not a .npy file: {target} does not start with the NumPy magic bytes",
+            "save the samples with numpy.save(path, array)",
+            mark,
+        )
+    return None
+
+
+def load_project(path: Path) -> LoadedProject:
+    """Read, validate and check a project file.
+
+    Args:
+        path: The project file. Paths inside it are resolved against its folder.
+
+    Returns:
+        The validated project with its absolute path and folder.
+
+    Raises:
+        ProjectError: the file is missing or unreadable, is not valid YAML, has duplicate keys,
+            does not validate, or names an artifact or recorded input file that does not exist
+            or cannot be read. Every problem found is reported, one line each, with the file,
+            line, column, field path, what was found and a fix.
+    """
+    display = str(path)
+    absolute = Path(os.path.abspath(path))
+    try:
+        text = absolute.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ProjectError(
+            f"{display}: project file not found. Fix: pass the path of an existing project file, "
+            f"or run 'qualify demo --workdir DIR' to write an example {PROJECT_FILENAME}."
+        ) from None
+    except IsADirectoryError:
+        raise ProjectError(
+            f"{display}: is a folder, not a project file. Fix: pass the file itself, e.g. "
+            f"{Path(display) / PROJECT_FILENAME}."
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise ProjectError(
+            f"{display}: not UTF-8 text (byte {exc.start}). Fix: save the file as UTF-8."
+        ) from None
+    except OSError as exc:
+        raise ProjectError(
+            f"{display}: cannot read the project file: {exc.strerror or exc}. "
+            "Fix: check the path and its permissions."
+        ) from None
+
+    doc = _compose(text, display)
+    project = _validate(doc, display)
+    loaded = LoadedProject(path=absolute, root=absolute.parent, project=project)
+
+    checks: list[tuple[Loc, str, bool]] = [
+        (("artifacts", "baseline", "path"), project.artifacts.baseline.path, False)
+    ]
+    checks += [
+        (("artifacts", "candidates", i, "path"), spec.path, False)
+        for i, spec in enumerate(project.artifacts.candidates)
+    ]
+    checks += [
+        (("workload", "inputs", name, "file"), spec.file, spec.file.endswith(".npy"))
+        for name, spec in project.workload.inputs.items()
+        if spec.source == "recorded" and spec.file is not None
+    ]
+    problems = [
+        problem
+        for loc, relpath, npy in checks
+        if (problem := _check_file(loaded, doc, loc, relpath, npy=npy)) is not None
+    ]
+    if problems:
+        raise _fail(display, doc, problems)
+    return loaded
+
+
+def dump_project(project: Project, *, include_defaults: bool = False) -> str:
+    """The project as readable YAML that loads back to an equal project.
+
+    Args:
+        project: The project to write.
+        include_defaults: Also write fields that were never set, with their default values (a
+            longer, explicit file). Otherwise only fields set explicitly are written.
+
+    Returns:
+        YAML text with the keys in the model's order: model, artifacts, workload, parity,
+        policy, host_classes; short lists and mappings of scalars on one line.
+    """
+    # Unset fields are left out, so the file says what its author (or the demo) chose and the
+    # defaults stay in one place: the model.
+    data = project.model_dump(mode="json", exclude_unset=not include_defaults)
+    text = yaml.safe_dump(
+        data, sort_keys=False, default_flow_style=None, width=100, allow_unicode=True
+    )
+    if yaml.safe_load(text) != data:
+        # PyYAML mangles a few line-break characters (U+0085) in single-quoted scalars when
+        # writing Unicode as is; escaping everything outside ASCII writes them faithfully.
+        text = yaml.safe_dump(
+            data, sort_keys=False, default_flow_style=None, width=100, allow_unicode=False
+        )
+    return text
+
+
+def write_project(project: Project, path: Path, *, include_defaults: bool = False) -> None:
+    """Write the project file atomically (temp file in the same folder, fsync, rename).
+
+    Args:
+        project: The project to write.
+        path: Where to write it; an existing file is replaced only once the new one is complete.
+        include_defaults: See ``dump_project``.
+
+    Raises:
+        OSError: the folder does not exist or is not writable; nothing is left half-written.
+    """
+    text = dump_project(project, include_defaults=include_defaults)
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

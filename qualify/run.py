@@ -1,0 +1,426 @@
+"""The qualification run: one host class, every artifact, into the matrix.
+
+Owns the order of a run: fingerprint and class check, artifact store, one input pool for all,
+baseline first then each candidate in its own subprocess, parity against the baseline, verdicts
+from ``manifest.gates``, the rollback check, then the bundle and one matrix transaction. It does
+not import onnxruntime (the worker does), does not hold SQL (``matrix`` does) and does not print
+(the CLI does, through ``on_event``).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from manifest.gates import judge
+from matrix.bundle import write_bundle
+from matrix.store import Store
+from qualify.artifacts import ArtifactStore
+from qualify.errors import HostMismatchError, ProjectError
+from qualify.fingerprint import class_mismatches, take_fingerprint
+from qualify.parity import compare_outputs
+from qualify.project import LoadedProject
+from qualify.runner import WorkerOutcome, probe_runtime, run_worker
+from qualify.stats import percentiles
+from qualify.workload import build_pool
+from schemas.cell import (
+    Cell,
+    LatencyResult,
+    Placement,
+    Reason,
+    RollbackCheck,
+    RunBundle,
+    RunRecord,
+)
+from schemas.host import Fingerprint
+from schemas.project import ArtifactSpec, HostClass
+
+__all__ = ["RunOptions", "RunOutcome", "new_run_id", "qualify_run"]
+
+EventSink = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Where a run reads and writes, and how it treats a host outside the class."""
+
+    db_path: Path
+    emulate: bool = False
+    bundle_dir: Path | None = None
+    """Defaults to ``<db dir>/bundles``."""
+    store_dir: Path | None = None
+    """Defaults to ``<db dir>/artifacts``."""
+    lock_wait_s: float = 300.0
+
+
+@dataclass
+class RunOutcome:
+    """What a finished run produced."""
+
+    bundle: RunBundle
+    bundle_path: Path
+    written: bool
+    samples: pa.Table = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """True when no cell ended in ``error``."""
+        return all(c.verdict != "error" for c in self.bundle.cells)
+
+
+def new_run_id(host_class: str, now: datetime) -> str:
+    """A unique, sortable run id: ``<UTC time>-<class>-<random>``."""
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{host_class}-{secrets.token_hex(3)}"
+
+
+def _job(
+    *,
+    artifact_path: Path,
+    digest: str,
+    host_class: HostClass,
+    loaded: LoadedProject,
+    inputs_path: Path,
+    work: Path,
+    mode: str,
+) -> dict[str, Any]:
+    wl = loaded.project.workload
+    return {
+        "mode": mode,
+        "artifact_path": str(artifact_path),
+        "expected_digest": digest,
+        "provider": host_class.provider.model_dump(),
+        "memory_limit_mb": host_class.budgets.memory_limit_mb,
+        "inputs_path": str(inputs_path),
+        "inputs": {k: v.model_dump() for k, v in wl.inputs.items()},
+        "outputs_path": str(work / "outputs.npz"),
+        "samples_path": str(work / "samples.npz"),
+        "parity_rows": wl.parity_samples,
+        "configs": [
+            {"batch_size": b, "concurrency": c} for b in wl.batch_sizes for c in wl.concurrency
+        ],
+        "warmup": wl.warmup,
+        "min_samples": wl.min_samples,
+        "max_samples": wl.max_samples,
+        "time_cap_s": wl.time_cap_s,
+        "throughput_s": wl.throughput_s,
+        "confidence": wl.confidence,
+        "budget_p99_ms": host_class.budgets.p99_ms,
+        "postprocess": wl.postprocess,
+    }
+
+
+def _latency_results(
+    outcome: WorkerOutcome, samples_path: Path, confidence: float
+) -> tuple[list[LatencyResult], dict[str, np.ndarray]]:
+    configs = outcome.result.get("configs") or []
+    if not configs or not samples_path.exists():
+        return [], {}
+    raw = dict(np.load(samples_path))
+    results = []
+    for cfg in configs:
+        key = f"b{cfg['batch_size']}_c{cfg['concurrency']}"
+        ns = raw.get(key)
+        if ns is None or ns.size == 0:
+            continue
+        ms = ns.astype(np.float64) / 1e6
+        pct = percentiles(ms)
+        # The bounds and decision are those of the worker's last scheduled look (a sequential
+        # test with a Bonferroni-corrected confidence per look), not a fresh look at all samples.
+        lower, upper = cfg.get("p99_lower_ms"), cfg.get("p99_upper_ms")
+        results.append(
+            LatencyResult(
+                batch_size=int(cfg["batch_size"]),
+                concurrency=int(cfg["concurrency"]),
+                samples=int(ms.size),
+                p50_ms=float(pct.p50),
+                p90_ms=float(pct.p90),
+                p99_ms=float(pct.p99),
+                max_ms=float(pct.max),
+                mean_ms=float(pct.mean),
+                p99_lower_ms=None if lower is None else float(lower),
+                p99_upper_ms=None if upper is None else float(upper),
+                confidence=confidence,
+                decision=cfg["decision"],
+                stopped=cfg["stopped"],
+                duration_s=float(cfg["duration_s"]),
+                throughput_ips=cfg.get("throughput_ips"),
+            )
+        )
+    return results, raw
+
+
+def _placement(outcome: WorkerOutcome) -> Placement | None:
+    doc = outcome.result.get("placement")
+    if not doc:
+        return None
+    warnings = list(outcome.result.get("warnings") or []) + outcome.provider_log
+    return Placement(**doc, warnings=warnings)
+
+
+def _fingerprint_and_check(
+    loaded: LoadedProject, class_name: str, emulate: bool
+) -> tuple[HostClass, Fingerprint, list[str]]:
+    classes = loaded.project.host_classes
+    if class_name not in classes:
+        known = ", ".join(sorted(classes))
+        raise ProjectError(
+            f"{loaded.path}: host_classes: no class named {class_name!r}. "
+            f"Fix: pick one of: {known}."
+        )
+    host_class = classes[class_name]
+    fp = take_fingerprint(probe_runtime)
+    mismatches = class_mismatches(fp, host_class)
+    if mismatches and not emulate:
+        rules = "\n  ".join(mismatches)
+        raise HostMismatchError(
+            f"this host does not match host class {class_name!r} ({loaded.path}):\n  {rules}\n"
+            "Fix: run on a host of that class, or pass --emulate to measure here anyway "
+            "(cells are then marked emulated and manifests ignore them unless the policy allows)."
+        )
+    return host_class, fp, mismatches
+
+
+def qualify_run(
+    loaded: LoadedProject,
+    class_name: str,
+    options: RunOptions,
+    *,
+    on_event: EventSink = lambda _msg: None,
+    on_worker_start: Callable[[str, int], None] | None = None,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    rollback_digest: str | None = None,
+) -> RunOutcome:
+    """Qualify every artifact of the project on one host class.
+
+    Args:
+        loaded: the project file.
+        class_name: the host class to qualify.
+        options: database, bundle and store locations, emulation.
+        on_event: receives one short line per step (the CLI shows them).
+        on_worker_start: called with (artifact label, child pid); tests inject faults with it.
+        now: the clock.
+        rollback_digest: the artifact the class currently runs (from the current manifest);
+            defaults to the baseline.
+
+    Returns:
+        The run, already written to the bundle directory and the matrix.
+
+    Raises:
+        ProjectError: unknown class, or unusable inputs.
+        HostMismatchError: the host is not of the class and emulation was not asked for.
+        ArtifactError: an artifact file is missing.
+    """
+    project = loaded.project
+    host_class, fp, mismatches = _fingerprint_and_check(loaded, class_name, options.emulate)
+    emulated = bool(mismatches)
+    db_dir = options.db_path.resolve().parent
+    store = ArtifactStore(options.store_dir or db_dir / "artifacts")
+    started = now()
+    run_id = new_run_id(class_name, started)
+    load_before = list(os.getloadavg())
+    settings = host_class.settings_digest()
+    wl = project.workload
+    on_event(f"fingerprint: {fp.arch}, {fp.cpu_model}, onnxruntime {fp.runtime.version}")
+    if emulated:
+        on_event("emulated: " + "; ".join(mismatches))
+
+    specs: list[ArtifactSpec] = [project.artifacts.baseline, *project.artifacts.candidates]
+    stored: list[tuple[ArtifactSpec, str, Path]] = []
+    for spec in specs:
+        digest, path = store.add(loaded.resolve(spec.path))
+        stored.append((spec, digest, path))
+
+    pool = build_pool(wl, loaded.resolve)
+    cells: list[Cell] = []
+    sample_tables: list[pa.Table] = []
+    work_root = Path(tempfile.mkdtemp(prefix=f"qualify-{run_id}-"))
+    try:
+        inputs_path = work_root / "inputs.npz"
+        np.savez(inputs_path, **pool)
+        baseline_outputs: dict[str, np.ndarray] | None = None
+        baseline_digest = stored[0][1]
+        baseline_error: str | None = None
+        for index, (spec, digest, _path) in enumerate(stored):
+            role = "baseline" if index == 0 else "candidate"
+            on_event(f"{spec.label} ({role}, {digest[:19]}): running")
+            work = work_root / f"a{index}"
+            work.mkdir()
+            job = _job(
+                artifact_path=store.verify(digest),
+                digest=digest,
+                host_class=host_class,
+                loaded=loaded,
+                inputs_path=inputs_path,
+                work=work,
+                mode="full",
+            )
+            outcome = run_worker(
+                job,
+                work,
+                timeout_s=host_class.budgets.timeout_s,
+                on_start=None
+                if on_worker_start is None
+                else (lambda pid, label=spec.label: on_worker_start(label, pid)),
+            )
+            latency, raw = _latency_results(outcome, work / "samples.npz", wl.confidence)
+            reasons: list[Reason] = []
+            if outcome.error_code:
+                reasons.append(
+                    Reason(code=outcome.error_code, message=outcome.error_message or "")
+                )
+            parity = None
+            outputs_path = work / "outputs.npz"
+            if role == "baseline":
+                if outcome.error_code is None and outputs_path.exists():
+                    baseline_outputs = dict(np.load(outputs_path))
+                else:
+                    baseline_error = outcome.error_message
+            elif outcome.error_code is None:
+                if baseline_outputs is not None and outputs_path.exists():
+                    parity = compare_outputs(
+                        baseline_outputs,
+                        dict(np.load(outputs_path)),
+                        project.tolerance(spec.precision),
+                        reference_digest=baseline_digest,
+                    )
+                else:
+                    reasons.append(
+                        Reason(
+                            code="baseline_failed",
+                            message=f"the baseline could not be run ({baseline_error}), so "
+                            "parity could not be judged",
+                        )
+                    )
+            cell = Cell(
+                run_id=run_id,
+                host_class=class_name,
+                key=host_class.key,
+                artifact_digest=digest,
+                artifact_name=spec.label,
+                role=role,
+                precision=spec.precision,
+                verdict="error" if outcome.error_code else "insufficient",
+                reasons=reasons,
+                emulated=emulated,
+                measured_at=now(),
+                settings_digest=settings,
+                runtime_version=outcome.result.get("runtime_version") or fp.runtime.version,
+                cold_init_ms=outcome.result.get("cold_init_ms"),
+                warm_init_ms=outcome.result.get("warm_init_ms"),
+                peak_rss_mb=outcome.peak_rss_mb,
+                placement=_placement(outcome),
+                latency=latency,
+                parity=parity,
+                error=outcome.error_message if outcome.error_code else None,
+            )
+            verdict, why = judge(cell, host_class)
+            cell = cell.model_copy(update={"verdict": verdict, "reasons": why})
+            cells.append(cell)
+            on_event(f"{spec.label}: {verdict}" + "".join(f"; {r.code}" for r in why))
+            for key, ns in raw.items():
+                b, c = (int(x[1:]) for x in key.split("_"))
+                sample_tables.append(
+                    pa.table(
+                        {
+                            "artifact_digest": pa.array([digest] * ns.size, pa.string()),
+                            "batch_size": pa.array(np.full(ns.size, b, np.int32)),
+                            "concurrency": pa.array(np.full(ns.size, c, np.int32)),
+                            "seq": pa.array(np.arange(ns.size, dtype=np.int32)),
+                            "latency_ns": pa.array(ns.astype(np.int64)),
+                        }
+                    )
+                )
+
+        rollback = _rollback_check(
+            rollback_digest or baseline_digest, cells, store, host_class, loaded,
+            inputs_path, work_root,
+        )
+        on_event(
+            f"rollback {rollback.artifact_digest[:19]}: "
+            + ("loads" if rollback.loaded else f"FAILED: {rollback.error}")
+        )
+    finally:
+        shutil.rmtree(work_root, ignore_errors=True)
+
+    run = RunRecord(
+        run_id=run_id,
+        host_class=class_name,
+        key=host_class.key,
+        model=project.model,
+        started_at=started,
+        finished_at=now(),
+        emulated=emulated,
+        mismatches=mismatches,
+        settings_digest=settings,
+        fingerprint=fp,
+        load_avg_before=load_before,
+        load_avg_after=list(os.getloadavg()),
+        rollback=rollback,
+    )
+    bundle = RunBundle(run=run, cells=cells)
+    samples = (
+        pa.concat_tables(sample_tables)
+        if sample_tables
+        else pa.table(
+            {
+                "artifact_digest": pa.array([], pa.string()),
+                "batch_size": pa.array([], pa.int32()),
+                "concurrency": pa.array([], pa.int32()),
+                "seq": pa.array([], pa.int32()),
+                "latency_ns": pa.array([], pa.int64()),
+            }
+        )
+    )
+    bundle_path = write_bundle(bundle, samples, options.bundle_dir or db_dir / "bundles")
+    on_event(f"bundle: {bundle_path}")
+    with Store.open(options.db_path, wait_s=options.lock_wait_s) as db:
+        written = db.write_run(bundle, samples)
+    on_event(f"matrix: {options.db_path}")
+    return RunOutcome(bundle=bundle, bundle_path=bundle_path, written=written, samples=samples)
+
+
+def _rollback_check(
+    digest: str,
+    cells: list[Cell],
+    store: ArtifactStore,
+    host_class: HostClass,
+    loaded: LoadedProject,
+    inputs_path: Path,
+    work_root: Path,
+) -> RollbackCheck:
+    """Prove the class's rollback artifact loads and runs one inference under this runtime."""
+    for cell in cells:
+        if cell.artifact_digest == digest:
+            # Measured in this very run: its outcome is the proof (or the refutation).
+            if cell.error is None:
+                return RollbackCheck(artifact_digest=digest, loaded=True)
+            return RollbackCheck(artifact_digest=digest, loaded=False, error=cell.error)
+    try:
+        path = store.verify(digest)
+    except Exception as exc:
+        return RollbackCheck(artifact_digest=digest, loaded=False, error=str(exc))
+    work = work_root / "rollback"
+    work.mkdir()
+    job = _job(
+        artifact_path=path, digest=digest, host_class=host_class, loaded=loaded,
+        inputs_path=inputs_path, work=work, mode="check",
+    )
+    outcome = run_worker(job, work, timeout_s=host_class.budgets.timeout_s)
+    if outcome.error_code:
+        return RollbackCheck(
+            artifact_digest=digest,
+            loaded=False,
+            error=f"{outcome.error_code}: {outcome.error_message}",
+        )
+    return RollbackCheck(artifact_digest=digest, loaded=True)
+

@@ -1,0 +1,183 @@
+"""Parent side of the runner: one artifact in one fresh subprocess, watched.
+
+Owns spawning ``python -m qualify.worker`` with a job file, enforcing the wall-clock timeout,
+reading the child's peak RSS from ``os.wait4`` (sampling with psutil misses short peaks), and
+turning every way a child can end (result, error, crash, hang, out of memory) into one
+``WorkerOutcome``. It does not import onnxruntime and does not judge results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from qualify.errors import QualifyError
+
+__all__ = ["WorkerOutcome", "probe_runtime", "run_worker"]
+
+STDERR_TAIL = 2000
+
+
+@dataclass
+class WorkerOutcome:
+    """How one child process ended and what it reported."""
+
+    result: dict[str, Any]
+    """The child's result document; empty when it died without writing one."""
+    error_code: str | None
+    """A REASON_CODES key when the artifact could not be measured, else None."""
+    error_message: str | None
+    peak_rss_mb: float | None
+    """Peak RSS of the child from os.wait4 (ru_maxrss); None if the child was never reaped."""
+    exit_status: int | None
+    signal_name: str | None
+    wall_s: float
+    stderr: str = ""
+    provider_log: list[str] = field(default_factory=list)
+    """onnxruntime's own warning/error lines from the child's stderr."""
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else root
+    env.setdefault("PYTHONHASHSEED", "0")
+    return env
+
+
+def probe_runtime(timeout_s: float = 120.0) -> dict[str, Any]:
+    """The host's onnxruntime identity, probed in a subprocess (the parent never imports ORT).
+
+    Raises:
+        QualifyError: onnxruntime is missing or broken on this host.
+    """
+    proc = subprocess.run(
+        [sys.executable, "-m", "qualify.worker", "--probe"],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=_child_env(),
+        check=False,
+    )
+    if proc.returncode != 0:
+        tail = proc.stderr.strip()[-STDERR_TAIL:]
+        raise QualifyError(
+            f"could not probe onnxruntime on this host (exit {proc.returncode}): {tail}. "
+            "Fix: install onnxruntime into this environment (pip install onnxruntime)."
+        )
+    doc: dict[str, Any] = json.loads(proc.stdout)
+    return doc
+
+
+def _provider_lines(stderr: str) -> list[str]:
+    keep = []
+    for line in stderr.splitlines():
+        if "onnxruntime" in line and ("[W:" in line or "[E:" in line or "Warning" in line):
+            keep.append(line.strip()[:500])
+    return keep[:50]
+
+
+def run_worker(
+    job: dict[str, Any],
+    workdir: Path,
+    *,
+    timeout_s: float,
+    on_start: Callable[[int], None] | None = None,
+) -> WorkerOutcome:
+    """Run one job in a fresh ``python -m qualify.worker`` and wait for it.
+
+    Args:
+        job: the job document (see ``qualify.worker``); ``result_path`` is set here.
+        workdir: a private directory for the job, result and child output files.
+        timeout_s: wall-clock limit; the child's whole process group is killed past it.
+        on_start: called with the child's pid once started (tests use it to inject faults).
+
+    Returns:
+        The outcome; never raises for anything the child did.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    job = dict(job, result_path=str(workdir / "result.json"))
+    job_path = workdir / "job.json"
+    job_path.write_text(json.dumps(job), encoding="utf-8")
+    out_path, err_path = workdir / "stdout.txt", workdir / "stderr.txt"
+    started = time.monotonic()
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "qualify.worker", str(job_path)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env=_child_env(),
+            start_new_session=True,
+        )
+    if on_start is not None:
+        on_start(proc.pid)
+    timed_out = False
+    while True:
+        pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() - started > timeout_s:
+            timed_out = True
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            pid, status, rusage = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.02)
+    wall = time.monotonic() - started
+    # We reaped the child ourselves; tell Popen so it does not warn or wait again.
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    peak_rss_mb = rusage.ru_maxrss / 1024.0  # Linux reports KiB
+    stderr = err_path.read_text(encoding="utf-8", errors="replace")
+    result_path = Path(job["result_path"])
+    result: dict[str, Any] = {}
+    if result_path.exists():
+        try:
+            result = json.loads(result_path.read_text(encoding="utf-8"))
+        except ValueError:
+            result = {}
+    sig_name = None
+    exit_status = None
+    if os.WIFSIGNALED(status):
+        sig_name = signal.Signals(os.WTERMSIG(status)).name
+    else:
+        exit_status = os.WEXITSTATUS(status)
+
+    code: str | None = None
+    message: str | None = None
+    tail = stderr.strip()[-STDERR_TAIL:]
+    if timed_out:
+        code = "timeout"
+        message = f"no result after {timeout_s:g} s; the subprocess was killed"
+    elif result.get("error"):
+        code = str(result["error"]["code"])
+        message = str(result["error"]["message"])
+    elif not result.get("ok"):
+        lowered = stderr.lower()
+        if any(m in lowered for m in ("bad_alloc", "memoryerror", "failed to allocate")):
+            code = "out_of_memory"
+            message = f"the subprocess ran out of memory ({sig_name or f'exit {exit_status}'}): {tail[-300:]}"
+        else:
+            code = "crashed"
+            how = f"killed by {sig_name}" if sig_name else f"exited with status {exit_status}"
+            message = f"the subprocess {how} without a result" + (f": {tail[-300:]}" if tail else "")
+    return WorkerOutcome(
+        result=result,
+        error_code=code,
+        error_message=message,
+        peak_rss_mb=peak_rss_mb,
+        exit_status=exit_status,
+        signal_name=sig_name,
+        wall_s=wall,
+        stderr=stderr,
+        provider_log=_provider_lines(stderr),
+    )

@@ -1,0 +1,450 @@
+"""Latency statistics: percentiles and distribution-free evidence about the p99.
+
+Owns the one percentile definition every part of qualify uses (`percentiles`), the binomial
+order-statistic confidence bounds of a quantile (`quantile_bound_ranks`, `p99_bounds`), the p99
+decision against a budget (`decide_p99`) and its incremental form for the runner's adaptive
+sampling loop (`AdaptiveP99`). Does not time anything, read files or pick budgets: samples and
+budgets are arguments. Imported inside the runner subprocess, so it imports only the standard
+library and numpy.
+
+The bounds (as in MLPerf LoadGen's early stopping) rest on one fact that holds for any
+distribution: the number of samples below the true q-quantile is at most Binomial(n, q). So the
+k-th smallest sample ``X_(k)`` is at or above the true quantile with probability at least
+``P(Binomial(n, q) <= k - 1)``, and at or below it with probability at least
+``P(Binomial(n, q) >= k)``. No normality, no bootstrap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "AdaptiveP99",
+    "P99Decision",
+    "Percentiles",
+    "decide_p99",
+    "look_schedule",
+    "order_rank",
+    "p99_bounds",
+    "percentiles",
+    "quantile_bound_ranks",
+]
+
+P99Decision = Literal["pass", "fail", "insufficient"]
+"""A p99 against a budget: pass (upper bound <= budget), fail (lower bound > budget), or not yet."""
+
+_FloatArray = npt.NDArray[np.float64]
+_Samples = Sequence[float] | npt.NDArray[np.floating] | npt.NDArray[np.integer]
+
+# Relative slack when comparing a computed binomial tail with 1 - confidence: the tails are sums
+# of exponentials with ~1e-12 relative error, and exact ties (n = 1 for the lower bound) must not
+# flip on the last bit. 1e-9 is far below any difference that matters for a confidence level.
+_TAIL_SLACK = 1e-9
+
+
+@dataclass(frozen=True)
+class Percentiles:
+    """Summary of a latency sample, in the sample's unit (milliseconds in qualify).
+
+    Every percentile is an observed sample (see `order_rank`), never an interpolation.
+    """
+
+    p50: float
+    p90: float
+    p99: float
+    max: float
+    mean: float
+    min: float
+    n: int
+
+
+def _as_samples(samples_ms: _Samples) -> _FloatArray:
+    arr = np.asarray(samples_ms, dtype=np.float64)
+    if arr.ndim != 1:
+        raise ValueError(f"samples must be one-dimensional, got shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError("samples are empty; at least one sample is needed")
+    if not bool(np.isfinite(arr).all()):
+        bad = int(np.count_nonzero(~np.isfinite(arr)))
+        raise ValueError(f"samples contain {bad} non-finite value(s) (NaN or Inf)")
+    return arr
+
+
+def _check_unit_interval(name: str, value: float, low: float = 0.0) -> None:
+    if not (low < value < 1.0):
+        raise ValueError(f"{name} must be strictly between {low} and 1, got {value!r}")
+
+
+def order_rank(n: int, q: float) -> int:
+    """The 1-based rank of the sample reported as the q-quantile of n samples.
+
+    The definition is numpy's ``inverted_cdf`` (Hyndman & Fan type 1): the smallest sample whose
+    empirical CDF reaches q, i.e. ``X_(ceil(n*q))``, clamped to ``[1, n]``. ``n*q`` values within
+    floating-point noise of an integer count as that integer (``100 * 0.99`` is 99, not 99.0000001).
+
+    Args:
+        n: Sample size, >= 1.
+        q: Quantile, 0 <= q <= 1.
+
+    Returns:
+        The rank, 1 <= rank <= n.
+
+    Raises:
+        ValueError: n < 1 or q outside [0, 1].
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if not (0.0 <= q <= 1.0):
+        raise ValueError(f"q must be within [0, 1], got {q!r}")
+    x = n * q
+    nearest = round(x)
+    rank = nearest if abs(x - nearest) <= 1e-9 * max(1.0, x) else math.ceil(x)
+    return min(max(int(rank), 1), n)
+
+
+def percentiles(samples_ms: _Samples) -> Percentiles:
+    """p50, p90, p99, max, mean, min and n of a sample.
+
+    Percentiles use the order statistic of `order_rank` (numpy's ``inverted_cdf`` method), so a
+    reported p99 is a latency that was actually observed. With fewer than 100 samples the p99 is
+    the maximum.
+
+    Args:
+        samples_ms: One-dimensional latencies, any order.
+
+    Returns:
+        The summary, as plain Python floats.
+
+    Raises:
+        ValueError: the sample is empty, not one-dimensional or holds NaN/Inf.
+    """
+    arr = np.sort(_as_samples(samples_ms))
+    n = int(arr.size)
+
+    def at(q: float) -> float:
+        return float(arr[order_rank(n, q) - 1])
+
+    return Percentiles(
+        p50=at(0.50),
+        p90=at(0.90),
+        p99=at(0.99),
+        max=float(arr[-1]),
+        mean=float(np.mean(arr)),
+        min=float(arr[0]),
+        n=n,
+    )
+
+
+def _binomial_pmf(n: int, q: float) -> _FloatArray:
+    """P(Binomial(n, q) = k) for k = 0..n, computed in log space (no overflow, no scipy)."""
+    k = np.arange(n + 1, dtype=np.float64)
+    # log C(n, k) = sum_{j=1..k} log((n - j + 1) / j): one O(n) cumulative sum.
+    j = k[1:]
+    log_comb = np.concatenate(([0.0], np.cumsum(np.log(n - j + 1.0) - np.log(j))))
+    log_pmf = log_comb + k * math.log(q) + (n - k) * math.log1p(-q)
+    pmf: _FloatArray = np.exp(log_pmf)
+    return pmf
+
+
+@lru_cache(maxsize=4096)
+def quantile_bound_ranks(
+    n: int, q: float = 0.99, confidence: float = 0.99
+) -> tuple[int | None, int | None]:
+    """1-based ranks of distribution-free one-sided confidence bounds of the q-quantile.
+
+    ``upper`` is the smallest rank u with ``P(X_(u) >= true quantile) >= confidence``, that is
+    ``P(Binomial(n, q) <= u - 1) >= confidence``. ``lower`` is the largest rank l with
+    ``P(X_(l) <= true quantile) >= confidence``, that is ``P(Binomial(n, q) >= l) >= confidence``.
+    Each holds for any distribution (continuous or not). For q = 0.99 at 99% confidence the first
+    upper bound appears at n = 459 (the maximum) and rank n - 1 at n = 662, as in MLPerf LoadGen.
+
+    O(n) in numpy and cached per (n, q, confidence): measured ~1 ms at n = 20,000 and ~9 ms at
+    n = 200,000 on a 2-core development machine.
+
+    Args:
+        n: Sample size, >= 1.
+        q: The quantile, 0 < q < 1.
+        confidence: One-sided confidence of each bound, 0.5 < confidence < 1 (above one half so
+            that ``lower <= order_rank(n, q) <= upper``).
+
+    Returns:
+        ``(lower, upper)``; either is None when n is too small for that side.
+
+    Raises:
+        ValueError: n < 1, q or confidence out of range.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    _check_unit_interval("q", q)
+    _check_unit_interval("confidence", confidence, low=0.5)
+    alpha = (1.0 - confidence) * (1.0 + _TAIL_SLACK)
+    pmf = _binomial_pmf(n, q)
+    # Sum each tail from its own end so small tails are not lost to cancellation.
+    cdf = np.cumsum(pmf)  # cdf[k] = P(B <= k)
+    survival = np.cumsum(pmf[::-1])[::-1]  # survival[k] = P(B >= k)
+
+    # upper: smallest u in 1..n with P(B >= u) <= alpha (survival is non-increasing).
+    ok_upper = np.flatnonzero(survival[1:] <= alpha)
+    upper = int(ok_upper[0]) + 1 if ok_upper.size else None
+    # lower: largest l in 1..n with P(B <= l - 1) <= alpha (cdf is non-decreasing).
+    ok_lower = np.flatnonzero(cdf[:n] <= alpha)
+    lower = int(ok_lower[-1]) + 1 if ok_lower.size else None
+    return lower, upper
+
+
+def _values_at_ranks(
+    arr: _FloatArray, ranks: tuple[int | None, int | None]
+) -> tuple[float | None, float | None]:
+    wanted = sorted({r - 1 for r in ranks if r is not None})
+    if not wanted:
+        return None, None
+    part = np.partition(arr, wanted)
+    lower, upper = ranks
+    return (
+        float(part[lower - 1]) if lower is not None else None,
+        float(part[upper - 1]) if upper is not None else None,
+    )
+
+
+def p99_bounds(
+    samples_ms: _Samples, confidence: float = 0.99, q: float = 0.99
+) -> tuple[float | None, float | None]:
+    """Distribution-free one-sided confidence bounds of the q-quantile (p99 by default).
+
+    Args:
+        samples_ms: One-dimensional latencies, any order.
+        confidence: One-sided confidence of each bound, 0.5 < confidence < 1.
+        q: The quantile, 0 < q < 1.
+
+    Returns:
+        ``(lower, upper)`` sample values from `quantile_bound_ranks`; None where n is too small.
+
+    Raises:
+        ValueError: the sample is empty, not one-dimensional or holds NaN/Inf; q or confidence
+            out of range.
+    """
+    arr = _as_samples(samples_ms)
+    return _values_at_ranks(arr, quantile_bound_ranks(int(arr.size), q, confidence))
+
+
+def _decide(
+    n: int,
+    bounds: tuple[float | None, float | None],
+    budget_ms: float,
+    min_samples: int,
+) -> P99Decision:
+    if n < min_samples:
+        return "insufficient"
+    lower, upper = bounds
+    if upper is not None and upper <= budget_ms:
+        return "pass"
+    if lower is not None and lower > budget_ms:
+        return "fail"
+    return "insufficient"
+
+
+def _check_decision_args(budget_ms: float, min_samples: int) -> None:
+    if not math.isfinite(budget_ms):
+        raise ValueError(f"budget_ms must be a finite number, got {budget_ms!r}")
+    if min_samples < 1:
+        raise ValueError(f"min_samples must be >= 1, got {min_samples}")
+
+
+def decide_p99(
+    samples_ms: _Samples,
+    budget_ms: float,
+    *,
+    confidence: float = 0.99,
+    min_samples: int = 662,
+    q: float = 0.99,
+) -> P99Decision:
+    """Decide a p99 (or any q-quantile) against a budget from the confidence bounds.
+
+    ``"pass"`` when the upper bound is <= budget, ``"fail"`` when the lower bound is > budget,
+    ``"insufficient"`` when fewer than ``min_samples`` samples were taken (whatever their values)
+    or the bounds straddle the budget. Both bounds use the same one-sided ``confidence``.
+
+    Args:
+        samples_ms: One-dimensional latencies, any order.
+        budget_ms: The budget, in the samples' unit.
+        confidence: One-sided confidence of each bound, 0.5 < confidence < 1.
+        min_samples: Fewest samples any decision is made on (662: LoadGen's minimum for p99 at
+            99% confidence with one sample over the bound).
+        q: The quantile, 0 < q < 1.
+
+    Returns:
+        ``"pass"``, ``"fail"`` or ``"insufficient"``.
+
+    Raises:
+        ValueError: bad samples, a non-finite budget, min_samples < 1, q or confidence out of
+            range.
+    """
+    _check_decision_args(budget_ms, min_samples)
+    arr = _as_samples(samples_ms)
+    bounds = _values_at_ranks(arr, quantile_bound_ranks(int(arr.size), q, confidence))
+    return _decide(int(arr.size), bounds, budget_ms, min_samples)
+
+
+def look_schedule(min_samples: int, max_samples: int, growth: float = 1.5) -> tuple[int, ...]:
+    """Sample sizes at which `AdaptiveP99` looks: geometric from min_samples, ending at max_samples.
+
+    Few, geometrically spaced looks keep the Bonferroni correction small: 662 to 20,000 with
+    growth 1.5 is 10 looks (662, 993, 1490, ..., 16977, 20000).
+
+    Args:
+        min_samples: The first look, >= 1.
+        max_samples: The last look, >= min_samples.
+        growth: Ratio between consecutive looks, > 1.
+
+    Returns:
+        Strictly increasing sample sizes.
+
+    Raises:
+        ValueError: arguments out of range.
+    """
+    if min_samples < 1 or max_samples < min_samples:
+        raise ValueError(
+            f"need 1 <= min_samples <= max_samples, got {min_samples} and {max_samples}"
+        )
+    if not growth > 1.0:
+        raise ValueError(f"growth must be > 1, got {growth!r}")
+    looks = [min_samples]
+    while looks[-1] < max_samples:
+        looks.append(min(max(math.ceil(looks[-1] * growth), looks[-1] + 1), max_samples))
+    return tuple(looks)
+
+
+class AdaptiveP99:
+    """Incremental `decide_p99` for sampling until the evidence decides.
+
+    Feed chunks with `add`; read `decision` after each. Samples live in one growing buffer
+    (amortised doubling); bounds are computed with an O(n) partition, not a full sort.
+
+    Looking after every chunk and stopping at the first decision is a sequential test, and each
+    look is another chance to be wrong. Measured with exponential latencies whose true p99 equals
+    the budget, looking every 50 samples from 662 to 20,000 declared ``pass`` in 9% of 400 runs
+    (every 200 samples: 5%), not the nominal 1%. Pass ``schedule`` (see `look_schedule`) to
+    bound that: the decision is then re-evaluated only when n reaches the next scheduled size,
+    and every look uses confidence ``1 - (1 - confidence) / len(schedule)`` (Bonferroni), so the
+    chance of any wrong pass (or any wrong fail) over all looks is at most ``1 - confidence``.
+    Without a schedule, every `add` is a look at the nominal confidence.
+
+    `decision` and `bounds` are those of the latest look; ``look_n`` is its sample size.
+
+    Raises (constructor):
+        ValueError: a non-finite budget, min_samples < 1, q or confidence out of range, an empty
+            or non-positive schedule.
+    """
+
+    def __init__(
+        self,
+        budget_ms: float,
+        *,
+        confidence: float = 0.99,
+        min_samples: int = 662,
+        q: float = 0.99,
+        schedule: Sequence[int] | None = None,
+    ) -> None:
+        _check_decision_args(budget_ms, min_samples)
+        _check_unit_interval("q", q)
+        _check_unit_interval("confidence", confidence, low=0.5)
+        self.budget_ms = float(budget_ms)
+        self.confidence = float(confidence)
+        self.min_samples = int(min_samples)
+        self.q = float(q)
+        self.schedule: tuple[int, ...] | None = None
+        self.look_confidence = self.confidence
+        if schedule is not None:
+            looks = tuple(sorted({int(x) for x in schedule}))
+            if not looks or looks[0] < 1:
+                raise ValueError(f"schedule must hold sample sizes >= 1, got {list(schedule)}")
+            self.schedule = looks
+            self.look_confidence = 1.0 - (1.0 - self.confidence) / len(looks)
+        self._next_look = 0
+        self._buf: _FloatArray = np.empty(1024, dtype=np.float64)
+        self._n = 0
+        self._look_n = 0
+        self._bounds: tuple[float | None, float | None] = (None, None)
+        self._decision: P99Decision = "insufficient"
+
+    @property
+    def n(self) -> int:
+        """Samples added so far."""
+        return self._n
+
+    @property
+    def look_n(self) -> int:
+        """Sample size at the latest look (0 before the first)."""
+        return self._look_n
+
+    @property
+    def samples(self) -> _FloatArray:
+        """A copy of the samples added so far, in the order added."""
+        return self._buf[: self._n].copy()
+
+    @property
+    def bounds(self) -> tuple[float | None, float | None]:
+        """``(lower, upper)`` bounds at ``look_confidence`` as of the latest look."""
+        return self._bounds
+
+    @property
+    def decision(self) -> P99Decision:
+        """The decision as of the latest look (see `decide_p99`); insufficient before one."""
+        return self._decision
+
+    def add(self, samples_ms: _Samples) -> P99Decision:
+        """Append a chunk of samples, look if it is time, and return the decision.
+
+        Args:
+            samples_ms: One-dimensional latencies; an empty chunk is allowed and changes nothing.
+
+        Returns:
+            The decision as of the latest look.
+
+        Raises:
+            ValueError: the chunk is not one-dimensional or holds NaN/Inf.
+        """
+        chunk = np.asarray(samples_ms, dtype=np.float64)
+        if chunk.ndim == 1 and chunk.size == 0:
+            return self._decision
+        chunk = _as_samples(chunk)
+        need = self._n + chunk.size
+        if need > self._buf.size:
+            grown = np.empty(max(need, 2 * self._buf.size), dtype=np.float64)
+            grown[: self._n] = self._buf[: self._n]
+            self._buf = grown
+        self._buf[self._n : need] = chunk
+        self._n = need
+        if self._due():
+            self._look()
+        return self._decision
+
+    def _due(self) -> bool:
+        if self.schedule is None:
+            return True
+        due = False
+        while self._next_look < len(self.schedule) and self._n >= self.schedule[self._next_look]:
+            self._next_look += 1
+            due = True
+        return due
+
+    def _look(self) -> None:
+        ranks = quantile_bound_ranks(self._n, self.q, self.look_confidence)
+        self._bounds = _values_at_ranks(self._buf[: self._n], ranks)
+        self._look_n = self._n
+        self._decision = _decide(self._n, self._bounds, self.budget_ms, self.min_samples)
+
+    def percentiles(self) -> Percentiles:
+        """`percentiles` of all samples so far.
+
+        Raises:
+            ValueError: no samples yet.
+        """
+        return percentiles(self._buf[: self._n])

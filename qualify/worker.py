@@ -1,0 +1,420 @@
+"""The runner's child process: one artifact, one fresh interpreter, real onnxruntime.
+
+Owns everything that happens inside the measured subprocess: verifying the artifact's digest on
+the exact bytes it loads, cold and warm init, actual node placement, parity outputs, the latency
+protocol with adaptive p99 sampling, and the separate throughput pass. It is the only module that
+imports onnxruntime. It speaks plain JSON files with the parent (``qualify.runner``): a job in, a
+result out, latency samples and parity outputs as ``.npz``. It does not judge anything; verdicts
+are the parent's business.
+
+Run as ``python -m qualify.worker JOB.json`` or ``python -m qualify.worker --probe``.
+Kept lean on purpose (no pydantic, no pandas): its imports count towards the measured memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["classify_exception", "main", "probe"]
+
+OOM_MARKERS = ("bad_alloc", "failed to allocate", "out of memory", "cannot allocate memory")
+
+
+def classify_exception(exc: BaseException, stage: str) -> str:
+    """Reason code for an exception raised at ``stage`` ('load' or 'run')."""
+    text = f"{type(exc).__name__}: {exc}".lower()
+    if isinstance(exc, MemoryError) or any(m in text for m in OOM_MARKERS):
+        return "out_of_memory"
+    return "load_failed" if stage == "load" else "run_failed"
+
+
+def _set_memory_limit(limit_mb: int | None) -> None:
+    if not limit_mb:
+        return
+    import resource
+
+    limit = int(limit_mb) * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _distribution() -> str | None:
+    from importlib import metadata
+
+    for name in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino",
+                 "onnxruntime-qnn", "onnxruntime-silicon"):
+        try:
+            metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        return name
+    return None
+
+
+def probe() -> dict[str, Any]:
+    """The onnxruntime identity of this host: version, build info, providers, EP devices."""
+    import onnxruntime as ort
+
+    build = ort.get_build_info() if hasattr(ort, "get_build_info") else None
+    devices: list[dict[str, str]] = []
+    if hasattr(ort, "get_ep_devices"):
+        for d in ort.get_ep_devices():
+            devices.append(
+                {
+                    "ep_name": str(d.ep_name),
+                    "ep_vendor": str(getattr(d, "ep_vendor", "")),
+                    "device_type": str(d.device.type).rsplit(".", 1)[-1],
+                    "device_vendor": str(getattr(d.device, "vendor", "")),
+                }
+            )
+    return {
+        "package": _distribution(),
+        "version": ort.__version__,
+        "build_info": build,
+        "available_providers": list(ort.get_available_providers()),
+        "ep_devices": devices,
+    }
+
+
+class _Failure(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _session_options(ort: Any, job: dict[str, Any], record_placement: bool) -> Any:
+    so = ort.SessionOptions()
+    provider = job["provider"]
+    if provider.get("intra_op_threads") is not None:
+        so.intra_op_num_threads = int(provider["intra_op_threads"])
+    if provider.get("inter_op_threads") is not None:
+        so.inter_op_num_threads = int(provider["inter_op_threads"])
+    level = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[provider.get("graph_optimization_level", "all")]
+    so.graph_optimization_level = level
+    if provider.get("strict_fallback"):
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    if record_placement:
+        so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    return so
+
+
+def _create(ort: Any, model: bytes, job: dict[str, Any], record_placement: bool) -> Any:
+    provider = job["provider"]
+    names = list(provider["execution_providers"])
+    options = [dict(provider.get("provider_options", {}).get(n, {})) for n in names]
+    so = _session_options(ort, job, record_placement)
+    return ort.InferenceSession(model, so, providers=names, provider_options=options)
+
+
+def _placement(session: Any, expected: str) -> dict[str, Any] | None:
+    getter = getattr(session, "get_provider_graph_assignment_info", None)
+    if getter is None:
+        return None
+    counts: dict[str, int] = {}
+    for subgraph in getter():
+        counts[subgraph.ep_name] = counts.get(subgraph.ep_name, 0) + len(subgraph.get_nodes())
+    total = sum(counts.values())
+    return {
+        "nodes_per_provider": dict(sorted(counts.items())),
+        "total_nodes": total,
+        "expected_provider": expected,
+        "fallback_nodes": total - counts.get(expected, 0),
+        "session_providers": list(session.get_providers()),
+    }
+
+
+def _batch(pool: dict[str, Any], job: dict[str, Any], start: int, size: int) -> dict[str, Any]:
+    import numpy as np
+
+    feed: dict[str, Any] = {}
+    for name, array in pool.items():
+        if job["inputs"][name]["source"] == "fixed":
+            feed[name] = array
+            continue
+        n = array.shape[0]
+        idx = (np.arange(start, start + size) % n).astype(np.int64)
+        feed[name] = np.ascontiguousarray(array[idx])
+    return feed
+
+
+def _postprocess(kind: str) -> Callable[[list[Any]], Any]:
+    import numpy as np
+
+    if kind == "argmax":
+        return lambda outs: np.argmax(outs[0], axis=-1)
+    if kind == "softmax":
+
+        def softmax(outs: list[Any]) -> Any:
+            x = outs[0] - np.max(outs[0], axis=-1, keepdims=True)
+            e = np.exp(x)
+            return e / e.sum(axis=-1, keepdims=True)
+
+        return softmax
+    return lambda outs: outs
+
+
+def _timed_loop(
+    session: Any,
+    feeds: list[dict[str, Any]],
+    concurrency: int,
+    post: Callable[[list[Any]], Any],
+    should_stop: Callable[[list[list[int]]], bool],
+    check_every: int = 64,
+) -> list[list[int]]:
+    """C threads share one session; each records perf_counter_ns around run() + post.
+
+    There is no watcher thread: thread 0 checks ``should_stop`` between its own inferences
+    (outside the timed region) every ``check_every`` samples, so the harness adds no thread that
+    competes with onnxruntime's for the cores while timing.
+    """
+    per_thread: list[list[int]] = [[] for _ in range(concurrency)]
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def work(slot: int) -> None:
+        out = per_thread[slot]
+        i = slot
+        clock = time.perf_counter_ns
+        try:
+            while not stop.is_set():
+                feed = feeds[i % len(feeds)]
+                t0 = clock()
+                post(session.run(None, feed))
+                out.append(clock() - t0)
+                i += concurrency
+                if slot == 0 and len(out) % check_every == 0 and should_stop(per_thread):
+                    stop.set()
+        except BaseException as exc:
+            errors.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(1, concurrency)]
+    for t in threads:
+        t.start()
+    work(0)
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return per_thread
+
+
+def _throughput(
+    session: Any, feeds: list[dict[str, Any]], concurrency: int, duration_s: float
+) -> float:
+    """Inferences per second with C threads back to back; no per-call timing."""
+    counts = [0] * concurrency
+    stop = threading.Event()
+
+    def work(slot: int) -> None:
+        i = slot
+        while not stop.is_set():
+            session.run(None, feeds[i % len(feeds)])
+            counts[slot] += 1
+            i += concurrency
+
+    threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(concurrency)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    time.sleep(duration_s)
+    stop.set()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    return sum(counts) / elapsed
+
+
+def _latency_config(
+    session: Any,
+    feeds: list[dict[str, Any]],
+    concurrency: int,
+    post: Callable[[list[Any]], Any],
+    job: dict[str, Any],
+) -> tuple[Any, dict[str, Any]]:
+    """Warm up, sample until the p99 evidence decides (or a cap), then measure throughput."""
+    import numpy as np
+
+    from qualify.stats import AdaptiveP99, look_schedule
+
+    for k in range(int(job["warmup"])):
+        session.run(None, feeds[k % len(feeds)])
+    min_n, max_n = int(job["min_samples"]), int(job["max_samples"])
+    tracker = AdaptiveP99(
+        budget_ms=float(job["budget_p99_ms"]),
+        confidence=float(job["confidence"]),
+        min_samples=min_n,
+        schedule=look_schedule(min_n, max_n),
+    )
+    seen = [0] * concurrency
+    started = time.perf_counter()
+    cap = float(job["time_cap_s"])
+    stopped = "time_cap"
+
+    def should_stop(per_thread: list[list[int]]) -> bool:
+        nonlocal stopped
+        for k, lst in enumerate(per_thread):
+            n = len(lst)
+            if n > seen[k]:
+                tracker.add([x / 1e6 for x in lst[seen[k] : n]])
+                seen[k] = n
+        if tracker.n >= max_n:
+            stopped = "max_samples"
+            return True
+        if tracker.decision != "insufficient":
+            stopped = "decided"
+            return True
+        return time.perf_counter() - started >= cap
+
+    per_thread = _timed_loop(session, feeds, concurrency, post, should_stop)
+    duration = time.perf_counter() - started
+    flat = np.array([x for lst in per_thread for x in lst], dtype=np.int64)
+    ips = _throughput(session, feeds, concurrency, float(job["throughput_s"]))
+    return flat, {
+        "stopped": stopped,
+        "duration_s": duration,
+        "throughput_ips": ips,
+        "decision": tracker.decision,
+        "p99_lower_ms": tracker.bounds[0],
+        "p99_upper_ms": tracker.bounds[1],
+        "look_n": tracker.look_n,
+        "look_confidence": tracker.look_confidence,
+    }
+
+
+def _measure(job: dict[str, Any], result: dict[str, Any]) -> None:
+    import numpy as np
+
+    t_import = time.perf_counter_ns()
+    import onnxruntime as ort
+
+    result["runtime_import_ms"] = (time.perf_counter_ns() - t_import) / 1e6
+    result["runtime_version"] = ort.__version__
+
+    model = Path(job["artifact_path"]).read_bytes()
+    digest = "sha256:" + hashlib.sha256(model).hexdigest()
+    if digest != job["expected_digest"]:
+        raise _Failure(
+            "digest_mismatch",
+            f"{job['artifact_path']} has {digest}, expected {job['expected_digest']}; "
+            "the stored copy was modified",
+        )
+    pool = dict(np.load(job["inputs_path"]))
+    expected = job["provider"]["expected"]
+
+    # Cold init: session creation plus first inference in this fresh process.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t0 = time.perf_counter_ns()
+        try:
+            session = _create(ort, model, job, record_placement=True)
+        except Exception as exc:
+            raise _Failure(classify_exception(exc, "load"), f"{type(exc).__name__}: {exc}") from exc
+        t1 = time.perf_counter_ns()
+    result["warnings"] = [str(w.message) for w in caught]
+    first_feed = _batch(pool, job, 0, 1)
+    try:
+        session.run(None, first_feed)
+    except Exception as exc:
+        raise _Failure(classify_exception(exc, "run"), f"{type(exc).__name__}: {exc}") from exc
+    t2 = time.perf_counter_ns()
+    result["session_create_ms"] = (t1 - t0) / 1e6
+    result["cold_init_ms"] = (t2 - t0) / 1e6
+    result["placement"] = _placement(session, expected)
+    if job.get("mode") == "check":
+        return
+
+    # Warm init: a second session in the same process.
+    t0 = time.perf_counter_ns()
+    second = _create(ort, model, job, record_placement=False)
+    second.run(None, first_feed)
+    result["warm_init_ms"] = (time.perf_counter_ns() - t0) / 1e6
+    del second
+
+    # Parity outputs on identical rows, one row at a time (works for fixed batch dims too).
+    names = [o.name for o in session.get_outputs()]
+    rows = int(job["parity_rows"])
+    collected: dict[str, list[Any]] = {n: [] for n in names}
+    try:
+        for r in range(rows):
+            outs = session.run(None, _batch(pool, job, r, 1))
+            for n, o in zip(names, outs, strict=True):
+                collected[n].append(np.asarray(o))
+    except Exception as exc:
+        raise _Failure(classify_exception(exc, "run"), f"{type(exc).__name__}: {exc}") from exc
+    np.savez(job["outputs_path"], **{n: np.concatenate(v, axis=0) for n, v in collected.items()})
+
+    # Latency per (batch size, concurrency), adaptive p99, then a separate throughput pass.
+    post = _postprocess(job["postprocess"])
+    samples: dict[str, Any] = {}
+    configs: list[dict[str, Any]] = []
+    for cfg in job["configs"]:
+        b, c = int(cfg["batch_size"]), int(cfg["concurrency"])
+        feeds = [_batch(pool, job, k * b, b) for k in range(16)]
+        try:
+            flat, doc = _latency_config(session, feeds, c, post, job)
+        except Exception as exc:
+            raise _Failure(classify_exception(exc, "run"), f"{type(exc).__name__}: {exc}") from exc
+        samples[f"b{b}_c{c}"] = flat
+        configs.append({"batch_size": b, "concurrency": c, **doc})
+        result["configs"] = configs
+    np.savez(job["samples_path"], **samples)
+
+
+def _write_json(path: str, doc: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the child process."""
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--probe"]:
+        json.dump(probe(), sys.stdout)
+        return 0
+    if len(args) != 1:
+        print("usage: python -m qualify.worker JOB.json | --probe", file=sys.stderr)
+        return 2
+    job = json.loads(Path(args[0]).read_text(encoding="utf-8"))
+    _set_memory_limit(job.get("memory_limit_mb"))
+    result: dict[str, Any] = {"pid": os.getpid()}
+    try:
+        _measure(job, result)
+        result["ok"] = True
+    except _Failure as failure:
+        result["ok"] = False
+        result["error"] = {"code": failure.code, "message": str(failure)}
+    except MemoryError as exc:
+        result["ok"] = False
+        result["error"] = {"code": "out_of_memory", "message": f"MemoryError: {exc}"}
+    except Exception as exc:
+        result["ok"] = False
+        result["error"] = {
+            "code": classify_exception(exc, "run"),
+            "message": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(limit=5),
+        }
+    _write_json(job["result_path"], result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

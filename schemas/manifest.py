@@ -1,0 +1,287 @@
+"""Release manifests: per-class decisions, the signed manifest, per-class documents and diffs.
+
+Owns the models only. ``manifest.policy`` makes ``ClassDecision``s, ``manifest.build`` turns them
+into the ``signed`` part of a ``Manifest`` (and one ``ClassDocument`` per class), and
+``manifest.resolve`` reads the same JSON on hosts with the standard library alone, so nothing
+here may be needed to *read* a manifest.
+
+The signed content holds no float (see ``manifest.envelope``): durations are integer
+microseconds (``*_us``), memory integer kibibytes (``*_kb``), measured ratios strings rendered
+with ``format(x, ".6e")``, times ``YYYY-MM-DDTHH:MM:SSZ`` strings.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from schemas.base import Digest, Document, Role, Verdict
+from schemas.cell import Reason
+from schemas.project import HostClassKey, MatchRules, Policy, ProviderSpec, RuntimeSpec
+
+__all__ = [
+    "CLASS_DOCUMENT_TYPE",
+    "DECISION_REASON_CODES",
+    "MANIFEST_FORMAT",
+    "MANIFEST_TYPE",
+    "ArtifactRef",
+    "ChangeSide",
+    "ClassChange",
+    "ClassDecision",
+    "ClassDocument",
+    "ClassDocumentSigned",
+    "Decision",
+    "Evidence",
+    "Manifest",
+    "ManifestArtifact",
+    "ManifestEntry",
+    "ManifestSigned",
+    "OutputParitySummary",
+    "ParitySummary",
+    "Rollback",
+    "Signature",
+]
+
+MANIFEST_FORMAT = "qualify-manifest/1"
+MANIFEST_TYPE = "qualify-manifest"
+CLASS_DOCUMENT_TYPE = "qualify-class-manifest"
+
+Decision = Literal["candidate", "baseline", "hold"]
+
+_TIME_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
+_HEX64 = r"^[0-9a-f]{64}$"
+
+DECISION_REASON_CODES: dict[str, str] = {
+    "candidate_passed": "the candidate passed every gate on this class's exact key",
+    "candidate_not_chosen": "the candidate passed, but another one has a lower p99 upper bound",
+    "no_candidates": "the project lists no candidate artifact",
+    "no_candidate_cell": "the candidate was never measured on this class's key",
+    "no_evidence": "the class has no measurement at all: the policy for unknown classes applies",
+    "stale": "the class's runtime or provider settings changed since the cell was measured",
+    "emulated": "measured on a host that does not match the class, and the policy forbids it",
+    "verdict_not_pass": "the runner's own verdict for the cell was not 'pass'",
+    "parity_missing": "no parity result against the baseline",
+    "parity_reference_mismatch": "parity was measured against another baseline than this one",
+    "parity_failed": "outputs differ from the baseline beyond the tolerance",
+    "p99_missing": "no latency was measured",
+    "p99_insufficient": "the p99 upper confidence bound is unknown or does not decide the budget",
+    "p99_over_budget": "the p99 upper confidence bound is above the class's current budget",
+    "placement_missing": "actual node placement was not recorded",
+    "expected_provider_missing": "the expected provider executed no node",
+    "provider_fallback": "more nodes ran off the expected provider than the class allows",
+    "peak_rss_missing": "peak memory was not measured but the class has a budget",
+    "peak_rss_over_budget": "peak resident memory above the class's current budget",
+    "cold_init_missing": "cold init was not measured but the class has a budget",
+    "cold_init_over_budget": "cold init above the class's current budget",
+    "run_missing": "the run record the cell belongs to was not supplied",
+    "rollback_unchecked": "the run did not check that the class's rollback artifact loads",
+    "rollback_failed": "the class's rollback artifact did not load under this runtime",
+    "baseline_chosen": "the class gets the approved baseline",
+    "baseline_failed": "the baseline itself could not run on this class: the class is held",
+    "baseline_unmeasured": "the baseline has no current measurement on this class",
+    "hold": "the class is held: hosts keep what they run and deploy nothing new",
+}
+"""Reason codes of a decision. Several can apply; ``message`` gives the evidence."""
+
+
+class ArtifactRef(Document):
+    """Where hosts fetch one artifact: what ``manifest.build`` needs to know per digest."""
+
+    name: str = Field(description="Artifact label from the project file.")
+    uri: str = Field(description="Where hosts fetch the artifact's bytes.")
+    length: int = Field(ge=0, description="Size of the artifact in bytes.")
+
+
+class OutputParitySummary(Document):
+    """Parity of one output, summarised for the manifest (numbers as fixed strings)."""
+
+    passed: bool = Field(description="Whether every tolerance held for this output.")
+    max_abs: str | None = Field(
+        description="Largest |a-b|, rendered with format(x, '.6e'); null if not comparable."
+    )
+    cosine_min: str | None = Field(
+        description="Smallest per-sample cosine similarity, '.6e'; null if not comparable."
+    )
+    top1_agreement: str | None = Field(
+        description="Share of samples whose arg-max agrees, '.6e'; null if not class scores."
+    )
+
+
+class ParitySummary(Document):
+    """Parity of a candidate against the baseline, summarised for the manifest."""
+
+    passed: bool = Field(description="Whether every output passed.")
+    reference_digest: Digest = Field(description="The baseline compared against.")
+    samples: int = Field(description="Input rows compared.")
+    outputs: dict[str, OutputParitySummary] = Field(description="Per output, by name.")
+
+
+class Evidence(Document):
+    """The cell a decision rests on, in integers and strings only."""
+
+    run_id: str = Field(description="The run the cell belongs to.")
+    artifact_digest: Digest = Field(description="The artifact measured.")
+    artifact_name: str = Field(description="Its label.")
+    role: Role = Field(description="baseline or candidate.")
+    verdict: Verdict = Field(description="The runner's verdict for the cell.")
+    measured_at: str = Field(pattern=_TIME_PATTERN, description="When it was measured (UTC).")
+    emulated: bool = Field(description="Measured on a host that does not match the class.")
+    p99_us: int | None = Field(
+        description="p99 point estimate of the gating latency config, integer microseconds."
+    )
+    p99_upper_us: int | None = Field(
+        description="Its upper confidence bound, integer microseconds; null if not claimed."
+    )
+    p99_budget_us: int = Field(description="The class's current p99 budget, microseconds.")
+    batch_size: int | None = Field(description="Batch size of the gating latency config.")
+    concurrency: int | None = Field(description="Concurrency of the gating latency config.")
+    samples: int | None = Field(description="Timed samples of the gating latency config.")
+    fallback_nodes: int | None = Field(
+        description="Nodes off the class's expected provider; null if placement is unknown."
+    )
+    peak_rss_kb: int | None = Field(description="Peak RSS of the subprocess, KiB.")
+    cold_init_us: int | None = Field(description="Cold init, microseconds.")
+    parity: ParitySummary | None = Field(description="Parity summary; null for the baseline.")
+
+
+class ClassDecision(Document):
+    """What one host class gets in a release, and why (the policy's output)."""
+
+    host_class: str = Field(description="Host class name.")
+    key: HostClassKey = Field(description="(hardware, runtime, provider).")
+    decision: Decision = Field(description="candidate, baseline or hold.")
+    artifact_digest: Digest | None = Field(description="The artifact the class runs; null on hold.")
+    artifact_name: str | None = Field(description="Its label; null on hold.")
+    rollback_digest: Digest | None = Field(
+        description="The artifact the class was last approved for (the baseline at first); null "
+        "only when not even the baseline's digest is known."
+    )
+    rollback_name: str | None = Field(description="The rollback artifact's label.")
+    rollback_proven: bool = Field(
+        description="Whether a current, non-stale run showed the rollback artifact loads under "
+        "the class's current runtime."
+    )
+    rollback_runtime: RuntimeSpec = Field(
+        description="The runtime the rollback was approved under (the class's own at first)."
+    )
+    rollback_provider: ProviderSpec = Field(
+        description="The provider settings the rollback was approved under."
+    )
+    evidence: Evidence | None = Field(
+        description="The cell the decision rests on; null when there is none."
+    )
+    reasons: list[Reason] = Field(
+        description="Reason codes with evidence; see DECISION_REASON_CODES."
+    )
+    summary: str = Field(description="One sentence a person can act on.")
+    run_ids: list[str] = Field(description="Every run the decision looked at, sorted.")
+
+
+class ManifestArtifact(Document):
+    """An artifact a manifest points at."""
+
+    name: str = Field(description="Artifact label.")
+    digest: Digest = Field(description="sha256 of its bytes; hosts check it before loading.")
+    length: int = Field(ge=0, description="Size in bytes.")
+    uri: str = Field(description="Where hosts fetch it.")
+
+
+class Rollback(ManifestArtifact):
+    """The artifact a class returns to, and the runtime it is known to work under."""
+
+    proven_to_load: bool = Field(
+        description="Whether a current run showed it loads under the class's current runtime."
+    )
+    runtime: RuntimeSpec = Field(description="Runtime it was approved under.")
+    provider: ProviderSpec = Field(description="Provider settings it was approved under.")
+
+
+class ManifestEntry(Document):
+    """One host class in a manifest: everything ``resolve-artifact`` needs, and the evidence."""
+
+    host_class: str = Field(description="Host class name (equal to its key in 'entries').")
+    key: HostClassKey = Field(description="(hardware, runtime, provider).")
+    match: MatchRules = Field(description="Rules a host must satisfy to be of this class.")
+    decision: Decision = Field(description="candidate, baseline or hold.")
+    artifact: ManifestArtifact | None = Field(description="What the class runs; null on hold.")
+    runtime: RuntimeSpec = Field(description="Runtime a host needs to run 'artifact'.")
+    provider: ProviderSpec = Field(description="Providers a host needs; 'expected' must be there.")
+    rollback: Rollback | None = Field(description="Where the class goes back to.")
+    evidence: Evidence | None = Field(description="The cell the decision rests on.")
+    reasons: list[Reason] = Field(description="Reason codes with evidence.")
+    summary: str = Field(description="One sentence: the decision and why.")
+    run_ids: list[str] = Field(description="Runs the decision rests on, sorted.")
+
+
+class ManifestSigned(Document):
+    """The signed part of a manifest: canonical JSON of this is what the signature covers."""
+
+    type: Literal["qualify-manifest"] = Field(description="Document type; keeps kinds apart.")
+    format: Literal["qualify-manifest/1"] = Field(description="Format version of this content.")
+    release: str = Field(min_length=1, description="Release name.")
+    version: int = Field(ge=1, description="Monotonic: one above the previous manifest.")
+    created: str = Field(pattern=_TIME_PATTERN, description="When it was generated (UTC).")
+    expires: str = Field(pattern=_TIME_PATTERN, description="Hosts refuse it from this time on.")
+    model: str = Field(description="Model name from the project file.")
+    snapshot: str = Field(description="The matrix snapshot the decisions were read from.")
+    policy: Policy = Field(description="The decision policy used.")
+    entries: dict[str, ManifestEntry] = Field(description="One entry per host class, by name.")
+
+
+class Signature(Document):
+    """One Ed25519 signature over the canonical bytes of ``signed``."""
+
+    keyid: str = Field(pattern=_HEX64, description="hex sha256 of the raw public key bytes.")
+    sig: str = Field(pattern=r"^[0-9a-f]{128}$", description="hex of the 64-byte signature.")
+
+
+class Manifest(Document):
+    """A signed release manifest, shaped like TUF metadata."""
+
+    signed: ManifestSigned = Field(description="The signed content.")
+    signatures: list[Signature] = Field(description="Signatures over canonical 'signed'.")
+
+
+class ClassDocumentSigned(Document):
+    """The signed part of a per-class document: one entry of a manifest, signed on its own."""
+
+    type: Literal["qualify-class-manifest"] = Field(description="Document type.")
+    format: Literal["qualify-manifest/1"] = Field(description="Format version.")
+    release: str = Field(min_length=1, description="Release name.")
+    version: int = Field(ge=1, description="The manifest's version.")
+    created: str = Field(pattern=_TIME_PATTERN, description="When it was generated (UTC).")
+    expires: str = Field(pattern=_TIME_PATTERN, description="Hosts refuse it from this time on.")
+    model: str = Field(description="Model name.")
+    snapshot: str = Field(description="The matrix snapshot.")
+    policy: Policy = Field(description="The decision policy used.")
+    host_class: str = Field(description="The class this document is for; hosts check it.")
+    entry: ManifestEntry = Field(description="The class's entry.")
+
+
+class ClassDocument(Document):
+    """A signed per-class document: what one host of a large fleet reads."""
+
+    signed: ClassDocumentSigned = Field(description="The signed content.")
+    signatures: list[Signature] = Field(description="Signatures over canonical 'signed'.")
+
+
+class ChangeSide(Document):
+    """A class's pointer on one side of a diff."""
+
+    decision: Decision = Field(description="candidate, baseline or hold.")
+    artifact_name: str | None = Field(description="Artifact label; null on hold.")
+    artifact_digest: Digest | None = Field(description="Artifact digest; null on hold.")
+    rollback_digest: Digest | None = Field(description="Rollback digest.")
+
+
+class ClassChange(Document):
+    """What changes for one class between two manifests, and why."""
+
+    host_class: str = Field(description="Host class name.")
+    change: Literal["added", "removed", "changed"] = Field(description="Kind of change.")
+    before: ChangeSide | None = Field(description="In the older manifest; null if added.")
+    after: ChangeSide | None = Field(description="In the newer manifest; null if removed.")
+    fields: list[str] = Field(description="Which parts changed: decision, artifact, rollback, ...")
+    reasons: list[Reason] = Field(description="The newer manifest's reasons for the class.")
+    summary: str = Field(description="One sentence: from what to what, and why.")

@@ -1,0 +1,67 @@
+"""Migrations: recorded in schema_migrations, applied once, and a newer database is refused."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from matrix.errors import MatrixError, SchemaVersionError
+from matrix.migrations import LATEST_VERSION, MIGRATIONS
+from matrix.store import Store
+
+FIXED = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def test_opening_a_new_file_records_every_migration(db_path: Path) -> None:
+    with Store.open(db_path, clock=lambda: FIXED) as store:
+        applied = store.migrations()
+        assert [(m.version, m.name) for m in applied] == [(m.version, m.name) for m in MIGRATIONS]
+        assert all(m.applied_at == FIXED for m in applied)
+        assert store.schema_version == LATEST_VERSION
+
+
+def test_reopening_applies_nothing_twice(db_path: Path) -> None:
+    with Store.open(db_path, clock=lambda: FIXED):
+        pass
+    later = datetime(2026, 1, 1, tzinfo=UTC)
+    with Store.open(db_path, clock=lambda: later) as store:
+        applied = store.migrations()
+    assert len(applied) == len(MIGRATIONS)
+    assert {m.applied_at for m in applied} == {FIXED}
+
+
+def test_a_database_from_a_newer_qualify_is_refused_with_both_versions(db_path: Path) -> None:
+    Store.open(db_path).close()
+    conn = duckdb.connect(str(db_path))
+    conn.execute(
+        "INSERT INTO schema_migrations VALUES (?, 'from the future', now())", [LATEST_VERSION + 1]
+    )
+    conn.close()
+    with pytest.raises(SchemaVersionError) as caught:
+        Store.open(db_path)
+    message = str(caught.value)
+    assert str(db_path) in message
+    assert f"version {LATEST_VERSION + 1}" in message
+    assert "upgrade qualify" in message
+
+
+def test_read_only_open_of_an_unmigrated_file_says_how_to_migrate(db_path: Path) -> None:
+    duckdb.connect(str(db_path)).close()
+    with pytest.raises(SchemaVersionError, match="open it once read-write"):
+        Store.open(db_path, read_only=True)
+
+
+def test_read_only_open_of_a_missing_file_names_it(db_path: Path) -> None:
+    with pytest.raises(MatrixError, match=f"no matrix at {db_path}"):
+        Store.open(db_path, read_only=True)
+
+
+def test_a_file_that_is_not_duckdb_is_refused_with_its_path(tmp_path: Path) -> None:
+    bogus = tmp_path / "notes.duckdb"
+    bogus.write_text("these are not the pages you are looking for\n" * 200)
+    with pytest.raises(MatrixError, match="cannot open matrix") as caught:
+        Store.open(bogus, wait_s=0)
+    assert str(bogus) in str(caught.value)

@@ -1,0 +1,27 @@
+"""Every command has help, and the README's CLI reference is what the commands say."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from qualify.cli import cli
+from qualify.docgen import README, _walk, cli_reference, render_readme
+
+COMMANDS = [" ".join(path[1:]) for path, _ in _walk(cli, ["qualify"])]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command: str) -> None:
+    result = CliRunner().invoke(cli, [*command.split(), "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) >= 3, f"'{command}' has no description"
+
+
+def test_readme_cli_reference_matches_the_commands() -> None:
+    current = README.read_text(encoding="utf-8")
+    assert render_readme(current, cli_reference()) == current, (
+        "README.md's CLI reference is stale: run `make docs`"
+    )

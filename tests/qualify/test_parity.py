@@ -1,0 +1,271 @@
+"""Baseline vs candidate output parity (qualify.parity)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from qualify import parity
+from qualify.parity import REL_EPS, compare_outputs, resolve_tolerance
+from schemas.cell import ParityResult
+from schemas.project import DEFAULT_TOLERANCES, OutputTolerance, Tolerance
+
+DIGEST = "sha256:" + "ab" * 32
+Arrays = dict[str, npt.NDArray[np.generic]]
+
+
+def scores(seed: int = 0, rows: int = 64, classes: int = 10) -> npt.NDArray[np.float64]:
+    return np.random.default_rng(seed).normal(size=(rows, classes))
+
+
+def test_identical_outputs_pass_with_zero_differences() -> None:
+    ref: Arrays = {"logits": scores(), "embedding": scores(1, classes=1)}
+    result = compare_outputs(ref, dict(ref), DEFAULT_TOLERANCES["fp32"], reference_digest=DIGEST)
+    assert result.passed
+    assert result.samples == 64
+    assert [o.name for o in result.outputs] == ["logits", "embedding"]
+    logits = result.outputs[0]
+    assert (logits.max_abs, logits.mean_abs, logits.max_rel) == (0.0, 0.0, 0.0)
+    assert logits.cosine_min == pytest.approx(1.0)
+    assert logits.top1_agreement == 1.0
+    assert logits.failures == []
+    assert logits.min_passing.max_abs == 0.0
+
+
+def test_perturbed_output_fails_with_a_sentence_naming_metric_value_and_limit() -> None:
+    ref = np.ones((4, 8))
+    cand = ref.copy()
+    cand[2, 3] += 0.081
+    result = compare_outputs(
+        {"y": ref}, {"y": cand}, Tolerance(max_abs=0.05), reference_digest=DIGEST
+    )
+    assert not result.passed
+    assert result.outputs[0].failures == ["max_abs 0.081 > 0.05"]
+    assert result.outputs[0].max_abs == pytest.approx(0.081)
+
+
+def test_failure_sentence_never_prints_measured_and_limit_the_same() -> None:
+    ref = np.zeros((1, 2))
+    cand = np.array([[0.0500001, 0.0]])
+    result = compare_outputs(
+        {"y": ref}, {"y": cand}, Tolerance(max_abs=0.05), reference_digest=DIGEST
+    )
+    assert result.outputs[0].failures == ["max_abs 0.0500001 > 0.05"]
+
+
+def test_low_cosine_and_top1_disagreement_are_reported_as_below_their_minimum() -> None:
+    ref = np.array([[1.0, 0.0], [0.0, 1.0]])
+    cand = np.array([[0.0, 1.0], [0.0, 1.0]])
+    result = compare_outputs(
+        {"p": ref},
+        {"p": cand},
+        Tolerance(cosine_min=0.99, top1_agreement_min=0.98),
+        reference_digest=DIGEST,
+    )
+    out = result.outputs[0]
+    assert out.cosine_min == 0.0
+    assert out.top1_agreement == 0.5
+    assert out.failures == ["cosine_min 0 < 0.99", "top1_agreement 0.5 < 0.98"]
+
+
+def test_per_output_override_wins_field_by_field_over_the_family_level() -> None:
+    ref = np.ones((4, 8))
+    cand = ref + 0.081
+    tol = Tolerance(max_abs=0.05, mean_abs=0.01, outputs={"boxes": OutputTolerance(max_abs=0.1)})
+    result = compare_outputs(
+        {"boxes": ref, "scores": ref}, {"boxes": cand, "scores": cand}, tol, reference_digest=DIGEST
+    )
+    boxes, other = result.outputs
+    assert boxes.tolerance == OutputTolerance(max_abs=0.1, mean_abs=0.01)
+    assert boxes.failures == ["mean_abs 0.081 > 0.01"]  # max_abs overridden, mean_abs inherited
+    assert other.failures == ["max_abs 0.081 > 0.05", "mean_abs 0.081 > 0.01"]
+    assert resolve_tolerance(tol, "scores") == OutputTolerance(max_abs=0.05, mean_abs=0.01)
+
+
+def test_unset_tolerances_are_not_checked() -> None:
+    ref = scores()
+    result = compare_outputs({"y": ref}, {"y": -ref}, Tolerance(), reference_digest=DIGEST)
+    assert result.passed
+    assert result.outputs[0].cosine_min == pytest.approx(-1.0)
+
+
+def test_top1_agreement_is_measured_on_class_scores() -> None:
+    ref = scores(rows=100)
+    cand = ref.copy()
+    cand[:10] = -cand[:10]  # flips the arg-max of the first ten rows
+    result = compare_outputs(
+        {"logits": ref}, {"logits": cand}, Tolerance(), reference_digest=DIGEST
+    )
+    assert result.outputs[0].top1_agreement == 0.9
+
+
+@pytest.mark.parametrize(
+    "ref",
+    [
+        np.linspace(0, 1, 32).reshape(32, 1),  # one regression value per row
+        np.linspace(0, 1, 32),  # rank 1
+        np.linspace(0, 1, 96).reshape(32, 3, 1),  # rank 3
+        np.arange(64).reshape(32, 2),  # integer, not scores
+    ],
+)
+def test_top1_agreement_is_none_for_outputs_that_are_not_class_scores(
+    ref: npt.NDArray[np.generic],
+) -> None:
+    result = compare_outputs(
+        {"y": ref}, {"y": ref}, DEFAULT_TOLERANCES["int8"], reference_digest=DIGEST
+    )
+    assert result.outputs[0].top1_agreement is None
+    assert result.passed  # top1_agreement_min is set on the family, but not checked here
+
+
+def test_cosine_of_two_zero_rows_is_one_and_of_zero_against_nonzero_is_zero() -> None:
+    zeros = np.zeros((2, 3))
+    both = compare_outputs({"y": zeros}, {"y": zeros}, Tolerance(), reference_digest=DIGEST)
+    assert both.outputs[0].cosine_min == 1.0
+    one = compare_outputs(
+        {"y": zeros},
+        {"y": np.array([[0.0, 0, 0], [1, 2, 3]])},
+        Tolerance(),
+        reference_digest=DIGEST,
+    )
+    assert one.outputs[0].cosine_min == 0.0
+
+
+def test_cosine_is_exact_for_huge_and_tiny_magnitudes() -> None:
+    ref = np.array([[1e300, 1e300], [1e-300, 2e-300]])
+    result = compare_outputs({"y": ref}, {"y": ref * 2}, Tolerance(), reference_digest=DIGEST)
+    assert result.outputs[0].cosine_min == pytest.approx(1.0)
+
+
+def test_relative_error_floors_the_denominator_at_rel_eps() -> None:
+    ref = np.array([[0.0, 2.0]])
+    cand = np.array([[1e-7, 2.2]])
+    result = compare_outputs({"y": ref}, {"y": cand}, Tolerance(), reference_digest=DIGEST)
+    assert result.outputs[0].max_rel == pytest.approx(max(1e-7 / REL_EPS, 0.2 / 2.0))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_candidate_output_fails_parity(bad: float) -> None:
+    ref = scores()
+    cand = ref.copy()
+    cand[5, 5] = bad
+    result = compare_outputs(
+        {"logits": ref}, {"logits": cand}, Tolerance(), reference_digest=DIGEST
+    )
+    out = result.outputs[0]
+    assert not result.passed
+    assert out.failures == [
+        "candidate output 'logits' has 1 non-finite value(s) (NaN or Inf) of 640"
+    ]
+    assert (out.max_abs, out.mean_abs, out.max_rel, out.cosine_min) == (None, None, None, None)
+    assert out.top1_agreement is None
+
+
+def test_non_finite_reference_output_fails_parity() -> None:
+    ref = np.array([[float("nan"), 1.0]])
+    result = compare_outputs({"y": ref}, {"y": ref.copy()}, Tolerance(), reference_digest=DIGEST)
+    assert not result.passed
+    assert "reference (baseline) output 'y' has 1 non-finite" in result.outputs[0].failures[0]
+
+
+def test_shape_mismatch_fails_that_output_only() -> None:
+    ref: Arrays = {"a": np.ones((4, 3)), "b": np.ones((4, 2))}
+    cand: Arrays = {"a": np.ones((4, 2)), "b": np.ones((4, 2))}
+    result = compare_outputs(ref, cand, Tolerance(max_abs=0.1), reference_digest=DIGEST)
+    a, b = result.outputs
+    assert not result.passed
+    assert a.failures == ["shape [4, 2] of output 'a' differs from the reference's [4, 3]"]
+    assert a.max_abs is None and a.top1_agreement is None
+    assert b.passed
+
+
+def test_missing_and_extra_outputs_fail_with_their_names() -> None:
+    ref: Arrays = {"a": np.ones((2, 1)), "b": np.ones((2, 1))}
+    cand: Arrays = {"a": np.ones((2, 1)), "c": np.ones((2, 1))}
+    result = compare_outputs(ref, cand, Tolerance(), reference_digest=DIGEST)
+    assert [o.name for o in result.outputs] == ["a", "b", "c"]
+    assert [o.passed for o in result.outputs] == [True, False, False]
+    assert result.outputs[1].failures == ["output 'b' is missing from the candidate"]
+    assert result.outputs[2].failures == [
+        "output 'c' is produced by the candidate but not by the reference (baseline)"
+    ]
+    assert result.outputs[2].top1_agreement is None
+
+
+def test_empty_reference_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="no outputs"):
+        compare_outputs({}, {}, Tolerance(), reference_digest=DIGEST)
+
+
+def test_result_holds_plain_floats_and_round_trips_through_json() -> None:
+    ref = scores(rows=8).astype(np.float32)
+    cand = (ref + np.float32(0.01)).astype(np.float32)
+    result = compare_outputs(
+        {"y": ref}, {"y": cand}, DEFAULT_TOLERANCES["int8"], reference_digest=DIGEST
+    )
+    out = result.outputs[0]
+    for value in (out.max_abs, out.mean_abs, out.max_rel, out.cosine_min, out.top1_agreement):
+        assert type(value) is float
+    text = json.dumps(result.model_dump(mode="json"))
+    assert ParityResult.model_validate_json(text) == result
+
+
+float_rows = hnp.arrays(
+    np.float64,
+    hnp.array_shapes(min_dims=2, max_dims=2, min_side=1, max_side=6),
+    elements=st.floats(-1e3, 1e3, allow_nan=False),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(float_rows, st.data())
+def test_min_passing_is_the_measured_values_and_passes_when_used_as_the_tolerance(
+    ref: npt.NDArray[np.float64], data: st.DataObject
+) -> None:
+    cand = data.draw(
+        hnp.arrays(np.float64, ref.shape, elements=st.floats(-1e3, 1e3, allow_nan=False))
+    )
+    strict = Tolerance(
+        max_abs=1e-12, mean_abs=1e-12, max_rel=1e-12, cosine_min=1.0, top1_agreement_min=1.0
+    )
+    first = compare_outputs({"y": ref}, {"y": cand}, strict, reference_digest=DIGEST).outputs[0]
+    mp = first.min_passing
+    assert mp.max_abs == first.max_abs
+    assert mp.mean_abs == first.mean_abs
+    assert mp.max_rel == first.max_rel
+    assert mp.cosine_min == first.cosine_min
+    assert mp.top1_agreement_min == first.top1_agreement
+
+    again = compare_outputs(
+        {"y": ref}, {"y": cand}, Tolerance(**mp.model_dump()), reference_digest=DIGEST
+    )
+    assert again.passed, again.outputs[0].failures
+
+
+def test_all_is_complete() -> None:
+    public = {n for n in vars(parity) if not n.startswith("_")} - {
+        "annotations",
+        "math",
+        "np",
+        "npt",
+        "Mapping",
+        "OutputParity",
+        "ParityResult",
+        "OutputTolerance",
+        "Tolerance",
+    }
+    assert public == set(parity.__all__)
+
+
+def test_uncomparable_output_round_trips_through_json() -> None:
+    result = compare_outputs(
+        {"y": np.ones((2, 2))}, {"y": np.ones((2, 3))}, Tolerance(), reference_digest=DIGEST
+    )
+    assert ParityResult.model_validate_json(result.model_dump_json()) == result

@@ -1,0 +1,240 @@
+"""End-to-end qualification runs: real models, real onnxruntime subprocesses, a real DuckDB file.
+
+Every fault the runner must survive is a real one: a corrupt file, an unknown op, a future
+opset, a model that never finishes, one that asks for 8 GiB, a child killed by SIGSEGV, and a
+GPU provider that is not there (onnxruntime silently runs on the CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from matrix.store import Store
+from qualify.errors import HostMismatchError, ProjectError
+from qualify.project import load_project
+from qualify.run import RunOptions, qualify_run
+from tests.models import build
+
+ROOT = Path(__file__).resolve().parents[2]
+
+CLASSES = """
+host_classes:
+  here-cpu:
+    key: {hardware: here, runtime: ort-any, provider: cpu}
+    match: {arch: %(arch)s}
+    provider: {execution_providers: [CPUExecutionProvider], intra_op_threads: 1}
+    budgets: {p99_ms: 50, timeout_s: %(timeout)s, memory_limit_mb: 3072, peak_rss_mb: 1024}
+  lost-gpu:
+    key: {hardware: here, runtime: ort-any, provider: cuda}
+    provider:
+      execution_providers: [CUDAExecutionProvider, CPUExecutionProvider]
+      expected: CUDAExecutionProvider
+    budgets: {p99_ms: 50, timeout_s: %(timeout)s}
+  elsewhere:
+    key: {hardware: arm, runtime: ort-any, provider: cpu}
+    match: {arch: aarch64, cpu_flags: [asimddp]}
+    budgets: {p99_ms: 50}
+"""
+
+
+def write_project(tmp: Path, candidates: list[str], timeout: float = 60) -> Path:
+    models = tmp / "models"
+    build("identity_mlp", models)
+    for name in candidates:
+        build(name, models)
+    cands = "\n".join(
+        f"    - {{path: models/{name}.onnx, precision: int8}}" for name in candidates
+    ) or "    []"
+    text = textwrap.dedent(
+        """\
+        model: tiny
+        artifacts:
+          baseline: {path: models/identity_mlp.onnx}
+          candidates:
+        %s
+        workload:
+          inputs: {x: {shape: [1, 16], source: generated, seed: 7}}
+          concurrency: [1, 2]
+          parity_samples: 32
+          time_cap_s: 3
+          throughput_s: 0.2
+          warmup: 10
+        """
+    ) % cands
+    import platform
+
+    text += CLASSES % {"arch": platform.machine(), "timeout": timeout}
+    path = tmp / "qualify.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def faults_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
+    """One run over every fault at once: the run must go on past each of them."""
+    tmp = tmp_path_factory.mktemp("faults")
+    project = write_project(
+        tmp,
+        ["identity_mlp_perturbed", "corrupt", "unknown_op", "future_opset", "memory_hog",
+         "hang", "classifier"],
+        timeout=15,
+    )
+    loaded = load_project(project)
+
+    def crash(label: str, pid: int) -> None:
+        if label == "classifier":  # a real child, killed the way a segfault kills it
+            time.sleep(0.2)
+            os.kill(pid, signal.SIGSEGV)
+
+    outcome = qualify_run(
+        loaded, "here-cpu", RunOptions(db_path=tmp / "m.duckdb"), on_worker_start=crash
+    )
+    return tmp, outcome
+
+
+@pytest.mark.slow
+def test_every_fault_becomes_an_error_cell_and_the_run_goes_on(faults_run) -> None:  # type: ignore[no-untyped-def]
+    tmp, outcome = faults_run
+    cells = {c.artifact_name: c for c in outcome.bundle.cells}
+    assert cells["identity_mlp"].verdict == "pass", cells["identity_mlp"].reasons
+    expected = {
+        "corrupt": "load_failed",
+        "unknown_op": "load_failed",
+        "future_opset": "load_failed",
+        "memory_hog": "out_of_memory",
+        "hang": "timeout",
+        "classifier": "crashed",
+    }
+    for name, code in expected.items():
+        cell = cells[name]
+        assert cell.verdict == "error", (name, cell.reasons)
+        assert [r.code for r in cell.reasons] == [code], (name, cell.reasons)
+        assert cell.error
+    assert "SIGSEGV" in cells["classifier"].error
+    assert not outcome.ok
+
+
+@pytest.mark.slow
+def test_candidate_that_breaks_parity_fails_with_the_measured_error(faults_run) -> None:  # type: ignore[no-untyped-def]
+    _, outcome = faults_run
+    cell = next(c for c in outcome.bundle.cells if c.artifact_name == "identity_mlp_perturbed")
+    assert cell.verdict == "fail"
+    assert "parity_failed" in [r.code for r in cell.reasons]
+    assert cell.parity is not None and not cell.parity.passed
+    assert cell.parity.outputs[0].min_passing.max_abs == cell.parity.outputs[0].max_abs
+
+
+@pytest.mark.slow
+def test_run_lands_in_the_matrix_and_its_bundle(faults_run) -> None:  # type: ignore[no-untyped-def]
+    tmp, outcome = faults_run
+    with Store.open(tmp / "m.duckdb") as db:
+        rows = db.matrix_rows()
+        cells = db.latest_cells()
+    assert len(rows) == len(outcome.bundle.cells) == 8
+    assert {c.artifact_digest for c in cells} == {c.artifact_digest for c in outcome.bundle.cells}
+    base = next(c for c in cells if c.role == "baseline")
+    gate = base.gate_latency
+    assert gate is not None and gate.samples >= 662
+    assert gate.p50_ms <= gate.p99_ms <= gate.max_ms
+    assert gate.p99_upper_ms is not None and gate.p99_upper_ms >= gate.p99_lower_ms  # type: ignore[operator]
+    assert base.peak_rss_mb and base.peak_rss_mb > 10
+    assert base.cold_init_ms and base.warm_init_ms
+    assert base.placement and base.placement.fallback_nodes == 0
+    assert (outcome.bundle_path / "run.json").exists()
+    assert (outcome.bundle_path / "samples.parquet").exists()
+    assert outcome.bundle.run.rollback and outcome.bundle.run.rollback.loaded
+
+
+def test_missing_gpu_provider_is_caught_as_fallback(tmp_path: Path) -> None:
+    loaded = load_project(write_project(tmp_path, []))
+    outcome = qualify_run(
+        loaded, "lost-gpu", RunOptions(db_path=tmp_path / "m.duckdb", emulate=True)
+    )
+    (cell,) = outcome.bundle.cells
+    assert cell.verdict == "fail"
+    codes = [r.code for r in cell.reasons]
+    assert "provider_fallback" in codes and "expected_provider_missing" in codes
+    assert cell.placement is not None
+    assert cell.placement.nodes_per_provider == {"CPUExecutionProvider": cell.placement.total_nodes}
+    assert any("CUDAExecutionProvider" in w for w in cell.placement.warnings)
+    message = next(r.message for r in cell.reasons if r.code == "provider_fallback")
+    assert f"{cell.placement.total_nodes} of {cell.placement.total_nodes} nodes" in message
+
+
+def test_host_outside_the_class_is_refused_unless_emulated(tmp_path: Path) -> None:
+    loaded = load_project(write_project(tmp_path, []))
+    with pytest.raises(HostMismatchError, match="arch: host is .*, class needs aarch64"):
+        qualify_run(loaded, "elsewhere", RunOptions(db_path=tmp_path / "m.duckdb"))
+    assert not (tmp_path / "m.duckdb").exists()
+    outcome = qualify_run(
+        loaded, "elsewhere", RunOptions(db_path=tmp_path / "m.duckdb", emulate=True)
+    )
+    assert outcome.bundle.run.emulated
+    assert all(c.emulated for c in outcome.bundle.cells)
+    assert any("asimddp" in m for m in outcome.bundle.run.mismatches)
+
+
+def test_unknown_host_class_names_the_known_ones(tmp_path: Path) -> None:
+    loaded = load_project(write_project(tmp_path, []))
+    with pytest.raises(ProjectError, match="here-cpu"):
+        qualify_run(loaded, "nope", RunOptions(db_path=tmp_path / "m.duckdb"))
+
+
+def test_modified_artifact_copy_is_refused_before_loading(tmp_path: Path) -> None:
+    from qualify.artifacts import ArtifactStore
+    from qualify.errors import ArtifactError
+
+    src = build("identity_mlp", tmp_path / "models")
+    store = ArtifactStore(tmp_path / "store")
+    digest, stored = store.add(src)
+    os.chmod(stored, 0o644)
+    data = bytearray(stored.read_bytes())
+    data[-10] ^= 0x01  # one flipped bit in the weights still loads in onnxruntime
+    stored.write_bytes(bytes(data))
+    with pytest.raises(ArtifactError, match="modified"):
+        store.verify(digest)
+
+
+def test_worker_refuses_bytes_that_do_not_match_the_digest(tmp_path: Path) -> None:
+    from qualify.runner import run_worker
+
+    model = build("identity_mlp", tmp_path)
+    np.savez(tmp_path / "in.npz", x=np.zeros((4, 16), np.float32))
+    job = {
+        "mode": "check",
+        "artifact_path": str(model),
+        "expected_digest": "sha256:" + "0" * 64,
+        "provider": {"execution_providers": ["CPUExecutionProvider"], "expected": "CPUExecutionProvider"},
+        "inputs_path": str(tmp_path / "in.npz"),
+        "inputs": {"x": {"source": "recorded"}},
+    }
+    outcome = run_worker(job, tmp_path / "w", timeout_s=60)
+    assert outcome.error_code == "digest_mismatch"
+    assert "expected sha256:000" in (outcome.error_message or "")
+
+
+@pytest.mark.slow
+def test_concurrent_runs_on_one_matrix_both_land(tmp_path: Path) -> None:
+    project = write_project(tmp_path, [])
+    db = tmp_path / "m.duckdb"
+    cmd = [sys.executable, "-m", "qualify", "run", "--host-class", "here-cpu",
+           "--project", str(project), "--db", str(db), "--json"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err.decode()
+    run_ids = {json.loads(out)["run_id"] for out, _ in outs}
+    assert len(run_ids) == 2
+    with Store.open(db) as store:
+        assert {r.run_id for r in store.runs()} == run_ids
