@@ -166,9 +166,7 @@ def _budgets(project_path: Path) -> dict[str, float]:
 
 
 @matrix_group.command("ingest")
-@click.argument(
-    "bundles", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True)
-)
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
 @db_option
 def matrix_ingest(bundles: tuple[Path, ...], db_path: Path) -> None:
     """Load run bundles (from other hosts) into the matrix; idempotent by run id."""
@@ -177,9 +175,9 @@ def matrix_ingest(bundles: tuple[Path, ...], db_path: Path) -> None:
 
     with Store.open(db_path) as db:
         report = ingest_bundles(db, list(bundles))
-    for item in report.items:
-        state = "ingested" if item.ingested else "already present"
-        click.echo(f"{item.run_id}: {state}")
+    for item in report.bundles:
+        state = "ingested" if item.status == "ingested" else "already present"
+        click.echo(f"{item.run_id}: {state} ({item.cells} cells, {item.samples} samples)")
 
 
 @matrix_group.command("export")

@@ -100,8 +100,20 @@ class RunDisplay:
         budget = project.host_classes[bundle.run.host_class].budgets
         title = f"run {bundle.run.run_id}" + (" (EMULATED)" if bundle.run.emulated else "")
         table = Table(title=title)
-        for col in ("artifact", "role", "verdict", "p50 ms", "p99 ms", "p99 bound", "budget",
-                    "n", "fallback", "peak MB", "cold ms", "reasons"):
+        for col in (
+            "artifact",
+            "role",
+            "verdict",
+            "p50 ms",
+            "p99 ms",
+            "p99 bound",
+            "budget",
+            "n",
+            "fallback",
+            "peak MB",
+            "cold ms",
+            "reasons",
+        ):
             table.add_column(col)
         for cell in bundle.cells:
             gate = cell.gate_latency
@@ -143,10 +155,11 @@ def print_matrix(rows: list[dict[str, Any]], console: Console | None = None) -> 
     for (cls, hw, rt, pv), cells in sorted(by_class.items()):
         values = []
         for name in names:
-            r = cells.get(name)
-            if r is None:
+            cell = cells.get(name)
+            if cell is None:
                 values.append("—")
                 continue
+            r = cell
             style = VERDICT_STYLE.get(r["verdict"], "white")
             budget = r.get("p99_budget_ms")
             p99 = f"p99≤{_ms(r['p99_upper_ms'])}" if r.get("p99_upper_ms") is not None else "p99 ?"

@@ -48,7 +48,9 @@ def demo_project(ort_version: str) -> Project:
     return Project(
         model="digits-mlp",
         artifacts=Artifacts(
-            baseline=ArtifactSpec(path="models/digits-mlp-fp32.onnx", name="fp32", precision="fp32"),
+            baseline=ArtifactSpec(
+                path="models/digits-mlp-fp32.onnx", name="fp32", precision="fp32"
+            ),
             candidates=[
                 ArtifactSpec(
                     path="models/digits-mlp-int8.onnx",
@@ -155,7 +157,10 @@ def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
     for name in loaded.project.host_classes:
         echo(f"\n== qualify run --host-class {name} --emulate")
         outcome = qualify_run(
-            loaded, name, RunOptions(db_path=db_path, emulate=True), on_event=lambda m: echo("  " + m)
+            loaded,
+            name,
+            RunOptions(db_path=db_path, emulate=True),
+            on_event=lambda m: echo("  " + m),
         )
         ok = ok and outcome.ok
     with Store.open(db_path) as db:

@@ -33,7 +33,9 @@ def cli_reference() -> str:
 
     parts = []
     for path, cmd in _walk(cli, ["qualify"]):
-        ctx = click.Context(cmd, info_name=" ".join(path), terminal_width=100, max_content_width=100)
+        ctx = click.Context(
+            cmd, info_name=" ".join(path), terminal_width=100, max_content_width=100
+        )
         text = cmd.get_help(ctx)
         parts.append(f"### `{' '.join(path)}`\n\n```text\n{text}\n```\n")
     return "\n".join(parts)

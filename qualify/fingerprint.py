@@ -80,7 +80,9 @@ def class_mismatches(fp: Fingerprint, host_class: HostClass) -> list[str]:
     if want.package and have.package and want.package != have.package:
         failures.append(f"runtime.package: host has {have.package}, class needs {want.package}")
     if not fnmatch.fnmatchcase(have.version, want.version):
-        failures.append(f"runtime.version: host has onnxruntime {have.version}, class needs {want.version}")
+        failures.append(
+            f"runtime.version: host has onnxruntime {have.version}, class needs {want.version}"
+        )
     if want.build_info and (have.build_info is None or want.build_info not in have.build_info):
         failures.append(
             f"runtime.build_info: host build is {have.build_info!r}, class needs {want.build_info!r}"

@@ -75,8 +75,8 @@ def _fmt_pair(measured: float, limit: float) -> tuple[str, str]:
     return repr(measured), repr(limit)
 
 
-def _above(name: str, measured: float, limit: float | None) -> str | None:
-    if limit is None or not measured > limit:
+def _above(name: str, measured: float | None, limit: float | None) -> str | None:
+    if limit is None or measured is None or not measured > limit:
         return None
     a, b = _fmt_pair(measured, limit)
     return f"{name} {a} > {b}"
@@ -162,6 +162,10 @@ def _compare_one(
     structural = _structural_failure(name, reference, candidate)
     failures: list[str] = []
     top1: float | None
+    max_abs: float | None
+    mean_abs: float | None
+    max_rel: float | None
+    cosine_min: float | None
     if structural is None and reference is not None and candidate is not None:
         a, b = _rows(reference), _rows(candidate)
         if a.size == 0:

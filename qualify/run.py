@@ -33,6 +33,7 @@ from qualify.project import LoadedProject
 from qualify.runner import WorkerOutcome, probe_runtime, run_worker
 from qualify.stats import percentiles
 from qualify.workload import build_pool
+from schemas.base import Role
 from schemas.cell import (
     Cell,
     LatencyResult,
@@ -159,6 +160,18 @@ def _latency_results(
     return results, raw
 
 
+def _bind_label(
+    hook: Callable[[str, int], None] | None, label: str
+) -> Callable[[int], None] | None:
+    if hook is None:
+        return None
+
+    def on_start(pid: int) -> None:
+        hook(label, pid)
+
+    return on_start
+
+
 def _placement(outcome: WorkerOutcome) -> Placement | None:
     doc = outcome.result.get("placement")
     if not doc:
@@ -246,12 +259,12 @@ def qualify_run(
     work_root = Path(tempfile.mkdtemp(prefix=f"qualify-{run_id}-"))
     try:
         inputs_path = work_root / "inputs.npz"
-        np.savez(inputs_path, **pool)
+        np.savez(inputs_path, allow_pickle=False, **pool)
         baseline_outputs: dict[str, np.ndarray] | None = None
         baseline_digest = stored[0][1]
         baseline_error: str | None = None
         for index, (spec, digest, _path) in enumerate(stored):
-            role = "baseline" if index == 0 else "candidate"
+            role: Role = "baseline" if index == 0 else "candidate"
             on_event(f"{spec.label} ({role}, {digest[:19]}): running")
             work = work_root / f"a{index}"
             work.mkdir()
@@ -268,16 +281,12 @@ def qualify_run(
                 job,
                 work,
                 timeout_s=host_class.budgets.timeout_s,
-                on_start=None
-                if on_worker_start is None
-                else (lambda pid, label=spec.label: on_worker_start(label, pid)),
+                on_start=_bind_label(on_worker_start, spec.label),
             )
             latency, raw = _latency_results(outcome, work / "samples.npz", wl.confidence)
             reasons: list[Reason] = []
             if outcome.error_code:
-                reasons.append(
-                    Reason(code=outcome.error_code, message=outcome.error_message or "")
-                )
+                reasons.append(Reason(code=outcome.error_code, message=outcome.error_message or ""))
             parity = None
             outputs_path = work / "outputs.npz"
             if role == "baseline":
@@ -342,8 +351,13 @@ def qualify_run(
                 )
 
         rollback = _rollback_check(
-            rollback_digest or baseline_digest, cells, store, host_class, loaded,
-            inputs_path, work_root,
+            rollback_digest or baseline_digest,
+            cells,
+            store,
+            host_class,
+            loaded,
+            inputs_path,
+            work_root,
         )
         on_event(
             f"rollback {rollback.artifact_digest[:19]}: "
@@ -412,8 +426,13 @@ def _rollback_check(
     work = work_root / "rollback"
     work.mkdir()
     job = _job(
-        artifact_path=path, digest=digest, host_class=host_class, loaded=loaded,
-        inputs_path=inputs_path, work=work, mode="check",
+        artifact_path=path,
+        digest=digest,
+        host_class=host_class,
+        loaded=loaded,
+        inputs_path=inputs_path,
+        work=work,
+        mode="check",
     )
     outcome = run_worker(job, work, timeout_s=host_class.budgets.timeout_s)
     if outcome.error_code:
@@ -423,4 +442,3 @@ def _rollback_check(
             error=f"{outcome.error_code}: {outcome.error_message}",
         )
     return RollbackCheck(artifact_digest=digest, loaded=True)
-

@@ -49,7 +49,9 @@ class WorkerOutcome:
 def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else root
+    env["PYTHONPATH"] = (
+        root + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else root
+    )
     env.setdefault("PYTHONHASHSEED", "0")
     return env
 
@@ -169,7 +171,9 @@ def run_worker(
         else:
             code = "crashed"
             how = f"killed by {sig_name}" if sig_name else f"exited with status {exit_status}"
-            message = f"the subprocess {how} without a result" + (f": {tail[-300:]}" if tail else "")
+            message = f"the subprocess {how} without a result" + (
+                f": {tail[-300:]}" if tail else ""
+            )
     return WorkerOutcome(
         result=result,
         error_code=code,

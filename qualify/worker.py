@@ -50,8 +50,14 @@ def _set_memory_limit(limit_mb: int | None) -> None:
 def _distribution() -> str | None:
     from importlib import metadata
 
-    for name in ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino",
-                 "onnxruntime-qnn", "onnxruntime-silicon"):
+    for name in (
+        "onnxruntime",
+        "onnxruntime-gpu",
+        "onnxruntime-directml",
+        "onnxruntime-openvino",
+        "onnxruntime-qnn",
+        "onnxruntime-silicon",
+    ):
         try:
             metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -356,7 +362,11 @@ def _measure(job: dict[str, Any], result: dict[str, Any]) -> None:
                 collected[n].append(np.asarray(o))
     except Exception as exc:
         raise _Failure(classify_exception(exc, "run"), f"{type(exc).__name__}: {exc}") from exc
-    np.savez(job["outputs_path"], **{n: np.concatenate(v, axis=0) for n, v in collected.items()})
+    np.savez(
+        job["outputs_path"],
+        allow_pickle=False,
+        **{n: np.concatenate(v, axis=0) for n, v in collected.items()},
+    )
 
     # Latency per (batch size, concurrency), adaptive p99, then a separate throughput pass.
     post = _postprocess(job["postprocess"])
@@ -372,7 +382,7 @@ def _measure(job: dict[str, Any], result: dict[str, Any]) -> None:
         samples[f"b{b}_c{c}"] = flat
         configs.append({"batch_size": b, "concurrency": c, **doc})
         result["configs"] = configs
-    np.savez(job["samples_path"], **samples)
+    np.savez(job["samples_path"], allow_pickle=False, **samples)
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:

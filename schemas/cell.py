@@ -106,9 +106,13 @@ class OutputParity(Document):
     """Parity of one output against the baseline."""
 
     name: str = Field(description="Output name.")
-    max_abs: float | None = Field(description="Largest |a-b|; null if the output could not be compared.")
+    max_abs: float | None = Field(
+        description="Largest |a-b|; null if the output could not be compared."
+    )
     mean_abs: float | None = Field(description="Mean |a-b|; null if not comparable.")
-    max_rel: float | None = Field(description="Largest |a-b| / max(|a|, eps); null if not comparable.")
+    max_rel: float | None = Field(
+        description="Largest |a-b| / max(|a|, eps); null if not comparable."
+    )
     cosine_min: float | None = Field(
         description="Smallest per-sample cosine similarity; null if not comparable."
     )
@@ -117,7 +121,9 @@ class OutputParity(Document):
     )
     tolerance: OutputTolerance = Field(description="The tolerance applied.")
     passed: bool = Field(description="Whether every tolerance held.")
-    failures: list[str] = Field(default_factory=list, description="Which checks failed and by how much.")
+    failures: list[str] = Field(
+        default_factory=list, description="Which checks failed and by how much."
+    )
     min_passing: OutputTolerance = Field(
         description="The tightest tolerance that would have passed (the measured values)."
     )
@@ -156,7 +162,9 @@ class Cell(Document):
     measured_at: datetime = Field(description="When the artifact's subprocess finished (UTC).")
     settings_digest: str = Field(description="Digest of the class's runtime and provider settings.")
     runtime_version: str | None = Field(description="onnxruntime version that ran it.")
-    cold_init_ms: float | None = Field(description="Fresh process: session creation + first inference.")
+    cold_init_ms: float | None = Field(
+        description="Fresh process: session creation + first inference."
+    )
     warm_init_ms: float | None = Field(description="Second session in the same process.")
     peak_rss_mb: float | None = Field(description="Peak RSS of the subprocess (os.wait4).")
     placement: Placement | None = Field(description="Actual node placement; null if not loaded.")

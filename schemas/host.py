@@ -24,7 +24,9 @@ class EpDevice(Document):
 class RuntimeIdentity(Document):
     """The onnxruntime the host actually has, as probed in a subprocess."""
 
-    package: str | None = Field(description="Installed distribution (onnxruntime, onnxruntime-gpu, ...).")
+    package: str | None = Field(
+        description="Installed distribution (onnxruntime, onnxruntime-gpu, ...)."
+    )
     version: str = Field(description="onnxruntime.__version__.")
     build_info: str | None = Field(description="onnxruntime.get_build_info(), null if not offered.")
     available_providers: list[str] = Field(description="onnxruntime.get_available_providers().")

@@ -53,7 +53,8 @@ class ArtifactSpec(Document):
         description="Lineage: 'baseline' or the name of the artifact this one was derived from.",
     )
     how: str | None = Field(
-        default=None, description="Lineage: how it was derived, e.g. 'quantize_dynamic per-channel'."
+        default=None,
+        description="Lineage: how it was derived, e.g. 'quantize_dynamic per-channel'.",
     )
     uri: str | None = Field(
         default=None,
@@ -72,7 +73,9 @@ class ArtifactSpec(Document):
 class Artifacts(Document):
     """The baseline and its candidates."""
 
-    baseline: ArtifactSpec = Field(description="The approved artifact every class may fall back to.")
+    baseline: ArtifactSpec = Field(
+        description="The approved artifact every class may fall back to."
+    )
     candidates: list[ArtifactSpec] = Field(
         default_factory=list, description="Optimised artifacts to qualify against the baseline."
     )
@@ -94,7 +97,7 @@ class InputSpec(Document):
     shape: list[Annotated[int, Field(gt=0)]] = Field(
         min_length=1,
         description="Shape of one sample including the batch axis (the batch axis is replaced by "
-        "each batch size)."
+        "each batch size).",
     )
     dtype: Dtype = Field(default="float32", description="Element type.")
     source: Literal["recorded", "generated", "fixed"] = Field(
@@ -255,7 +258,9 @@ class MatchRules(Document):
 class RuntimeSpec(Document):
     """The runtime identity a class stands for."""
 
-    package: str = Field(default="onnxruntime", description="Distribution name, e.g. onnxruntime-gpu.")
+    package: str = Field(
+        default="onnxruntime", description="Distribution name, e.g. onnxruntime-gpu."
+    )
     version: str = Field(default="*", description="Version pattern, e.g. '1.31.*'.")
     build_info: str | None = Field(
         default=None, description="Substring the runtime's build info must contain."
@@ -293,8 +298,12 @@ class ProviderSpec(Document):
 class Budgets(Document):
     """Limits a candidate must meet on the class."""
 
-    p99_ms: float = Field(gt=0, description="p99 latency budget; the p99 upper bound must be <= it.")
-    peak_rss_mb: float | None = Field(default=None, gt=0, description="Peak resident memory budget.")
+    p99_ms: float = Field(
+        gt=0, description="p99 latency budget; the p99 upper bound must be <= it."
+    )
+    peak_rss_mb: float | None = Field(
+        default=None, gt=0, description="Peak resident memory budget."
+    )
     cold_init_ms: float | None = Field(
         default=None, gt=0, description="Cold init budget: session creation plus first inference."
     )
@@ -315,7 +324,9 @@ class HostClass(Document):
     key: HostClassKey = Field(description="The (hardware, runtime, provider) key.")
     match: MatchRules = Field(default_factory=MatchRules, description="Host match rules.")
     runtime: RuntimeSpec = Field(default_factory=RuntimeSpec, description="Runtime identity.")
-    provider: ProviderSpec = Field(default_factory=ProviderSpec, description="Providers and options.")
+    provider: ProviderSpec = Field(
+        default_factory=ProviderSpec, description="Providers and options."
+    )
     budgets: Budgets = Field(description="Budgets a candidate must meet.")
 
     def settings_digest(self) -> str:
@@ -336,9 +347,7 @@ class Project(Document):
         description="Parity tolerances per precision family; unset families use the defaults.",
     )
     policy: Policy = Field(default_factory=Policy, description="Fleet decision policy.")
-    host_classes: dict[str, HostClass] = Field(
-        min_length=1, description="Host classes by name."
-    )
+    host_classes: dict[str, HostClass] = Field(min_length=1, description="Host classes by name.")
 
     @model_validator(mode="after")
     def _unique_keys(self) -> Project:

@@ -52,11 +52,13 @@ def write_project(tmp: Path, candidates: list[str], timeout: float = 60) -> Path
     build("identity_mlp", models)
     for name in candidates:
         build(name, models)
-    cands = "\n".join(
-        f"    - {{path: models/{name}.onnx, precision: int8}}" for name in candidates
-    ) or "    []"
-    text = textwrap.dedent(
-        """\
+    cands = (
+        "\n".join(f"    - {{path: models/{name}.onnx, precision: int8}}" for name in candidates)
+        or "    []"
+    )
+    text = (
+        textwrap.dedent(
+            """\
         model: tiny
         artifacts:
           baseline: {path: models/identity_mlp.onnx}
@@ -70,7 +72,9 @@ def write_project(tmp: Path, candidates: list[str], timeout: float = 60) -> Path
           throughput_s: 0.2
           warmup: 10
         """
-    ) % cands
+        )
+        % cands
+    )
     import platform
 
     text += CLASSES % {"arch": platform.machine(), "timeout": timeout}
@@ -85,8 +89,15 @@ def faults_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
     tmp = tmp_path_factory.mktemp("faults")
     project = write_project(
         tmp,
-        ["identity_mlp_perturbed", "corrupt", "unknown_op", "future_opset", "memory_hog",
-         "hang", "classifier"],
+        [
+            "identity_mlp_perturbed",
+            "corrupt",
+            "unknown_op",
+            "future_opset",
+            "memory_hog",
+            "hang",
+            "classifier",
+        ],
         timeout=15,
     )
     loaded = load_project(project)
@@ -104,7 +115,7 @@ def faults_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
 
 @pytest.mark.slow
 def test_every_fault_becomes_an_error_cell_and_the_run_goes_on(faults_run) -> None:  # type: ignore[no-untyped-def]
-    tmp, outcome = faults_run
+    _, outcome = faults_run
     cells = {c.artifact_name: c for c in outcome.bundle.cells}
     assert cells["identity_mlp"].verdict == "pass", cells["identity_mlp"].reasons
     expected = {
@@ -173,7 +184,7 @@ def test_missing_gpu_provider_is_caught_as_fallback(tmp_path: Path) -> None:
 
 def test_host_outside_the_class_is_refused_unless_emulated(tmp_path: Path) -> None:
     loaded = load_project(write_project(tmp_path, []))
-    with pytest.raises(HostMismatchError, match="arch: host is .*, class needs aarch64"):
+    with pytest.raises(HostMismatchError, match=r"arch: host is .*, class needs aarch64"):
         qualify_run(loaded, "elsewhere", RunOptions(db_path=tmp_path / "m.duckdb"))
     assert not (tmp_path / "m.duckdb").exists()
     outcome = qualify_run(
@@ -214,7 +225,10 @@ def test_worker_refuses_bytes_that_do_not_match_the_digest(tmp_path: Path) -> No
         "mode": "check",
         "artifact_path": str(model),
         "expected_digest": "sha256:" + "0" * 64,
-        "provider": {"execution_providers": ["CPUExecutionProvider"], "expected": "CPUExecutionProvider"},
+        "provider": {
+            "execution_providers": ["CPUExecutionProvider"],
+            "expected": "CPUExecutionProvider",
+        },
         "inputs_path": str(tmp_path / "in.npz"),
         "inputs": {"x": {"source": "recorded"}},
     }
@@ -227,12 +241,26 @@ def test_worker_refuses_bytes_that_do_not_match_the_digest(tmp_path: Path) -> No
 def test_concurrent_runs_on_one_matrix_both_land(tmp_path: Path) -> None:
     project = write_project(tmp_path, [])
     db = tmp_path / "m.duckdb"
-    cmd = [sys.executable, "-m", "qualify", "run", "--host-class", "here-cpu",
-           "--project", str(project), "--db", str(db), "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "qualify",
+        "run",
+        "--host-class",
+        "here-cpu",
+        "--project",
+        str(project),
+        "--db",
+        str(db),
+        "--json",
+    ]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path) for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs, outs, strict=True):
+    for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err.decode()
     run_ids = {json.loads(out)["run_id"] for out, _ in outs}
     assert len(run_ids) == 2
