@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import ValidationError
 
 from manifest import envelope
+from manifest._batch import paused_gc
 from manifest.errors import BuildError, MalformedError
 from manifest.signing import sign_document
 from schemas.manifest import (
@@ -125,6 +126,28 @@ def build_manifest(
     if expires_s <= created_s:
         raise BuildError(f"expires: {expires_s} must be after created {created_s}")
 
+    with paused_gc():
+        entries = _entries(project, decisions, artifacts, previous)
+    return {
+        "type": envelope.MANIFEST_TYPE,
+        "format": envelope.FORMAT,
+        "release": release,
+        "version": version,
+        "created": created_s,
+        "expires": expires_s,
+        "model": project.model,
+        "snapshot": snapshot,
+        "policy": project.policy.model_dump(mode="json"),
+        "entries": entries,
+    }
+
+
+def _entries(
+    project: Project,
+    decisions: Sequence[ClassDecision],
+    artifacts: Mapping[str, ArtifactRef],
+    previous: Manifest | None,
+) -> dict[str, Any]:
     entries: dict[str, Any] = {}
     for d in decisions:
         cls = project.host_classes.get(d.host_class)
@@ -138,36 +161,34 @@ def build_manifest(
         if d.rollback_digest is not None:
             rollback = _artifact(d.rollback_digest, artifacts, previous, d.host_class, "rollback")
             rollback["proven_to_load"] = d.rollback_proven
-            rollback["runtime"] = d.rollback_runtime.model_dump(mode="json")
-            rollback["provider"] = d.rollback_provider.model_dump(mode="json")
+            # null: the same requirements as the entry's (most classes; keeps entries small)
+            rollback["runtime"] = (
+                None
+                if d.rollback_runtime == cls.runtime
+                else d.rollback_runtime.model_dump(mode="json", exclude_none=True)
+            )
+            rollback["provider"] = (
+                None
+                if d.rollback_provider == cls.provider
+                else d.rollback_provider.model_dump(mode="json", exclude_none=True)
+            )
         entries[d.host_class] = {
             "host_class": d.host_class,
             "key": cls.key.model_dump(mode="json"),
-            "match": cls.match.model_dump(mode="json"),
+            "match": cls.match.model_dump(mode="json", exclude_defaults=True),
             "decision": d.decision,
             "artifact": None
             if d.artifact_digest is None
             else _artifact(d.artifact_digest, artifacts, previous, d.host_class, d.decision),
-            "runtime": cls.runtime.model_dump(mode="json"),
-            "provider": cls.provider.model_dump(mode="json"),
+            "runtime": cls.runtime.model_dump(mode="json", exclude_none=True),
+            "provider": cls.provider.model_dump(mode="json", exclude_none=True),
             "rollback": rollback,
             "evidence": None if d.evidence is None else d.evidence.model_dump(mode="json"),
             "reasons": [r.model_dump(mode="json") for r in d.reasons],
             "summary": d.summary,
             "run_ids": list(d.run_ids),
         }
-    return {
-        "type": envelope.MANIFEST_TYPE,
-        "format": envelope.FORMAT,
-        "release": release,
-        "version": version,
-        "created": created_s,
-        "expires": expires_s,
-        "model": project.model,
-        "snapshot": snapshot,
-        "policy": project.policy.model_dump(mode="json"),
-        "entries": entries,
-    }
+    return entries
 
 
 def _signed_part(doc: Mapping[str, Any]) -> Mapping[str, Any]:

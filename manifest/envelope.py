@@ -28,12 +28,10 @@ Choices, fixed here for both sides:
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import re
 from collections.abc import Mapping
-from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from manifest.errors import (
     CanonicalError,
@@ -44,6 +42,9 @@ from manifest.errors import (
     RollbackError,
     SignatureError,
 )
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 __all__ = [
     "CLASS_TYPE",
@@ -83,20 +84,49 @@ _PEM_END = "-----END PUBLIC KEY-----"
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]")
 
 
-def _no_floats(value: Any, path: str) -> None:
+def _has_float(value: Any) -> bool:
+    """Whether a float or a non-string key hides anywhere in ``value`` (fast: no paths)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind in _PLAIN:
+            continue
+        if kind is dict or isinstance(item, dict):
+            for key in item:
+                if type(key) is not str:
+                    return True
+            stack.extend(item.values())
+        elif kind is list or kind is tuple or isinstance(item, list | tuple):
+            stack.extend(item)
+        elif isinstance(item, float):
+            return True
+    return False
+
+
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
+def _float_path(value: Any, path: str) -> CanonicalError | None:
+    """The error naming the first float or non-string key (slow: only after _has_float)."""
     if isinstance(value, float):
-        raise CanonicalError(
+        return CanonicalError(
             f"{path}: {value!r} is a float; canonical JSON here holds integers and strings only "
             "(render durations as integer microseconds, ratios as strings)"
         )
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise CanonicalError(f"{path}: key {key!r} is not a string")
-            _no_floats(item, f"{path}.{key}")
+                return CanonicalError(f"{path}: key {key!r} is not a string")
+            found = _float_path(item, f"{path}.{key}")
+            if found is not None:
+                return found
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
-            _no_floats(item, f"{path}[{i}]")
+            found = _float_path(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 def encode_canonical(value: Any) -> bytes:
@@ -111,7 +141,8 @@ def encode_canonical(value: Any) -> bytes:
     Raises:
         CanonicalError: the value holds a float or a non-string key (the message gives its path).
     """
-    _no_floats(value, "$")
+    if _has_float(value):
+        raise _float_path(value, "$") or CanonicalError("$: holds a float or a non-string key")
     try:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
@@ -125,6 +156,8 @@ def format_time(moment: datetime) -> str:
     Raises:
         ValueError: ``moment`` is naive (no time zone): a naive time is ambiguous.
     """
+    from datetime import UTC
+
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError(f"{moment!r} has no time zone; pass an aware datetime (UTC)")
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -136,6 +169,8 @@ def parse_time(text: str) -> datetime:
     Raises:
         ValueError: ``text`` is not ``YYYY-MM-DDTHH:MM:SSZ``.
     """
+    from datetime import UTC, datetime
+
     if not TIME_RE.match(text):
         raise ValueError(f"{text!r} is not a time of the form YYYY-MM-DDTHH:MM:SSZ")
     return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
@@ -143,7 +178,13 @@ def parse_time(text: str) -> datetime:
 
 def key_id(public_raw: bytes) -> str:
     """The key id of an Ed25519 public key: hex sha256 of its 32 raw bytes."""
-    return hashlib.sha256(public_raw).hexdigest()
+    # cryptography's SHA-256, not hashlib: resolve-artifact loads cryptography anyway, and
+    # hashlib's OpenSSL would cost a second library load at every service start.
+    from cryptography.hazmat.primitives import hashes
+
+    digest = hashes.Hash(hashes.SHA256())
+    digest.update(public_raw)
+    return digest.finalize().hex()
 
 
 def public_pem(public_raw: bytes) -> str:
@@ -233,8 +274,44 @@ def _fast_split(raw: bytes) -> tuple[Any, bytes] | None:
     return signatures, body[text_end + len(b',"signed":') : -1]
 
 
+def _peek(signed_bytes: bytes, name: str) -> dict[str, Any] | None:
+    """A manifest's signed part with only ``name``'s entry parsed, or None to parse it all.
+
+    Works on verified canonical bytes, whose layout is known: top-level keys sorted, so
+    ``"created"`` comes before ``"entries"`` and every other top-level key after it, and each
+    entry is an object whose first key is ``"artifact"``. Anything unexpected returns None and
+    the caller parses the whole document, so this is only ever a shortcut, never a different
+    answer: the entry found must also name itself ``name``.
+    """
+    start = signed_bytes.find(b',"entries":{')
+    tail = signed_bytes.rfind(b'},"expires":"')
+    if start < 0 or tail < start:
+        return None
+    key = json.dumps(name, ensure_ascii=False).encode("utf-8")
+    pos = signed_bytes.find(key + b':{"artifact":', start, tail)
+    if pos < 0 or signed_bytes[pos - 1 : pos] not in (b"{", b","):
+        return None
+    try:
+        head = json.loads(signed_bytes[:start] + b"}")
+        rest = json.loads(b"{" + signed_bytes[tail + 2 :])
+        text = signed_bytes[pos + len(key) + 1 : tail + 1].decode("utf-8")
+        entry, _ = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return None
+    if not (isinstance(head, dict) and isinstance(rest, dict) and isinstance(entry, dict)):
+        return None
+    if entry.get("host_class") != name:
+        return None
+    return {**head, **rest, "entries": {name: entry}}
+
+
 def check_envelope(
-    raw: bytes, public_raw: bytes, *, source: str = "manifest", max_bytes: int = MAX_BYTES
+    raw: bytes,
+    public_raw: bytes,
+    *,
+    source: str = "manifest",
+    max_bytes: int = MAX_BYTES,
+    only_class: str | None = None,
 ) -> dict[str, Any]:
     """Check a document's size, shape and signature; return its ``signed`` part.
 
@@ -243,6 +320,9 @@ def check_envelope(
         public_raw: the trusted Ed25519 public key, 32 raw bytes.
         source: where the bytes came from, for messages (a path).
         max_bytes: the largest document accepted.
+        only_class: for a whole manifest laid out canonically, parse only this class's entry
+            (the signature still covers every byte); ``entries`` then holds that entry alone,
+            or every entry when the shortcut does not apply.
 
     Returns:
         The ``signed`` object, parsed.
@@ -256,14 +336,11 @@ def check_envelope(
             f"{source}: larger than the {max_bytes}-byte limit; refusing to parse it "
             "(raise --max-bytes if the fleet really is that large, or use per-class documents)"
         )
+    signed: Any = None
     split = _fast_split(raw)
     if split is not None:
         signatures, signed_bytes = split
-        try:
-            signed = json.loads(signed_bytes)
-        except ValueError:
-            split = None
-    if split is None:
+    else:
         try:
             doc = json.loads(raw)
         except ValueError as exc:
@@ -279,8 +356,6 @@ def check_envelope(
             signed_bytes = encode_canonical(signed)
         except CanonicalError as exc:
             raise MalformedError(f"{source}: {exc}") from exc
-    if not isinstance(signed, dict):
-        raise MalformedError(f"{source}: 'signed' is not an object")
     if not isinstance(signatures, list) or not all(
         isinstance(s, dict) and isinstance(s.get("keyid"), str) and isinstance(s.get("sig"), str)
         for s in signatures
@@ -294,17 +369,29 @@ def check_envelope(
             f"{source}: no signature by the trusted key {trusted[:16]} (signed by: {found}); "
             "check --pubkey is the key the manifest was signed with"
         )
-    for sig in mine:
+    if not any(_hex_verifies(public_raw, sig["sig"], signed_bytes) for sig in mine):
+        raise SignatureError(
+            f"{source}: the signature by key {trusted[:16]} does not match the signed content "
+            "(the file was changed after signing)"
+        )
+    if signed is None and only_class is not None:
+        signed = _peek(signed_bytes, only_class)
+    if signed is None:
         try:
-            sig_bytes = bytes.fromhex(sig["sig"])
-        except ValueError:
-            continue
-        if verify_signature(public_raw, sig_bytes, signed_bytes):
-            return signed
-    raise SignatureError(
-        f"{source}: the signature by key {trusted[:16]} does not match the signed content "
-        "(the file was changed after signing)"
-    )
+            signed = json.loads(signed_bytes)
+        except ValueError as exc:
+            raise MalformedError(f"{source}: the signed part is not JSON ({exc})") from exc
+    if not isinstance(signed, dict):
+        raise MalformedError(f"{source}: 'signed' is not an object")
+    return signed
+
+
+def _hex_verifies(public_raw: bytes, sig_hex: str, data: bytes) -> bool:
+    try:
+        sig = bytes.fromhex(sig_hex)
+    except ValueError:
+        return False
+    return verify_signature(public_raw, sig, data)
 
 
 def check_signed(

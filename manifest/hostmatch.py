@@ -10,25 +10,36 @@ manifest entry), never pydantic models: this module must stay importable without
 from __future__ import annotations
 
 import os
-import platform
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["HostFacts", "flag_spellings", "match_failures", "read_host_facts"]
 
 
-@dataclass(frozen=True)
-class HostFacts:
-    """What the match rules look at."""
+class HostFacts(NamedTuple):
+    """What the match rules look at. Immutable.
+
+    A NamedTuple rather than a dataclass: ``resolve-artifact`` imports this module when it
+    detects a host's class, and ``dataclasses`` pulls in ``inspect``, which costs more than the
+    rest of the lookup.
+    """
 
     arch: str
     cpu_model: str | None
     cpu_flags: frozenset[str]
     cores: int
     memory_mb: int | None
-    providers: frozenset[str] = field(default_factory=frozenset)
+    providers: frozenset[str] = frozenset()
+
+
+def _machine() -> str:
+    """``platform.machine()`` without importing ``platform`` where ``os.uname`` exists."""
+    if hasattr(os, "uname"):
+        return os.uname().machine
+    import platform
+
+    return platform.machine()
 
 
 def _parse_cpuinfo(text: str) -> tuple[str | None, set[str]]:
@@ -79,7 +90,7 @@ def read_host_facts(proc: Path = Path("/proc"), providers: Iterable[str] = ()) -
     """
     model, flags = _parse_cpuinfo(_read(proc / "cpuinfo"))
     return HostFacts(
-        arch=platform.machine(),
+        arch=_machine(),
         cpu_model=model,
         cpu_flags=frozenset(flags),
         cores=len(os.sched_getaffinity(0))

@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from manifest._batch import paused_gc
 from manifest.envelope import format_time
 from manifest.errors import PolicyError
 from manifest.gates import judge
@@ -244,7 +245,8 @@ def _rollback(
         runtime, provider = entry.runtime, entry.provider
     elif entry is not None and entry.rollback is not None:
         digest, label = entry.rollback.digest, entry.rollback.name
-        runtime, provider = entry.rollback.runtime, entry.rollback.provider
+        runtime = entry.rollback.runtime or entry.runtime
+        provider = entry.rollback.provider or entry.provider
     if digest is None:
         return _RollbackState(None, None, runtime, provider, False, None)
 
@@ -291,7 +293,6 @@ def _evidence(cell: Cell, cls: HostClass, emulated: bool) -> Evidence:
     if cell.parity is not None:
         parity = ParitySummary(
             passed=cell.parity.passed,
-            reference_digest=cell.parity.reference_digest,
             samples=cell.parity.samples,
             outputs={
                 o.name: OutputParitySummary(
@@ -365,6 +366,16 @@ def _candidate_reasons(
         if reason.code == "expected_provider_missing" and cell.placement is None:
             reason = Reason(code="placement_missing", message=reason.message)
         found.append(reason)
+    if cell.placement is not None and cell.placement.total_nodes == 0:
+        # gates.judge flags "expected provider ran nothing" only when some node ran elsewhere;
+        # an empty placement is no evidence that the expected provider executed at all.
+        found.append(
+            Reason(
+                code="expected_provider_missing",
+                message=f"the placement records no node at all, so {cls.provider.expected} "
+                "was not shown to execute",
+            )
+        )
     found.extend(_missing_measurements(cell, cls))
     if rollback.reason is not None:
         found.append(rollback.reason)
@@ -464,7 +475,9 @@ def _decide_class(
     )
     if base is not None:
         looked.add(base.cell.run_id)
-    base_evidence = _evidence(base.cell, cls, _emulated(base.cell, runs)) if base else None
+
+    def base_evidence() -> Evidence | None:
+        return _evidence(base.cell, cls, _emulated(base.cell, runs)) if base else None
 
     passing: list[Cell] = []
     if not project.artifacts.candidates:
@@ -530,7 +543,7 @@ def _decide_class(
         return decision(
             "hold",
             (None, None),
-            base_evidence,
+            base_evidence(),
             f"{name} is held: {why}, and the baseline {baseline_label} itself could "
             "not run on this class.",
         )
@@ -556,7 +569,7 @@ def _decide_class(
     return decision(
         "baseline",
         (baseline_digest, baseline_label),
-        base_evidence,
+        base_evidence(),
         f"{name} gets the baseline {baseline_label}: {why}.",
     )
 
@@ -599,6 +612,19 @@ def decide(
     for run in runs.values():
         runs_by_key.setdefault(run.key.as_tuple(), []).append(run)
     overrides = current_settings or {}
+    with paused_gc():
+        return _decide_all(project, by_key, runs_by_key, runs, known, previous, overrides)
+
+
+def _decide_all(
+    project: Project,
+    by_key: Mapping[_Key, list[Cell]],
+    runs_by_key: Mapping[_Key, list[RunRecord]],
+    runs: Mapping[str, RunRecord],
+    known: Mapping[str, str],
+    previous: Manifest | None,
+    overrides: Mapping[str, str],
+) -> list[ClassDecision]:
     return [
         _decide_class(
             name,

@@ -48,7 +48,6 @@ works; providers linked into the core library (CoreML, XNNPACK, Azure) are not s
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -261,7 +260,9 @@ def _accept(
     max_bytes: int,
     source: str,
 ) -> dict[str, Any]:
-    signed = envelope.check_envelope(raw, public_raw, source=source, max_bytes=max_bytes)
+    signed = envelope.check_envelope(
+        raw, public_raw, source=source, max_bytes=max_bytes, only_class=host_class
+    )
     envelope.check_signed(
         signed, now=now, min_version=min_version, expected_class=host_class, source=source
     )
@@ -359,7 +360,9 @@ def _answer(
     reasons.append({"code": "runtime_incompatible", "message": f"{artifact.get('name')}: {why}"})
     if isinstance(rollback, dict):
         rb_failures = requirement_failures(
-            host, rollback.get("runtime") or {}, rollback.get("provider") or {}
+            host,
+            rollback.get("runtime") or entry.get("runtime") or {},
+            rollback.get("provider") or entry.get("provider") or {},
         )
         if not rb_failures:
             messages.append(
@@ -430,7 +433,7 @@ def resolve(
             failure = exc
     if signed is None:
         why = read_error if failure is None else str(failure)
-        code = "unreadable" if failure is None else failure.code
+        check = "unreadable" if failure is None else failure.code
         messages.append(f"refused {source}: {why}")
         if last_known_good is None:
             messages.append("no last-known-good manifest to fall back to; failing closed")
@@ -450,7 +453,7 @@ def resolve(
             messages.append(f"the last-known-good manifest is unusable too: {exc}; failing closed")
             return Outcome(EXIT_VERIFY, None, messages, None, None)
         messages.append(f"using the last-known-good manifest, version {signed['version']}")
-        notes.append({"code": "last_known_good", "message": f"{code}: {why}"})
+        notes.append({"code": "last_known_good", "message": f"{check}: {why}"})
     try:
         name, entry = _find_class(signed, host_class, facts)
         code, answer, more = _answer(signed, name, entry, host, notes)
@@ -472,32 +475,31 @@ def _atomic_write(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def _load_state(state_dir: Path) -> tuple[int, str | None, bytes | None]:
-    version, digest = 0, None
+def _load_state(state_dir: Path) -> tuple[int, bytes | None]:
     try:
-        state = json.loads((state_dir / STATE_FILE).read_bytes())
-        version, digest = int(state["version"]), state.get("sha256")
+        version = int(json.loads((state_dir / STATE_FILE).read_bytes())["version"])
     except (OSError, ValueError, KeyError, TypeError):
-        pass
+        version = 0  # no state yet (or unreadable): no version floor
     try:
         lkg: bytes | None = (state_dir / LKG_FILE).read_bytes()
     except OSError:
         lkg = None
-    return version, digest, lkg
+    return version, lkg
 
 
-def _save_state(state_dir: Path, raw: bytes, version: int, old: tuple[int, str | None]) -> None:
-    digest = hashlib.sha256(raw).hexdigest()
-    if old == (version, digest) and (state_dir / LKG_FILE).exists():
-        return
+def _save_state(
+    state_dir: Path, raw: bytes, version: int, old_version: int, old_lkg: bytes | None
+) -> None:
+    if old_version == version and old_lkg == raw:
+        return  # the usual service start: nothing new, nothing written
     state_dir.mkdir(parents=True, exist_ok=True)
     _atomic_write(state_dir / LKG_FILE, raw)
-    _atomic_write(
-        state_dir / STATE_FILE, json.dumps({"version": version, "sha256": digest}).encode()
-    )
+    _atomic_write(state_dir / STATE_FILE, json.dumps({"version": version}).encode())
 
 
 def _file_digest(path: Path) -> str:
+    import hashlib
+
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         while chunk := fh.read(1 << 20):
@@ -593,7 +595,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
 
     state_dir: Path | None = args.state_dir
-    version, digest, lkg = _load_state(state_dir) if state_dir else (0, None, None)
+    version, lkg = _load_state(state_dir) if state_dir else (0, None)
     raw: bytes | None = None
     read_error = None
     try:
@@ -621,7 +623,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if state_dir is not None and outcome.accepted is not None and outcome.accepted_version:
         try:
-            _save_state(state_dir, outcome.accepted, outcome.accepted_version, (version, digest))
+            _save_state(state_dir, outcome.accepted, outcome.accepted_version, version, lkg)
         except OSError as exc:
             say(f"warning: cannot keep the last-known-good in {state_dir} ({exc.strerror})")
     for message in outcome.messages:

@@ -107,7 +107,7 @@ def run_worker(
         The outcome; never raises for anything the child did.
     """
     workdir.mkdir(parents=True, exist_ok=True)
-    job = dict(job, result_path=str(workdir / "result.json"))
+    job = dict(job, result_path=str(workdir / "result.json"), parent_pid=os.getpid())
     job_path = workdir / "job.json"
     job_path.write_text(json.dumps(job), encoding="utf-8")
     out_path, err_path = workdir / "stdout.txt", workdir / "stderr.txt"

@@ -38,6 +38,23 @@ def classify_exception(exc: BaseException, stage: str) -> str:
     return "load_failed" if stage == "load" else "run_failed"
 
 
+def _die_with_parent(parent_pid: int | None) -> None:
+    """Ask Linux to SIGKILL this child when the parent dies (a killed ``qualify run`` must not
+    leave a hung model spinning); exit at once if the parent is already gone."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(3)
+
+
 def _set_memory_limit(limit_mb: int | None) -> None:
     if not limit_mb:
         return
@@ -404,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m qualify.worker JOB.json | --probe", file=sys.stderr)
         return 2
     job = json.loads(Path(args[0]).read_text(encoding="utf-8"))
+    _die_with_parent(job.get("parent_pid"))
     _set_memory_limit(job.get("memory_limit_mb"))
     result: dict[str, Any] = {"pid": os.getpid()}
     try:

@@ -109,10 +109,10 @@ class OutputParitySummary(Document):
 
 
 class ParitySummary(Document):
-    """Parity of a candidate against the baseline, summarised for the manifest."""
+    """Parity of a candidate against the baseline, summarised for the manifest (the policy has
+    checked it was measured against this release's baseline)."""
 
     passed: bool = Field(description="Whether every output passed.")
-    reference_digest: Digest = Field(description="The baseline compared against.")
     samples: int = Field(description="Input rows compared.")
     outputs: dict[str, OutputParitySummary] = Field(description="Per output, by name.")
 
@@ -193,8 +193,12 @@ class Rollback(ManifestArtifact):
     proven_to_load: bool = Field(
         description="Whether a current run showed it loads under the class's current runtime."
     )
-    runtime: RuntimeSpec = Field(description="Runtime it was approved under.")
-    provider: ProviderSpec = Field(description="Provider settings it was approved under.")
+    runtime: RuntimeSpec | None = Field(
+        description="Runtime it was approved under; null: the same as the entry's."
+    )
+    provider: ProviderSpec | None = Field(
+        description="Provider settings it was approved under; null: the same as the entry's."
+    )
 
 
 class ManifestEntry(Document):
@@ -202,7 +206,9 @@ class ManifestEntry(Document):
 
     host_class: str = Field(description="Host class name (equal to its key in 'entries').")
     key: HostClassKey = Field(description="(hardware, runtime, provider).")
-    match: MatchRules = Field(description="Rules a host must satisfy to be of this class.")
+    match: MatchRules = Field(
+        description="Rules a host must satisfy to be of this class; unset rules are left out."
+    )
     decision: Decision = Field(description="candidate, baseline or hold.")
     artifact: ManifestArtifact | None = Field(description="What the class runs; null on hold.")
     runtime: RuntimeSpec = Field(description="Runtime a host needs to run 'artifact'.")

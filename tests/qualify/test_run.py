@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -24,63 +23,9 @@ from qualify.errors import HostMismatchError, ProjectError
 from qualify.project import load_project
 from qualify.run import RunOptions, qualify_run
 from tests.models import build
+from tests.qualify.projects import write_project
 
 ROOT = Path(__file__).resolve().parents[2]
-
-CLASSES = """
-host_classes:
-  here-cpu:
-    key: {hardware: here, runtime: ort-any, provider: cpu}
-    match: {arch: %(arch)s}
-    provider: {execution_providers: [CPUExecutionProvider], intra_op_threads: 1}
-    budgets: {p99_ms: 50, timeout_s: %(timeout)s, memory_limit_mb: 3072, peak_rss_mb: 1024}
-  lost-gpu:
-    key: {hardware: here, runtime: ort-any, provider: cuda}
-    provider:
-      execution_providers: [CUDAExecutionProvider, CPUExecutionProvider]
-      expected: CUDAExecutionProvider
-    budgets: {p99_ms: 50, timeout_s: %(timeout)s}
-  elsewhere:
-    key: {hardware: arm, runtime: ort-any, provider: cpu}
-    match: {arch: aarch64, cpu_flags: [asimddp]}
-    budgets: {p99_ms: 50}
-"""
-
-
-def write_project(tmp: Path, candidates: list[str], timeout: float = 60) -> Path:
-    models = tmp / "models"
-    build("identity_mlp", models)
-    for name in candidates:
-        build(name, models)
-    cands = (
-        "\n".join(f"    - {{path: models/{name}.onnx, precision: int8}}" for name in candidates)
-        or "    []"
-    )
-    text = (
-        textwrap.dedent(
-            """\
-        model: tiny
-        artifacts:
-          baseline: {path: models/identity_mlp.onnx}
-          candidates:
-        %s
-        workload:
-          inputs: {x: {shape: [1, 16], source: generated, seed: 7}}
-          concurrency: [1, 2]
-          parity_samples: 32
-          time_cap_s: 3
-          throughput_s: 0.2
-          warmup: 10
-        """
-        )
-        % cands
-    )
-    import platform
-
-    text += CLASSES % {"arch": platform.machine(), "timeout": timeout}
-    path = tmp / "qualify.yaml"
-    path.write_text(text)
-    return path
 
 
 @pytest.fixture(scope="module")

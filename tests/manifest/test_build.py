@@ -1,0 +1,192 @@
+"""Building, writing, reading and diffing manifests."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from manifest import envelope
+from manifest.build import (
+    build_manifest,
+    diff_manifests,
+    load_manifest,
+    next_version,
+    per_class_documents,
+    render_changes,
+    render_manifest,
+    write_manifest,
+    write_per_class,
+)
+from manifest.errors import BuildError, MalformedError
+from manifest.signing import verify
+from schemas import manifest as schema
+from schemas.manifest import ClassDocument, Manifest
+from tests.manifest.factories import (
+    CLOCK,
+    Fleet,
+    artifact_refs,
+    class_spec,
+    fixed_key,
+    make_project,
+    scenario,
+    signed_manifest,
+)
+
+
+def test_envelope_and_schema_agree_on_format_and_types() -> None:
+    assert envelope.FORMAT == schema.MANIFEST_FORMAT
+    assert envelope.MANIFEST_TYPE == schema.MANIFEST_TYPE
+    assert envelope.CLASS_TYPE == schema.CLASS_DOCUMENT_TYPE
+
+
+def test_manifest_validates_against_its_published_json_schema() -> None:
+    doc = signed_manifest(scenario(), fixed_key())
+    jsonschema.validate(doc, Manifest.model_json_schema())
+    one = ClassDocument.model_json_schema()
+    for signed in per_class_documents(doc).values():
+        jsonschema.validate({"signed": signed, "signatures": doc["signatures"]}, one)
+
+
+def test_every_reason_code_used_is_documented() -> None:
+    from schemas.cell import REASON_CODES
+
+    doc = signed_manifest(scenario(), fixed_key())
+    used = {r["code"] for e in doc["signed"]["entries"].values() for r in e["reasons"]}
+    assert used <= set(schema.DECISION_REASON_CODES) | set(REASON_CODES)
+
+
+def test_entry_carries_what_resolve_needs() -> None:
+    doc = signed_manifest(scenario(), fixed_key())
+    entry = doc["signed"]["entries"]["x86-vnni"]
+    assert entry["match"]["cpu_flags"] == ["avx512_vnni"]
+    assert entry["runtime"]["version"] == "1.32.*"
+    assert entry["provider"]["expected"] == "CPUExecutionProvider"
+    assert entry["artifact"]["uri"].endswith("rec-int8.onnx")
+    assert entry["rollback"]["proven_to_load"] is True
+    assert entry["evidence"]["p99_upper_us"] == 42000
+    assert entry["evidence"]["parity"]["outputs"]["y"]["cosine_min"] == "9.990000e-01"
+
+
+def test_version_must_be_above_the_previous_manifest() -> None:
+    fleet = scenario()
+    first = Manifest.model_validate(signed_manifest(fleet, fixed_key(), version=4))
+    assert next_version(first) == 5
+    assert next_version(None) == 1
+    with pytest.raises(BuildError, match="4 must be > 4"):
+        signed_manifest(fleet, fixed_key(), version=4, previous=first)
+    with pytest.raises(BuildError, match="3 must be > 4"):
+        signed_manifest(fleet, fixed_key(), version=3, previous=first)
+
+
+def test_expiry_must_follow_creation() -> None:
+    with pytest.raises(BuildError, match="must be after created"):
+        signed_manifest(scenario(), fixed_key(), expires=CLOCK)
+
+
+def test_artifact_without_a_location_names_the_digest_and_the_fix() -> None:
+    fleet = scenario()
+    refs = artifact_refs(fleet.project)
+    refs.pop(next(iter(refs)))
+    with pytest.raises(BuildError, match="has no location; add it to 'artifacts'"):
+        build_manifest(
+            fleet.project,
+            list(fleet.decide().values()),
+            release="r",
+            version=1,
+            created=CLOCK,
+            expires=CLOCK + timedelta(days=1),
+            snapshot="s",
+            artifacts=refs,
+        )
+
+
+def test_write_manifest_is_atomic_and_canonical(tmp_path: Path) -> None:
+    doc = signed_manifest(scenario(), fixed_key())
+    path = tmp_path / "manifest.json"
+    path.write_text("old")
+    write_manifest(doc, path)
+    assert path.read_bytes() == envelope.encode_canonical(doc)
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+    with pytest.raises(BuildError, match="no such directory"):
+        write_manifest(doc, tmp_path / "nowhere" / "m.json")
+
+
+def test_per_class_documents_are_signed_named_and_retired(tmp_path: Path) -> None:
+    key = fixed_key()
+    doc = signed_manifest(scenario(), key)
+    written = write_per_class(doc, key, tmp_path / "classes")
+    assert sorted(p.name for p in (tmp_path / "classes").iterdir()) == sorted(
+        f"{n}.json" for n in doc["signed"]["entries"]
+    )
+    one = json.loads(written["gpu-a10"].read_bytes())
+    verify(one, key.public_key())
+    assert one["signed"]["host_class"] == "gpu-a10"
+    assert one["signed"]["entry"] == doc["signed"]["entries"]["gpu-a10"]
+    assert one["signed"]["version"] == doc["signed"]["version"]
+
+    smaller = Fleet(make_project({"x86-vnni": class_spec(1)}))
+    smaller.qualify("x86-vnni")
+    write_per_class(signed_manifest(smaller, key, version=2), key, tmp_path / "classes")
+    assert [p.name for p in (tmp_path / "classes").iterdir()] == ["x86-vnni.json"]
+
+
+def test_load_manifest_names_the_bad_field(tmp_path: Path) -> None:
+    doc = signed_manifest(scenario(), fixed_key())
+    doc["signed"]["version"] = 0
+    path = tmp_path / "m.json"
+    path.write_bytes(envelope.encode_canonical(doc))
+    with pytest.raises(MalformedError, match=r"signed\.version"):
+        load_manifest(path)
+    with pytest.raises(MalformedError, match="cannot read"):
+        load_manifest(tmp_path / "missing.json")
+
+
+def test_diff_says_which_class_changes_from_what_to_what_and_why() -> None:
+    key = fixed_key()
+    fleet = scenario()
+    a = Manifest.model_validate(signed_manifest(fleet, key, version=1))
+    fleet.qualify("gpu-a10")  # the CUDA fallback is fixed
+    fleet.qualify("arm-new")  # first evidence for the new class
+    b = Manifest.model_validate(signed_manifest(fleet, key, version=2, previous=a))
+    changes = {c.host_class: c for c in diff_manifests(a, b)}
+    assert set(changes) == {"gpu-a10", "arm-new", "x86-vnni"}
+    gpu = changes["gpu-a10"]
+    assert (gpu.change, gpu.before and gpu.before.decision, gpu.after and gpu.after.decision) == (
+        "changed",
+        "baseline",
+        "candidate",
+    )
+    assert "gpu-a10: baseline rec-fp32 -> candidate rec-int8." in gpu.summary
+    assert changes["arm-new"].summary.startswith("arm-new: hold -> candidate rec-int8.")
+    # x86 keeps its candidate; only its rollback moved to the artifact approved in 'a'.
+    assert changes["x86-vnni"].fields == ["rollback"]
+    text = render_changes(list(changes.values()), a, b)
+    assert "(version 1) -> 2025.06 (version 2): 3 class(es) change." in text
+    assert "reasons: candidate_passed" in text
+
+
+def test_diff_of_a_manifest_with_itself_is_empty() -> None:
+    a = Manifest.model_validate(signed_manifest(scenario(), fixed_key()))
+    assert diff_manifests(a, a) == []
+    assert render_changes([], a, a).endswith("no class changes.\n")
+
+
+def test_diff_reports_added_and_removed_classes() -> None:
+    key = fixed_key()
+    one = Fleet(make_project({"a": class_spec(1)}))
+    two = Fleet(make_project({"b": class_spec(2)}))
+    a = Manifest.model_validate(signed_manifest(one, key))
+    b = Manifest.model_validate(signed_manifest(two, key, version=2))
+    kinds = {c.host_class: c.change for c in diff_manifests(a, b)}
+    assert kinds == {"a": "removed", "b": "added"}
+
+
+def test_show_lists_every_class_with_its_decision() -> None:
+    text = render_manifest(Manifest.model_validate(signed_manifest(scenario(), fixed_key())))
+    assert "ocr-rec release 2025.06, version 1" in text
+    assert "  gpu-a10: baseline rec-fp32; rollback rec-fp32" in text
+    assert "  arm-new: hold; rollback rec-fp32 (not proven to load)" in text

@@ -1,0 +1,344 @@
+"""The decision rule, one gate per test, on a scripted in-memory fleet."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+
+import pytest
+
+from manifest import policy
+from manifest.build import build_manifest
+from manifest.errors import PolicyError
+from schemas.manifest import ClassDecision, Manifest
+from tests.manifest.factories import (
+    BASELINE,
+    CLOCK,
+    Fleet,
+    artifact_refs,
+    class_spec,
+    digest_of,
+    make_project,
+)
+
+
+def one_class(**spec: object) -> Fleet:
+    return Fleet(make_project({"arm": class_spec(1, **spec)}))  # type: ignore[arg-type]
+
+
+def codes(fleet: Fleet, name: str = "arm") -> set[str]:
+    return {r.code for r in fleet.decide()[name].reasons}
+
+
+def test_class_that_passes_every_gate_gets_the_candidate() -> None:
+    fleet = one_class()
+    run = fleet.qualify("arm")
+    d = fleet.decide()["arm"]
+    assert (d.decision, d.artifact_name, d.artifact_digest) == (
+        "candidate",
+        "rec-int8",
+        digest_of("rec-int8"),
+    )
+    assert d.reasons[0].code == "candidate_passed"
+    assert d.run_ids == [run]
+    assert d.evidence is not None and d.evidence.p99_upper_us == 42000
+    assert "arm gets candidate rec-int8" in d.summary
+
+
+def test_class_that_falls_back_to_cpu_gets_baseline() -> None:
+    fleet = one_class(expected="CUDAExecutionProvider")
+    fleet.qualify("arm", fallback_nodes=3)
+    d = fleet.decide()["arm"]
+    assert (d.decision, d.artifact_name) == ("baseline", BASELINE)
+    assert "provider_fallback" in {r.code for r in d.reasons}
+
+
+def test_fallback_within_the_allowance_still_qualifies() -> None:
+    fleet = one_class(expected="CUDAExecutionProvider", fallback_allowance=3)
+    fleet.qualify("arm", fallback_nodes=3)
+    assert fleet.decide()["arm"].decision == "candidate"
+
+
+def test_class_whose_expected_provider_ran_no_node_gets_baseline() -> None:
+    fleet = one_class(expected="CUDAExecutionProvider", fallback_allowance=100)
+    fleet.qualify("arm", fallback_nodes=10, expected_nodes=0)
+    assert fleet.decide()["arm"].decision == "baseline"
+    assert "expected_provider_missing" in codes(fleet)
+
+
+def test_class_whose_p99_upper_bound_exceeds_the_budget_gets_baseline() -> None:
+    fleet = one_class(p99_ms=80.0)
+    fleet.qualify("arm", p99_ms=85.0, p99_upper_ms=90.0, p99_lower_ms=82.0)
+    assert fleet.decide()["arm"].decision == "baseline"
+    assert "p99_over_budget" in codes(fleet)
+
+
+def test_insufficient_p99_evidence_is_not_a_pass() -> None:
+    fleet = one_class(p99_ms=80.0)
+    fleet.qualify("arm", p99_ms=70.0, p99_upper_ms=None, p99_lower_ms=None)
+    assert fleet.decide()["arm"].decision == "baseline"
+    assert "p99_insufficient" in codes(fleet)
+
+
+def test_budget_tightened_after_the_run_is_honoured() -> None:
+    fleet = one_class(p99_ms=80.0)
+    fleet.qualify("arm", p99_upper_ms=42.0)  # the runner said pass under 80 ms
+    tighter = make_project({"arm": class_spec(1, p99_ms=41.0)})
+    fleet.project = tighter
+    assert fleet.decide()["arm"].decision == "baseline"
+    assert "p99_insufficient" in codes(fleet)
+
+
+def test_class_whose_candidate_breaks_parity_gets_baseline() -> None:
+    fleet = one_class()
+    fleet.qualify("arm", parity_passed=False, verdict="fail")
+    assert fleet.decide()["arm"].decision == "baseline"
+    assert {"parity_failed", "verdict_not_pass"} <= codes(fleet)
+
+
+def test_parity_measured_against_another_baseline_is_not_evidence() -> None:
+    fleet = one_class()
+    fleet.qualify("arm", parity_reference=digest_of("some-other-fp32"))
+    assert fleet.decide()["arm"].decision == "baseline"
+    assert "parity_reference_mismatch" in codes(fleet)
+
+
+def test_parity_that_fails_the_current_tolerance_gets_baseline() -> None:
+    fleet = one_class()
+    fleet.qualify("arm", cosine_min=0.95)  # int8 default tolerance needs >= 0.99
+    assert fleet.decide()["arm"].decision == "baseline"
+    assert "parity_failed" in codes(fleet)
+
+
+def test_class_whose_candidate_uses_too_much_memory_gets_baseline() -> None:
+    fleet = one_class(peak_rss_mb=512.0)
+    fleet.qualify("arm", peak_rss_mb=600.0)
+    assert fleet.decide()["arm"].decision == "baseline"
+    assert "peak_rss_over_budget" in codes(fleet)
+
+
+def test_unmeasured_memory_under_a_budget_is_not_a_pass() -> None:
+    fleet = one_class(peak_rss_mb=512.0)
+    fleet.qualify("arm", peak_rss_mb=None)
+    assert fleet.decide()["arm"].decision == "baseline"
+    assert "peak_rss_missing" in codes(fleet)
+
+
+def test_class_whose_candidate_starts_too_slowly_gets_baseline() -> None:
+    fleet = one_class(cold_init_ms=1500.0)
+    fleet.qualify("arm", cold_init_ms=2000.0)
+    assert fleet.decide()["arm"].decision == "baseline"
+    assert "cold_init_over_budget" in codes(fleet)
+
+
+def test_class_without_memory_or_init_budget_does_not_check_them() -> None:
+    fleet = one_class(peak_rss_mb=None, cold_init_ms=None)
+    fleet.qualify("arm", peak_rss_mb=None, cold_init_ms=None)
+    assert fleet.decide()["arm"].decision == "candidate"
+
+
+def test_rollback_that_does_not_load_blocks_the_candidate() -> None:
+    fleet = one_class()
+    fleet.qualify("arm", rollback_loaded=False, rollback_digest=digest_of("old-int8"))
+    previous = _previous_pointing_at(fleet, "old-int8")
+    d = fleet.decide(previous=previous)["arm"]
+    assert d.decision == "baseline"
+    assert d.rollback_digest == digest_of("old-int8")
+    assert d.rollback_proven is False
+    assert "rollback_failed" in {r.code for r in d.reasons}
+
+
+def test_rollback_never_checked_blocks_the_candidate() -> None:
+    fleet = one_class()
+    fleet.qualify("arm", rollback_loaded=None, rollback_digest=digest_of("old-int8"))
+    previous = _previous_pointing_at(fleet, "old-int8")
+    d = fleet.decide(previous=previous)["arm"]
+    assert d.decision == "baseline"
+    assert "rollback_unchecked" in {r.code for r in d.reasons}
+
+
+def test_stale_cell_gets_baseline_after_settings_change() -> None:
+    fleet = one_class(version="1.31.*")
+    fleet.qualify("arm")
+    fleet.project = make_project({"arm": class_spec(1, version="1.32.*")})
+    fleet.qualify("arm", candidate=None)  # the baseline re-ran under the new settings
+    d = fleet.decide()["arm"]
+    assert d.decision == "baseline"
+    assert "stale" in {r.code for r in d.reasons}
+
+
+def test_stale_evidence_only_falls_to_the_unknown_class_policy() -> None:
+    fleet = one_class(version="1.31.*")
+    fleet.qualify("arm")
+    fleet.project = make_project({"arm": class_spec(1, version="1.32.*")}, unknown_class="hold")
+    d = fleet.decide()["arm"]
+    assert d.decision == "hold"
+    assert {"stale", "baseline_unmeasured"} <= {r.code for r in d.reasons}
+
+
+def test_emulated_cell_does_not_qualify_a_candidate() -> None:
+    fleet = Fleet(make_project({"arm": class_spec(1)}, unknown_class="baseline"))
+    fleet.qualify("arm", emulated=True)
+    d = fleet.decide()["arm"]
+    assert d.decision == "baseline"
+    assert "emulated" in {r.code for r in d.reasons}
+
+
+def test_emulated_cell_qualifies_when_the_policy_allows_it() -> None:
+    fleet = Fleet(make_project({"arm": class_spec(1)}, allow_emulated=True))
+    fleet.qualify("arm", emulated=True)
+    assert fleet.decide()["arm"].decision == "candidate"
+
+
+def test_runner_verdict_other_than_pass_blocks_the_candidate() -> None:
+    fleet = one_class()
+    fleet.qualify("arm", verdict="insufficient")
+    assert fleet.decide()["arm"].decision == "baseline"
+    assert "verdict_not_pass" in codes(fleet)
+
+
+def test_passing_cell_on_another_key_is_ignored() -> None:
+    fleet = Fleet(make_project({"arm": class_spec(1), "x86": class_spec(2)}))
+    fleet.qualify("x86")  # x86 passes
+    fleet.qualify("arm", candidate=None)  # arm only measured its baseline
+    fleet.qualify("arm", key_of="x86")  # an arm-named run, but on x86's key
+    decisions = fleet.decide()
+    assert decisions["x86"].decision == "candidate"
+    assert decisions["arm"].decision == "baseline"
+    assert "no_candidate_cell" in {r.code for r in decisions["arm"].reasons}
+
+
+def test_unknown_class_is_held_by_default() -> None:
+    fleet = Fleet(make_project({"arm": class_spec(1), "new": class_spec(2)}))
+    fleet.qualify("arm")
+    d = fleet.decide()["new"]
+    assert (d.decision, d.artifact_digest, d.evidence) == ("hold", None, None)
+    assert {r.code for r in d.reasons} == {"no_evidence", "hold"}
+    assert d.rollback_digest == digest_of(BASELINE)
+
+
+def test_unknown_class_gets_baseline_when_the_policy_says_so() -> None:
+    fleet = Fleet(make_project({"new": class_spec(2)}, unknown_class="baseline"))
+    d = fleet.decide()["new"]
+    assert (d.decision, d.artifact_name) == ("baseline", BASELINE)
+
+
+def test_baseline_that_cannot_run_on_the_class_holds_it() -> None:
+    fleet = Fleet(make_project({"arm": class_spec(1)}, unknown_class="baseline"))
+    fleet.qualify("arm", baseline_verdict="error", parity_passed=False, verdict="fail")
+    d = fleet.decide()["arm"]
+    assert d.decision == "hold"
+    assert "baseline_failed" in {r.code for r in d.reasons}
+
+
+def test_lowest_p99_upper_bound_wins_among_passing_candidates() -> None:
+    project = make_project({"arm": class_spec(1)}, candidates=("fast-int8", "slow-int8"))
+    fleet = Fleet(project)
+    fleet.qualify("arm", candidate="slow-int8", p99_upper_ms=60.0)
+    fleet.qualify("arm", candidate="fast-int8", p99_upper_ms=30.0)
+    d = fleet.decide()["arm"]
+    assert d.artifact_name == "fast-int8"
+    assert "candidate_not_chosen" in {r.code for r in d.reasons}
+
+
+def test_good_aggregate_never_overrides_a_failing_class() -> None:
+    classes = {f"c{i}": class_spec(i) for i in range(10)}
+    fleet = Fleet(make_project(classes))
+    for i in range(9):
+        fleet.qualify(f"c{i}", p99_upper_ms=10.0)
+    fleet.qualify("c9", p99_ms=85.0, p99_upper_ms=200.0, p99_lower_ms=81.0)
+    decisions = fleet.decide()
+    assert [decisions[f"c{i}"].decision for i in range(9)] == ["candidate"] * 9
+    assert decisions["c9"].decision == "baseline"
+
+
+def test_latest_current_cell_decides() -> None:
+    fleet = one_class()
+    fleet.qualify("arm", fallback_nodes=0)
+    fleet.clock = CLOCK + timedelta(days=1)
+    fleet.qualify("arm", p99_ms=85.0, p99_upper_ms=200.0, p99_lower_ms=81.0)
+    assert fleet.decide()["arm"].decision == "baseline"
+
+
+def test_first_release_rolls_back_to_the_baseline() -> None:
+    fleet = one_class()
+    fleet.qualify("arm")
+    d = fleet.decide()["arm"]
+    assert (d.rollback_digest, d.rollback_name, d.rollback_proven) == (
+        digest_of(BASELINE),
+        BASELINE,
+        True,
+    )
+
+
+def test_rollback_is_what_the_previous_manifest_approved() -> None:
+    fleet = one_class()
+    fleet.qualify("arm")
+    first = _manifest(fleet, fleet.decide(), version=1)
+    fleet.qualify("arm", rollback_digest=digest_of("rec-int8"))
+    d = fleet.decide(previous=first)["arm"]
+    assert d.rollback_digest == digest_of("rec-int8")
+    assert d.rollback_proven is True
+
+
+def test_missing_baseline_digest_is_an_error_only_when_the_baseline_is_needed() -> None:
+    project = make_project({"new": class_spec(1)}, unknown_class="hold")
+    assert policy.decide(project, [], {})[0].decision == "hold"
+    project = make_project({"new": class_spec(1)}, unknown_class="baseline")
+    with pytest.raises(PolicyError, match="digest of artifact 'rec-fp32' is unknown"):
+        policy.decide(project, [], {})
+
+
+def test_digests_default_to_the_most_recent_cell_of_each_label() -> None:
+    fleet = one_class()
+    fleet.qualify("arm")
+    found = policy.artifact_digests(fleet.project, fleet.cells)
+    assert found == {BASELINE: digest_of(BASELINE), "rec-int8": digest_of("rec-int8")}
+    decisions = policy.decide(fleet.project, fleet.cells, fleet.runs)
+    assert decisions[0].decision == "candidate"
+
+
+def _manifest(fleet: Fleet, decisions: Mapping[str, ClassDecision], *, version: int) -> Manifest:
+    signed = build_manifest(
+        fleet.project,
+        list(decisions.values()),
+        release=f"r{version}",
+        version=version,
+        created=CLOCK,
+        expires=CLOCK + timedelta(days=30),
+        snapshot="snap",
+        artifacts=artifact_refs(fleet.project),
+    )
+    return Manifest.model_validate({"signed": signed, "signatures": []})
+
+
+def _previous_pointing_at(fleet: Fleet, label: str) -> Manifest:
+    """A previous manifest whose 'arm' entry approved ``label``."""
+    decisions = Fleet(fleet.project).decide()
+    base = _manifest(Fleet(fleet.project), decisions, version=1)
+    data = base.model_dump(mode="json")
+    data["signed"]["entries"]["arm"]["decision"] = "candidate"
+    data["signed"]["entries"]["arm"]["artifact"] = {
+        "name": label,
+        "digest": digest_of(label),
+        "length": 1,
+        "uri": f"https://models.example/{label}.onnx",
+    }
+    return Manifest.model_validate(data)
+
+
+def test_empty_placement_is_no_evidence_the_expected_provider_ran() -> None:
+    fleet = one_class()
+    fleet.qualify("arm", fallback_nodes=0, expected_nodes=0)
+    assert fleet.decide()["arm"].decision == "baseline"
+    assert "expected_provider_missing" in codes(fleet)
+
+
+def test_every_reason_code_a_decision_uses_is_documented() -> None:
+    from schemas.cell import REASON_CODES
+    from schemas.manifest import DECISION_REASON_CODES
+
+    fleet = one_class(expected="CUDAExecutionProvider")
+    fleet.qualify("arm", fallback_nodes=2, peak_rss_mb=None, cold_init_ms=9000.0, verdict="fail")
+    used = codes(fleet)
+    assert used <= set(DECISION_REASON_CODES) | set(REASON_CODES)

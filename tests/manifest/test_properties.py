@@ -1,0 +1,235 @@
+"""Invariants of the decision rule over random matrices and fleets (hypothesis).
+
+* No class ever receives a candidate whose cell on its exact key did not pass every gate: checked
+  by an oracle that reads the scripted measurements directly, not through the policy's code.
+* A class with no cell on its key never receives a candidate.
+* Generation is deterministic for the same inputs and clock, whatever order the cells come in.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from manifest import envelope
+from manifest.build import build_manifest
+from schemas.cell import Cell
+from schemas.manifest import ClassDecision
+from tests.manifest.factories import (
+    BASELINE,
+    CLOCK,
+    Fleet,
+    artifact_refs,
+    class_spec,
+    digest_of,
+    make_project,
+)
+
+CANDIDATES = ("a-int8", "b-int8")
+STALE = "sha256:" + "0" * 64
+
+random_run = st.fixed_dictionaries(
+    {
+        "candidate": st.sampled_from((*CANDIDATES, None)),
+        "p99_upper_ms": st.sampled_from((None, 10.0, 79.0, 81.0, 200.0)),
+        "parity_passed": st.booleans(),
+        "parity_reference": st.sampled_from((None, None, digest_of("other-fp32"))),
+        "fallback_nodes": st.sampled_from((0, 0, 1, 5)),
+        "expected_nodes": st.sampled_from((10, 10, 0)),
+        "peak_rss_mb": st.sampled_from((None, 100.0, 600.0)),
+        "cold_init_ms": st.sampled_from((None, 100.0, 2000.0)),
+        "verdict": st.sampled_from(("pass", "pass", "fail", "insufficient", "error")),
+        "baseline_verdict": st.sampled_from(("pass", "pass", "fail", "error")),
+        "emulated": st.booleans(),
+        "rollback_loaded": st.sampled_from((True, True, False, None)),
+        "stale": st.booleans(),
+        "other_key": st.booleans(),
+    }
+)
+
+GOOD_RUN: dict[str, Any] = {
+    "p99_upper_ms": 10.0,
+    "parity_passed": True,
+    "parity_reference": None,
+    "fallback_nodes": 0,
+    "expected_nodes": 10,
+    "peak_rss_mb": 100.0,
+    "cold_init_ms": 100.0,
+    "verdict": "pass",
+    "baseline_verdict": "pass",
+    "emulated": False,
+    "rollback_loaded": True,
+    "stale": False,
+    "other_key": False,
+}
+
+
+@st.composite
+def nearly_good_run(draw: st.DrawFn) -> dict[str, Any]:
+    """A run that passes every gate, with at most one measurement drawn at random."""
+    run = {**GOOD_RUN, "candidate": draw(st.sampled_from(CANDIDATES))}
+    spoiled = draw(random_run)
+    field = draw(st.sampled_from((None, None, *GOOD_RUN)))
+    if field is not None:
+        run[field] = spoiled[field]
+    return run
+
+
+run_strategy = st.one_of(nearly_good_run(), random_run)
+
+fleet_strategy = st.fixed_dictionaries(
+    {
+        "classes": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "fallback_allowance": st.sampled_from((0, 0, 2)),
+                    "runs": st.lists(run_strategy, max_size=3),
+                }
+            ),
+            min_size=1,
+            max_size=5,
+        ),
+        "unknown_class": st.sampled_from(("hold", "baseline")),
+        "allow_emulated": st.booleans(),
+        "seed": st.integers(0, 2**16),
+    }
+)
+
+
+def build_fleet(spec: dict[str, Any]) -> Fleet:
+    classes = {
+        f"c{i}": class_spec(i, fallback_allowance=c["fallback_allowance"])
+        for i, c in enumerate(spec["classes"])
+    }
+    fleet = Fleet(
+        make_project(
+            classes,
+            candidates=CANDIDATES,
+            unknown_class=spec["unknown_class"],
+            allow_emulated=spec["allow_emulated"],
+        )
+    )
+    names = list(classes)
+    for i, c in enumerate(spec["classes"]):
+        for run in c["runs"]:
+            run = dict(run)
+            stale, other = run.pop("stale"), run.pop("other_key")
+            key_of = names[(i + 1) % len(names)] if other and len(names) > 1 else None
+            p99_upper = run["p99_upper_ms"]
+            fleet.qualify(
+                f"c{i}",
+                p99_ms=(p99_upper or 50.0) * 0.95,
+                p99_lower_ms=None if p99_upper is None else p99_upper * 0.9,
+                settings_digest=STALE if stale else None,
+                key_of=key_of,
+                **run,
+            )
+    return fleet
+
+
+def oracle_passes(fleet: Fleet, name: str, d: ClassDecision) -> bool:
+    """Did the cell this class's candidate rests on pass every gate? Read from raw fields."""
+    cls = fleet.project.host_classes[name]
+    current = cls.settings_digest()
+    on_key = [
+        c
+        for c in fleet.cells
+        if c.key == cls.key
+        and c.artifact_digest == d.artifact_digest
+        and c.settings_digest == current
+    ]
+    if not on_key:
+        return False
+    cell = max(on_key, key=lambda c: (c.measured_at, c.run_id))
+    run = fleet.runs[cell.run_id]
+    gate = cell.latency[0] if cell.latency else None
+    placement = cell.placement
+    on_expected = placement.nodes_per_provider.get(cls.provider.expected, 0) if placement else 0
+    budgets = cls.budgets
+    rollback_ok = any(
+        r.key == cls.key
+        and r.settings_digest == current
+        and r.rollback is not None
+        and r.rollback.loaded
+        for r in fleet.runs.values()
+    ) or any(
+        c.key == cls.key
+        and c.settings_digest == current
+        and c.artifact_name == BASELINE
+        and c.verdict != "error"
+        for c in fleet.cells
+    )
+    return bool(
+        cell.verdict == "pass"
+        and (fleet.project.policy.allow_emulated or not (cell.emulated or run.emulated))
+        and cell.parity is not None
+        and cell.parity.passed
+        and cell.parity.reference_digest == digest_of(BASELINE)
+        and gate is not None
+        and gate.p99_upper_ms is not None
+        and gate.p99_upper_ms <= budgets.p99_ms
+        and placement is not None
+        and on_expected > 0
+        and placement.total_nodes - on_expected <= cls.provider.fallback_allowance
+        and cell.peak_rss_mb is not None
+        and budgets.peak_rss_mb is not None
+        and cell.peak_rss_mb <= budgets.peak_rss_mb
+        and cell.cold_init_ms is not None
+        and budgets.cold_init_ms is not None
+        and cell.cold_init_ms <= budgets.cold_init_ms
+        and rollback_ok
+    )
+
+
+PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@PROPERTY
+@given(fleet_strategy)
+def test_no_class_receives_a_candidate_it_did_not_pass_on_its_exact_key(
+    spec: dict[str, Any],
+) -> None:
+    fleet = build_fleet(spec)
+    for name, d in fleet.decide().items():
+        if d.decision == "candidate":
+            assert oracle_passes(fleet, name, d), (name, d.reasons)
+
+
+@PROPERTY
+@given(fleet_strategy)
+def test_class_without_evidence_never_receives_a_candidate(spec: dict[str, Any]) -> None:
+    fleet = build_fleet(spec)
+    measured = {c.key for c in fleet.cells}
+    for name, d in fleet.decide().items():
+        if fleet.project.host_classes[name].key not in measured:
+            assert d.decision == spec["unknown_class"]
+            assert {r.code for r in d.reasons} >= {"no_evidence"}
+
+
+def _generate(fleet: Fleet, cells: list[Cell]) -> bytes:
+    shuffled = Fleet(fleet.project, cells=cells, runs=fleet.runs)
+    signed = build_manifest(
+        fleet.project,
+        list(shuffled.decide().values()),
+        release="prop",
+        version=1,
+        created=CLOCK,
+        expires=CLOCK.replace(year=2026),
+        snapshot="s",
+        artifacts=artifact_refs(fleet.project),
+    )
+    return envelope.encode_canonical(signed)
+
+
+@PROPERTY
+@given(fleet_strategy)
+def test_generation_is_deterministic_for_the_same_inputs_and_clock(spec: dict[str, Any]) -> None:
+    fleet = build_fleet(spec)
+    first = _generate(fleet, list(fleet.cells))
+    assert _generate(fleet, list(fleet.cells)) == first
+    shuffled = list(fleet.cells)
+    random.Random(spec["seed"]).shuffle(shuffled)
+    assert _generate(fleet, shuffled) == first

@@ -1,0 +1,144 @@
+"""Keys, key ids, canonical JSON and the sign/verify round trip, with real Ed25519."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import stat
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from manifest import envelope
+from manifest.errors import CanonicalError, ExpiredError, KeyFileError, SignatureError
+from manifest.signing import (
+    generate_keypair,
+    key_id,
+    load_private_key,
+    load_public_key,
+    public_raw,
+    sign_document,
+    verify,
+)
+from tests.manifest.factories import CLOCK, fixed_key, scenario, signed_manifest
+
+
+def test_keygen_writes_a_private_key_only_its_owner_can_read(tmp_path: Path) -> None:
+    key_path, pub_path = generate_keypair("release", tmp_path)
+    assert (key_path.name, pub_path.name) == ("release.key", "release.pub")
+    assert stat.S_IMODE(key_path.stat().st_mode) == 0o600
+    private, public = load_private_key(key_path), load_public_key(pub_path)
+    assert key_id(private) == key_id(public)
+
+
+def test_keygen_never_overwrites_an_existing_key(tmp_path: Path) -> None:
+    key_path, _ = generate_keypair("release", tmp_path)
+    before = key_path.read_bytes()
+    with pytest.raises(KeyFileError, match="already exists"):
+        generate_keypair("release", tmp_path)
+    assert key_path.read_bytes() == before
+
+
+def test_keygen_refuses_a_name_that_is_a_path(tmp_path: Path) -> None:
+    with pytest.raises(KeyFileError, match="plain file stem"):
+        generate_keypair("../evil", tmp_path)
+
+
+def test_key_id_is_sha256_of_the_raw_public_key() -> None:
+    key = fixed_key()
+    raw = public_raw(key.public_key())
+    assert key_id(key) == hashlib.sha256(raw).hexdigest()
+
+
+def test_public_key_file_is_standard_pem(tmp_path: Path) -> None:
+    _, pub_path = generate_keypair("k", tmp_path)
+    loaded = serialization.load_pem_public_key(pub_path.read_bytes())
+    raw = loaded.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    assert envelope.parse_public_pem(pub_path.read_text()) == raw
+
+
+def test_loading_a_non_ed25519_or_garbage_key_says_what_is_wrong(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pub"
+    bad.write_text("hello")
+    with pytest.raises(KeyFileError, match="not a PEM public key"):
+        load_public_key(bad)
+    with pytest.raises(KeyFileError, match="cannot read"):
+        load_private_key(tmp_path / "missing.key")
+    bad.write_text("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+    with pytest.raises(KeyFileError, match="not an unencrypted PEM private key"):
+        load_private_key(bad)
+
+
+def test_signed_manifest_round_trips() -> None:
+    key = fixed_key()
+    doc = signed_manifest(scenario(), key)
+    verify(doc, key.public_key())
+    verify(doc, key.public_key(), now=CLOCK)
+
+
+def test_changed_content_does_not_verify() -> None:
+    key = fixed_key()
+    doc = signed_manifest(scenario(), key)
+    forged = copy.deepcopy(doc)
+    forged["signed"]["entries"]["gpu-a10"]["decision"] = "candidate"
+    with pytest.raises(SignatureError, match="does not match"):
+        verify(forged, key.public_key())
+
+
+def test_signature_by_another_key_does_not_verify() -> None:
+    doc = signed_manifest(scenario(), Ed25519PrivateKey.generate())
+    with pytest.raises(SignatureError, match="no signature by the trusted key"):
+        verify(doc, fixed_key().public_key())
+
+
+def test_expired_manifest_is_refused_given_a_clock() -> None:
+    key = fixed_key()
+    doc = signed_manifest(scenario(), key)
+    with pytest.raises(ExpiredError, match="expired at 2025-07-01T12:00:00Z"):
+        verify(doc, key.public_key(), now=CLOCK.replace(year=2026))
+
+
+def test_canonical_json_refuses_floats_and_sorts_keys() -> None:
+    assert envelope.encode_canonical({"b": 1, "a": ["é", None, True]}) == (
+        '{"a":["é",null,true],"b":1}'.encode()
+    )
+    with pytest.raises(CanonicalError, match=r"\$\.x\[0\]: 0\.5 is a float"):
+        envelope.encode_canonical({"x": [0.5]})
+    with pytest.raises(CanonicalError, match="not a string"):
+        envelope.encode_canonical({1: "a"})
+
+
+def test_signing_refuses_float_content() -> None:
+    with pytest.raises(CanonicalError):
+        sign_document({"p99_ms": 41.5}, fixed_key())
+
+
+def test_time_format_is_fixed_width_utc() -> None:
+    assert envelope.format_time(CLOCK) == "2025-06-01T12:00:00Z"
+    assert envelope.parse_time("2025-06-01T12:00:00Z") == CLOCK
+    with pytest.raises(ValueError, match="no time zone"):
+        envelope.format_time(CLOCK.replace(tzinfo=None))
+
+
+@pytest.mark.parametrize(
+    ("name", "filename"),
+    [
+        ("x86-vnni", "x86-vnni.json"),
+        ("a/b", "a%2Fb.json"),
+        ("..", "%2E%2E.json"),
+        ("é", "%C3%A9.json"),
+    ],
+)
+def test_class_file_names_cannot_escape_the_directory(name: str, filename: str) -> None:
+    assert envelope.class_filename(name) == filename
+
+
+def test_canonical_json_finds_a_float_nested_in_any_mapping_or_sequence() -> None:
+    from collections import OrderedDict
+
+    with pytest.raises(CanonicalError, match=r"\$\.a\.b\[1\]\.c: 1\.5 is a float"):
+        envelope.encode_canonical({"a": OrderedDict(b=(1, {"c": 1.5}))})
+    with pytest.raises(CanonicalError, match="nan"):
+        envelope.encode_canonical([float("nan")])

@@ -1,0 +1,66 @@
+"""A small real project for end-to-end tests: tiny models from the registry, three classes.
+
+``here-cpu`` matches this machine, ``lost-gpu`` asks for CUDA (absent here, so onnxruntime falls
+back to the CPU) and ``elsewhere`` needs an ARM host.
+"""
+
+from __future__ import annotations
+
+import platform
+import textwrap
+from pathlib import Path
+
+from tests.models import build
+
+CLASSES = """
+host_classes:
+  here-cpu:
+    key: {hardware: here, runtime: ort-any, provider: cpu}
+    match: {arch: %(arch)s}
+    provider: {execution_providers: [CPUExecutionProvider], intra_op_threads: 1}
+    budgets: {p99_ms: 50, timeout_s: %(timeout)s, memory_limit_mb: 3072, peak_rss_mb: 1024}
+  lost-gpu:
+    key: {hardware: here, runtime: ort-any, provider: cuda}
+    provider:
+      execution_providers: [CUDAExecutionProvider, CPUExecutionProvider]
+      expected: CUDAExecutionProvider
+    budgets: {p99_ms: 50, timeout_s: %(timeout)s}
+  elsewhere:
+    key: {hardware: arm, runtime: ort-any, provider: cpu}
+    match: {arch: aarch64, cpu_flags: [asimddp]}
+    budgets: {p99_ms: 50}
+"""
+
+
+def write_project(tmp: Path, candidates: list[str], timeout: float = 60) -> Path:
+    models = tmp / "models"
+    build("identity_mlp", models)
+    for name in candidates:
+        build(name, models)
+    cands = (
+        "\n".join(f"    - {{path: models/{name}.onnx, precision: int8}}" for name in candidates)
+        or "    []"
+    )
+    text = (
+        textwrap.dedent(
+            """\
+        model: tiny
+        artifacts:
+          baseline: {path: models/identity_mlp.onnx}
+          candidates:
+        %s
+        workload:
+          inputs: {x: {shape: [1, 16], source: generated, seed: 7}}
+          concurrency: [1, 2]
+          parity_samples: 32
+          time_cap_s: 3
+          throughput_s: 0.2
+          warmup: 10
+        """
+        )
+        % cands
+    )
+    text += CLASSES % {"arch": platform.machine(), "timeout": timeout}
+    path = tmp / "qualify.yaml"
+    path.write_text(text)
+    return path

@@ -1,0 +1,203 @@
+"""The view model: honest numbers, staleness, emulation, charts drawn from real samples."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reports import ReportView, SignatureStatus, build_report
+from reports.context import CHART_POINTS, ClassView
+from tests.reports.factories import (
+    CANDIDATE,
+    CLOCK,
+    HOSTILE,
+    VERSION,
+    Fleet,
+    scripted_fleet,
+    synthetic_fleet,
+)
+
+
+def _class(view: ReportView, name: str) -> ClassView:
+    return next(c for c in view.classes if c.name == name)
+
+
+def _row(cls: ClassView, label: str) -> tuple[tuple[str, str], ...]:
+    return next(r.values for r in cls.compare if r.label == label)
+
+
+def test_class_without_measurement_says_not_measured(golden_view: ReportView) -> None:
+    new = _class(golden_view, "new-class")
+    assert new.artifacts == ()
+    assert new.chart is None
+    row = next(r for r in golden_view.heatmap if r.host_class == "new-class")
+    assert [c.verdict_text for c in row.cells] == ["not measured", "not measured"]
+
+
+def test_crashed_candidate_shows_no_invented_numbers(golden_view: ReportView) -> None:
+    hostile = _class(golden_view, HOSTILE)
+    for label in ("p50", "p99", "p99 bound", "cold init", "peak memory", "nodes per provider"):
+        assert _row(hostile, label)[1] == ("not measured", "muted"), label
+
+
+def test_stale_and_emulated_cells_are_marked(golden_view: ReportView) -> None:
+    hostile = _class(golden_view, HOSTILE)
+    assert hostile.stale and hostile.emulated
+    row = next(r for r in golden_view.heatmap if r.host_class == HOSTILE)
+    assert all(c.stale and c.emulated for c in row.cells if c.verdict != "missing")
+    arm = _class(golden_view, "arm-r5")
+    assert not arm.stale and not arm.emulated
+
+
+def test_fallback_is_highlighted(golden_view: ReportView) -> None:
+    gpu = _class(golden_view, "gpu-t4")
+    assert _row(gpu, "fallback")[1] == ("5 of 24 nodes", "bad")
+    nodes = next(r for r in gpu.compare if r.label == "nodes per provider")
+    candidate = nodes.parts[gpu.artifacts.index(CANDIDATE)]
+    assert candidate == (("CUDA 19", False), ("CPU 5 (fallback)", True))
+    assert nodes.parts[0] == (("CUDA 24", False),)
+    assert (CANDIDATE, "5 nodes placed on CPUExecutionProvider") in gpu.warnings
+
+
+def test_p99_over_budget_is_bad_and_within_is_ok(golden_view: ReportView) -> None:
+    x86 = next(r for r in golden_view.heatmap if r.host_class == "x86-v4")
+    assert [c.p99_tone for c in x86.cells] == ["ok", "bad"]
+    assert "of 20.0 ms" in x86.cells[1].p99_text
+
+
+def test_decisions_come_from_the_manifest(golden_view: ReportView) -> None:
+    decisions = {r.host_class: r.decision for r in golden_view.heatmap}
+    assert decisions == {
+        "arm-r5": "candidate",
+        "x86-v4": "baseline",
+        "gpu-t4": "hold",
+        HOSTILE: "hold",
+        "new-class": "hold",
+    }
+    gpu = _class(golden_view, "gpu-t4")
+    assert [r.code for r in gpu.reasons] == ["provider_fallback", "hold"]
+    assert gpu.reasons[0].meaning  # the code's plain-words meaning
+
+
+def test_chart_curve_comes_from_the_samples(golden_view: ReportView) -> None:
+    fleet, _, _ = scripted_fleet()
+    arm = _class(golden_view, "arm-r5")
+    assert arm.chart is not None
+    data = arm.chart.data
+    assert data["points"] == CHART_POINTS
+    assert data["nines_max"] == pytest.approx(3.0)  # 1,000 samples: up to the 99.9th
+    for series in data["series"]:
+        y = series["y"]
+        assert y == sorted(y)  # a quantile function never goes down
+        assert y[0] > 0
+    cell = next(c for c in fleet.cells if c.host_class == "arm-r5" and c.role == "candidate")
+    gate = cell.gate_latency
+    assert gate is not None
+    raw = fleet.samples[(cell.run_id, cell.artifact_digest)][(1, gate.concurrency)]
+    assert data["series"][1]["y"][0] == pytest.approx(raw.min() / 1e6, rel=5e-3)
+    assert data["series"][1]["hi"] == pytest.approx(gate.p99_upper_ms, rel=5e-3)
+
+
+def test_quantiles_beyond_a_series_sample_count_are_null() -> None:
+    fleet, _, _ = scripted_fleet()
+    cells = [c for c in fleet.cells if c.host_class == "arm-r5"]
+    base = next(c for c in cells if c.role == "baseline")
+    samples = dict(fleet.samples)
+    gate = base.gate_latency
+    assert gate is not None
+    key = (base.run_id, base.artifact_digest)
+    samples[key] = {(1, gate.concurrency): samples[key][(1, gate.concurrency)][:100]}
+    view = build_report(fleet.project, cells, fleet.runs, samples, now=CLOCK, tool_version=VERSION)
+    chart = _class(view, "arm-r5").chart
+    assert chart is not None
+    y = chart.data["series"][0]["y"]
+    grid = np.linspace(0, chart.data["nines_max"], CHART_POINTS)
+    assert all((v is None) == (x > math.log10(100) + 1e-9) for v, x in zip(y, grid, strict=True))
+
+
+def test_missing_samples_give_no_chart_but_a_note() -> None:
+    fleet, _, _ = scripted_fleet()
+    view = build_report(fleet.project, fleet.cells, fleet.runs, None, now=CLOCK, tool_version="x")
+    arm = _class(view, "arm-r5")
+    assert arm.chart is None
+    assert "not in the matrix" in arm.chart_note
+
+
+def test_cells_of_unknown_keys_are_counted_not_shown() -> None:
+    fleet, _, _ = scripted_fleet()
+    other = synthetic_fleet(1)
+    view = build_report(
+        fleet.project, fleet.cells + other.cells, fleet.runs, {}, now=CLOCK, tool_version="x"
+    )
+    assert any("2 cells were measured on keys" in n for n in view.notes)
+
+
+@pytest.mark.parametrize(
+    ("text", "state", "detail"),
+    [
+        ("verified", "verified", None),
+        ("unsigned", "unsigned", None),
+        ("invalid: bad signature by key 12ab", "invalid", "bad signature by key 12ab"),
+    ],
+)
+def test_signature_status_parses_the_three_forms(text: str, state: str, detail: str | None) -> None:
+    status = SignatureStatus.parse(text)
+    assert (status.state, status.detail) == (state, detail)
+
+
+def test_unknown_signature_status_is_refused() -> None:
+    with pytest.raises(ValueError, match="expected 'verified'"):
+        SignatureStatus.parse("probably fine")
+
+
+def test_manifest_snapshot_other_than_the_matrix_is_said() -> None:
+    fleet, current, _ = scripted_fleet()
+    view = build_report(
+        fleet.project,
+        fleet.cells,
+        fleet.runs,
+        fleet.samples,
+        now=CLOCK,
+        tool_version=VERSION,
+        snapshot="sha256:" + "f" * 64,
+        manifest=current,
+        signature_status="invalid: bad signature",
+    )
+    assert "matrix has changed since" in view.header.snapshot_note
+    assert view.header.signature_tone == "bad"
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    p99=st.floats(min_value=0.05, max_value=500.0),
+    n=st.integers(min_value=1, max_value=3000),
+    seed=st.integers(min_value=0, max_value=2**16),
+)
+def test_chart_values_stay_within_the_samples(p99: float, n: int, seed: int) -> None:
+    fleet = Fleet(project=synthetic_fleet(1).project, seed=seed)
+    name = next(iter(fleet.project.host_classes))
+    fleet.qualify(name, candidate_p99_ms=p99, samples=n)
+    view = build_report(
+        fleet.project,
+        fleet.cells,
+        fleet.runs,
+        fleet.samples,
+        now=datetime(2025, 1, 1, tzinfo=UTC),
+        tool_version="x",
+    )
+    chart = view.classes[0].chart
+    assert chart is not None
+    for series, cell in zip(chart.data["series"], fleet.cells, strict=True):
+        gate = cell.gate_latency
+        assert gate is not None
+        raw = fleet.samples[(cell.run_id, cell.artifact_digest)][(1, gate.concurrency)] / 1e6
+        values = [v for v in series["y"] if v is not None]
+        assert values, "the 0th percentile is always supported"
+        # Three significant digits: within half a unit of the third digit of the samples.
+        assert min(values) >= raw.min() * (1 - 5e-3)
+        assert max(values) <= raw.max() * (1 + 5e-3)
