@@ -36,6 +36,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 
 from manifest._batch import paused_gc
 from manifest.envelope import format_time
@@ -70,6 +71,12 @@ def _aware(moment: datetime) -> datetime:
 
 def _latest(cells: Iterable[Cell]) -> Cell | None:
     return max(cells, key=lambda c: (_aware(c.measured_at), c.run_id), default=None)
+
+
+@lru_cache(maxsize=4096)
+def _time(moment: datetime) -> str:
+    """``format_time`` of a cell's time (naive means UTC), cached: runs share timestamps."""
+    return format_time(_aware(moment))
 
 
 def _ms(value: float) -> str:
@@ -310,7 +317,7 @@ def _evidence(cell: Cell, cls: HostClass, emulated: bool) -> Evidence:
         artifact_name=cell.artifact_name,
         role=cell.role,
         verdict=cell.verdict,
-        measured_at=format_time(_aware(cell.measured_at)),
+        measured_at=_time(cell.measured_at),
         emulated=emulated,
         p99_us=_us(gate.p99_ms) if gate else None,
         p99_upper_us=_us(gate.p99_upper_ms) if gate else None,
@@ -603,8 +610,9 @@ def decide(
     Raises:
         PolicyError: a class must get the baseline but the baseline's digest is unknown.
     """
-    known = artifact_digests(project, cells)
-    known.update(digests or {})
+    labels = {project.artifacts.baseline.label, *(c.label for c in project.artifacts.candidates)}
+    given = dict(digests or {})
+    known = given if labels <= set(given) else {**artifact_digests(project, cells), **given}
     by_key: dict[_Key, list[Cell]] = {}
     for cell in cells:
         by_key.setdefault(cell.key.as_tuple(), []).append(cell)

@@ -28,16 +28,18 @@ def _walk(cmd: click.Command, path: list[str]) -> list[tuple[list[str], click.Co
 
 
 def cli_reference() -> str:
-    """Markdown of every command's help, in a stable order."""
+    """Markdown of every command's help, exactly as ``--help`` prints it, in a stable order."""
+    from click.testing import CliRunner
+
     from qualify.cli import cli
 
+    runner = CliRunner()
     parts = []
-    for path, cmd in _walk(cli, ["qualify"]):
-        ctx = click.Context(
-            cmd, info_name=" ".join(path), terminal_width=100, max_content_width=100
-        )
-        text = cmd.get_help(ctx)
-        parts.append(f"### `{' '.join(path)}`\n\n```text\n{text}\n```\n")
+    for path, _cmd in _walk(cli, ["qualify"]):
+        result = runner.invoke(cli, [*path[1:], "--help"], prog_name="qualify", terminal_width=100)
+        if result.exit_code != 0:
+            raise RuntimeError(f"'{' '.join(path)} --help' failed: {result.output}")
+        parts.append(f"### `{' '.join(path)}`\n\n```text\n{result.output.rstrip()}\n```\n")
     return "\n".join(parts)
 
 
