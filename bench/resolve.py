@@ -358,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         label: str, key_: str, size: int | None, target: str, check: Callable[[float], bool]
     ) -> str:
         ms, ratio = med[key_] * 1000, med[key_] / bare
-        ok = "yes" if check(ratio) else "**no**"
+        ok = "" if target == "none" else "yes" if check(ratio) else "**no**"
         size_s = (
             "" if size is None else f"{size / 1e6:.2f} MB" if size > 1e5 else f"{size / 1e3:.1f} kB"
         )

@@ -29,8 +29,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 def _user_errors() -> tuple[type[Exception], ...]:
     from manifest.errors import ManifestError
     from matrix.errors import MatrixError
+    from reports.errors import ReportError
 
-    return (QualifyError, MatrixError, ManifestError)
+    return (QualifyError, MatrixError, ManifestError, ReportError)
 
 
 class QualifyGroup(click.Group):
@@ -198,6 +199,209 @@ def matrix_export(out_dir: Path, db_path: Path) -> None:
         paths = db.export_parquet(out_dir)
     for p in paths:
         click.echo(str(p))
+
+
+@cli.command("keygen")
+@click.argument("name")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=".",
+    show_default=True,
+    help="Where to write NAME.key and NAME.pub.",
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing key pair.")
+def keygen_cmd(name: str, directory: Path, force: bool) -> None:
+    """Create an Ed25519 signing key pair: NAME.key (mode 600) and NAME.pub."""
+    from manifest.signing import generate_keypair, key_id, load_public_key
+
+    directory.mkdir(parents=True, exist_ok=True)
+    key_path, pub_path = generate_keypair(name, directory, overwrite=force)
+    click.echo(f"private key: {key_path} (keep it secret)")
+    click.echo(f"public key:  {pub_path} (ship it to hosts)")
+    click.echo(f"key id:      {key_id(load_public_key(pub_path))}")
+
+
+@cli.group("manifest")
+def manifest_group() -> None:
+    """Generate, verify, compare and show signed release manifests."""
+
+
+@manifest_group.command("generate")
+@click.option("--release", required=True, help="Release name, e.g. digits-2026.12.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default="manifest.json",
+    show_default=True,
+    help="Manifest file to write.",
+)
+@click.option(
+    "--key",
+    "key_path",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Ed25519 private key (from 'qualify keygen').",
+)
+@click.option("--unsigned", is_flag=True, help="Write an unsigned manifest (hosts refuse it).")
+@click.option("--expires", default="30d", show_default=True, help="Validity, e.g. 30d, 12h.")
+@click.option(
+    "--per-class",
+    "per_class_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Also write one signed document per host class into this directory.",
+)
+@click.option(
+    "--artifact-base-uri",
+    help="Base URL hosts fetch artifacts from (BASE/sha256/<hex>.onnx); default: file:// URIs "
+    "of the artifact store beside the matrix.",
+)
+@project_option
+@db_option
+def manifest_generate(
+    release: str,
+    out: Path,
+    key_path: Path | None,
+    unsigned: bool,
+    expires: str,
+    per_class_dir: Path | None,
+    artifact_base_uri: str | None,
+    project_path: Path,
+    db_path: Path,
+) -> None:
+    """Decide every host class from the matrix and write a signed manifest.
+
+    A class gets the candidate only where its own (hardware, runtime, provider) cell passed
+    every gate; otherwise the approved baseline, or the unknown-class policy without evidence.
+    """
+    from datetime import UTC, datetime
+
+    from matrix.store import Store
+    from qualify.project import load_project
+    from qualify.release import generate_manifest, parse_duration
+
+    if key_path is None and not unsigned:
+        _fail("pass --key KEYFILE to sign the manifest (or --unsigned to write one hosts refuse)")
+    if key_path is not None and unsigned:
+        _fail("--key and --unsigned contradict each other; pass one")
+    validity = parse_duration(expires)
+    loaded = load_project(project_path)
+    _require_db(db_path)
+    with Store.open(db_path) as db:
+        result = generate_manifest(
+            loaded,
+            db,
+            release=release,
+            out=out,
+            now=datetime.now(UTC),
+            expires_in=validity,
+            key_path=key_path,
+            per_class_dir=per_class_dir,
+            artifact_base_uri=artifact_base_uri,
+        )
+    signed = result.manifest.signed
+    click.echo(
+        f"manifest {out}: release {signed.release} version {signed.version}, "
+        f"{'signed' if result.signed else 'UNSIGNED'}, expires {signed.expires}"
+    )
+    for name, entry in signed.entries.items():
+        click.echo(f"  {name}: {entry.decision} — {entry.summary}")
+    if per_class_dir is not None:
+        click.echo(f"per-class documents: {per_class_dir}")
+
+
+@manifest_group.command("verify")
+@click.argument("path", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option(
+    "--pubkey",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Trusted public key (NAME.pub).",
+)
+def manifest_verify(path: Path, pubkey: Path) -> None:
+    """Check a manifest's signature, format and expiry."""
+    import json
+    from datetime import UTC, datetime
+
+    from manifest.build import load_manifest
+    from manifest.signing import load_public_key, verify
+
+    raw = path.read_bytes()
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        _fail(f"{path}: not JSON ({exc})")
+    verify(doc, load_public_key(pubkey), now=datetime.now(UTC))
+    manifest = load_manifest(raw, source=str(path))
+    click.echo(
+        f"{path}: OK — release {manifest.signed.release} version {manifest.signed.version}, "
+        f"{len(manifest.signed.entries)} classes, expires {manifest.signed.expires}"
+    )
+
+
+@manifest_group.command("diff")
+@click.argument("old", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("new", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+def manifest_diff(old: Path, new: Path) -> None:
+    """Say which host class changes from what to what between two manifests, and why."""
+    from manifest.build import diff_manifests, load_manifest, render_changes
+
+    a = load_manifest(old.read_bytes(), source=str(old))
+    b = load_manifest(new.read_bytes(), source=str(new))
+    click.echo(render_changes(diff_manifests(a, b), a, b))
+
+
+@manifest_group.command("show")
+@click.argument(
+    "path",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default="manifest.json",
+)
+def manifest_show(path: Path) -> None:
+    """Print a manifest for people: per class, the decision, the artifact and why."""
+    from manifest.build import load_manifest, render_manifest
+
+    click.echo(render_manifest(load_manifest(path.read_bytes(), source=str(path))))
+
+
+@cli.command("report")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default="report.html",
+    show_default=True,
+    help="HTML file to write (self-contained).",
+)
+@click.option(
+    "--manifest",
+    "manifest_path",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Manifest to report on; default: the newest one recorded in the matrix.",
+)
+@click.option(
+    "--pubkey",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Trusted public key to verify the manifest's signature for the header.",
+)
+@project_option
+@db_option
+def report_cmd(
+    out: Path, manifest_path: Path | None, pubkey: Path | None, project_path: Path, db_path: Path
+) -> None:
+    """Write the HTML qualification report: matrix heat map, per-class evidence, manifest diff."""
+    from datetime import UTC, datetime
+
+    from matrix.store import Store
+    from qualify.project import load_project
+    from qualify.reporting import write_qualification_report
+
+    loaded = load_project(project_path)
+    _require_db(db_path)
+    with Store.open(db_path, read_only=True) as db:
+        path = write_qualification_report(
+            loaded, db, out, now=datetime.now(UTC), manifest_path=manifest_path, pubkey=pubkey
+        )
+    click.echo(f"report: {path}")
 
 
 @cli.command("demo")

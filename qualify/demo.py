@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from qualify.demo_assets import asset_path
+from qualify.project import LoadedProject
 from qualify.runner import probe_runtime
 from schemas.project import (
     Artifacts,
@@ -138,8 +139,44 @@ def lay_out(workdir: Path) -> Path:
     return project_path
 
 
+def resolve_as_host(
+    workdir: Path, name: str, host_class: HostClass, runtime_version: str
+) -> tuple[int, dict[str, object]]:
+    """Run the real ``resolve-artifact`` as a host of ``name`` would (its runtime package and
+    providers), against the demo's signed manifest.
+
+    Returns:
+        The exit code and the ``--json`` answer (empty when it printed none).
+    """
+    import json
+    import subprocess
+    import sys
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "manifest.resolve",
+        "--manifest",
+        str(workdir / "manifest.json"),
+        "--pubkey",
+        str(workdir / "release.pub"),
+        "--state-dir",
+        str(workdir / "hosts" / name),
+        "--host-class",
+        name,
+        "--runtime",
+        f"{host_class.runtime.package}=={runtime_version}",
+        "--providers",
+        ",".join(host_class.provider.execution_providers),
+        "--json",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=60)
+    answer: dict[str, object] = json.loads(proc.stdout) if proc.stdout.strip() else {}
+    return proc.returncode, answer
+
+
 def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
-    """Lay out the demo and qualify every class into ``workdir/qualify.duckdb``.
+    """Lay out the demo, qualify every class, sign a manifest, resolve every class, report.
 
     Returns:
         True when every cell was measured (no ``error`` verdicts).
@@ -170,8 +207,56 @@ def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
         row["p99_budget_ms"] = budgets.get(row["host_class"])
     echo("")
     print_matrix(rows)
+    release(workdir, loaded, db_path, echo)
     echo(
         f"\nNext: cd {workdir} && qualify matrix show   (the project file and matrix are found "
         "there by default)"
     )
     return ok
+
+
+def release(workdir: Path, loaded: LoadedProject, db_path: Path, echo: Echo) -> None:
+    """Sign a manifest from the demo matrix, resolve every class as its hosts would, report."""
+    from datetime import UTC, datetime, timedelta
+
+    from manifest.signing import generate_keypair
+    from matrix.store import Store
+    from qualify.release import generate_manifest
+    from qualify.reporting import write_qualification_report
+
+    now = datetime.now(UTC)
+    key_path = workdir / "release.key"
+    if not key_path.exists():
+        generate_keypair("release", workdir)
+    with Store.open(db_path) as db:
+        result = generate_manifest(
+            loaded,
+            db,
+            release="digits-demo",
+            out=workdir / "manifest.json",
+            now=now,
+            expires_in=timedelta(days=30),
+            key_path=key_path,
+            per_class_dir=workdir / "manifest.d",
+        )
+    signed = result.manifest.signed
+    echo(
+        f"\n== qualify manifest generate --release digits-demo --key release.key "
+        f"--per-class manifest.d\n  manifest.json: version {signed.version}, signed, "
+        f"expires {signed.expires}; policy allow_emulated={signed.policy.allow_emulated} "
+        "(the demo accepts emulated evidence, and says so here)"
+    )
+    version = str(probe_runtime()["version"])
+    echo("\n== resolve-artifact on a host of each class")
+    for name, host_class in loaded.project.host_classes.items():
+        code, answer = resolve_as_host(workdir, name, host_class, version)
+        entry = signed.entries[name]
+        served = answer.get("served", "artifact")
+        chosen = entry.rollback if served == "rollback" else entry.artifact
+        what = f"{chosen.name} ({chosen.digest[:19]})" if chosen else "nothing (hold)"
+        echo(f"  {name}: exit {code}: runs {what}. {entry.summary}")
+    with Store.open(db_path, read_only=True) as db:
+        path = write_qualification_report(
+            loaded, db, workdir / "report.html", now=now, pubkey=workdir / "release.pub"
+        )
+    echo(f"\n== qualify report\n  {path}")

@@ -92,11 +92,12 @@ class SignatureStatus:
     """The manifest's signature status, as the caller verified it (this package only shows it).
 
     Attributes:
-        state: ``verified``, ``unsigned`` or ``invalid``.
+        state: ``verified``, ``unverified`` (signed, but no trusted key was given to check it),
+            ``unsigned`` or ``invalid``.
         detail: For ``invalid``: why; for ``verified``: optionally which key.
     """
 
-    state: Literal["verified", "unsigned", "invalid"]
+    state: Literal["verified", "unverified", "unsigned", "invalid"]
     detail: str | None = None
 
     @classmethod
@@ -113,6 +114,8 @@ class SignatureStatus:
             return cls("verified", detail)
         if word == "unsigned":
             return cls("unsigned", detail)
+        if word == "unverified":
+            return cls("unverified", detail)
         if word == "invalid":
             return cls("invalid", detail)
         raise ValueError(
@@ -124,6 +127,7 @@ class SignatureStatus:
         """The status for people, e.g. ``signature INVALID: bad key``."""
         head = {
             "verified": "signature verified",
+            "unverified": "signature NOT VERIFIED",
             "unsigned": "UNSIGNED",
             "invalid": "signature INVALID",
         }[self.state]
@@ -132,7 +136,7 @@ class SignatureStatus:
     @property
     def tone(self) -> Tone:
         """``ok`` when verified, ``bad`` when invalid, ``warn`` when unsigned."""
-        return {"verified": "ok", "unsigned": "warn", "invalid": "bad"}[self.state]  # type: ignore[return-value]
+        return {"verified": "ok", "unverified": "warn", "unsigned": "warn", "invalid": "bad"}[self.state]  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

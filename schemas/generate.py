@@ -51,6 +51,8 @@ DOCUMENTS: list[tuple[str, str]] = [
     ("fingerprint.schema.json", "schemas.host:Fingerprint"),
     ("cell.schema.json", "schemas.cell:Cell"),
     ("run-bundle.schema.json", "schemas.cell:RunBundle"),
+    ("manifest.schema.json", "schemas.manifest:Manifest"),
+    ("class-manifest.schema.json", "schemas.manifest:ClassDocument"),
 ]
 """The published documents: (file name, ``module:Model``). Models are imported only when needed,
 so a line may be added before other code imports its module."""

@@ -1,0 +1,164 @@
+"""Release manifests from the matrix: the composition of policy, build, signing and storage.
+
+Owns the order of ``qualify manifest generate``: read the latest evidence and the previous
+manifest from the matrix, decide per class (``manifest.policy``), build and sign the document
+(``manifest.build``/``manifest.signing``), write it and the per-class documents atomically, and
+record it in the matrix with its version. Decisions and signatures live in ``manifest``; SQL lives
+in ``matrix``; this module only wires them, with the clock as a parameter.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from manifest.build import (
+    build_manifest,
+    load_manifest,
+    next_version,
+    write_manifest,
+    write_per_class,
+)
+from manifest.envelope import encode_canonical
+from manifest.policy import decide
+from manifest.signing import load_private_key, sign_document
+from matrix.store import Store
+from qualify.artifacts import ArtifactStore, digest_file
+from qualify.errors import QualifyError
+from qualify.project import LoadedProject
+from schemas.manifest import ArtifactRef, ClassDecision, Manifest
+
+__all__ = ["GeneratedManifest", "generate_manifest", "parse_duration", "previous_manifest"]
+
+_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``2w`` or ``45s`` as a timedelta.
+
+    Raises:
+        QualifyError: anything else.
+    """
+    m = _DURATION.match(text)
+    if not m or int(m.group(1)) <= 0:
+        raise QualifyError(
+            f"duration {text!r}: expected a positive number and a unit (s, m, h, d, w), e.g. 30d"
+        )
+    return timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})
+
+
+@dataclass(frozen=True)
+class GeneratedManifest:
+    """What ``generate_manifest`` wrote."""
+
+    document: dict[str, Any]
+    manifest: Manifest
+    decisions: list[ClassDecision]
+    path: Path
+    per_class_dir: Path | None
+    signed: bool
+
+
+def previous_manifest(db: Store) -> Manifest | None:
+    """The newest manifest recorded in the matrix, if any."""
+    latest = db.latest_manifest()
+    if latest is None:
+        return None
+    return load_manifest(latest[1].encode(), source=f"matrix manifest v{latest[0]}")
+
+
+def _artifact_refs(
+    loaded: LoadedProject, store: ArtifactStore, base_uri: str | None
+) -> tuple[dict[str, str], dict[str, ArtifactRef]]:
+    digests: dict[str, str] = {}
+    refs: dict[str, ArtifactRef] = {}
+    specs = [loaded.project.artifacts.baseline, *loaded.project.artifacts.candidates]
+    for spec in specs:
+        path = loaded.resolve(spec.path)
+        digest = digest_file(path)
+        digests[spec.label] = digest
+        hexname = f"sha256/{digest.removeprefix('sha256:')}.onnx"
+        if spec.uri:
+            uri = spec.uri
+        elif base_uri:
+            uri = base_uri.rstrip("/") + "/" + hexname
+        else:
+            uri = store.path_of(digest).resolve().as_uri()
+        refs[digest] = ArtifactRef(name=spec.label, uri=uri, length=path.stat().st_size)
+    return digests, refs
+
+
+def generate_manifest(
+    loaded: LoadedProject,
+    db: Store,
+    *,
+    release: str,
+    out: Path,
+    now: datetime,
+    expires_in: timedelta,
+    key_path: Path | None,
+    per_class_dir: Path | None = None,
+    artifact_base_uri: str | None = None,
+    store_dir: Path | None = None,
+) -> GeneratedManifest:
+    """Decide every class from the matrix and write a signed manifest.
+
+    Args:
+        loaded: the project file (classes, budgets and policy in force now).
+        db: the matrix, opened for writing (the manifest is recorded there).
+        release: release name.
+        out: where to write the manifest.
+        now: the clock (``created``).
+        expires_in: validity period.
+        key_path: Ed25519 private key; ``None`` writes an unsigned manifest (the CLI asks for
+            an explicit flag).
+        per_class_dir: also write one signed document per class here (needs a key).
+        artifact_base_uri: base URL hosts fetch artifacts from (``BASE/sha256/<hex>.onnx``);
+            defaults to ``file://`` URIs of the artifact store beside the matrix.
+        store_dir: the artifact store (defaults to ``artifacts/`` beside the matrix).
+
+    Raises:
+        QualifyError, ManifestError, MatrixError: with messages naming the file and the fix.
+    """
+    if per_class_dir is not None and key_path is None:
+        raise QualifyError("per-class documents must be signed: pass --key or drop --per-class")
+    key = load_private_key(key_path) if key_path is not None else None
+    previous = previous_manifest(db)
+    store = ArtifactStore(store_dir or Path(db.path).resolve().parent / "artifacts")
+    digests, refs = _artifact_refs(loaded, store, artifact_base_uri)
+    runs = {r.run_id: r for r in db.runs()}
+    decisions = decide(loaded.project, db.cells(), runs, previous=previous, digests=digests)
+    signed = build_manifest(
+        loaded.project,
+        decisions,
+        release=release,
+        version=next_version(previous),
+        created=now,
+        expires=now + expires_in,
+        snapshot=db.snapshot_id(),
+        artifacts=refs,
+        previous=previous,
+    )
+    document = sign_document(signed, key) if key is not None else {"signed": signed, "signatures": []}
+    canonical = encode_canonical(document)
+    manifest = load_manifest(canonical, source=str(out))
+    # Record first: the version is reserved in the matrix before any host can see the file, so
+    # two generators racing cannot both publish the same version.
+    db.save_manifest(signed["version"], release, now, now + expires_in, canonical.decode())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_manifest(document, out)
+    if per_class_dir is not None and key is not None:
+        write_per_class(document, key, per_class_dir)
+    return GeneratedManifest(
+        document=document,
+        manifest=manifest,
+        decisions=decisions,
+        path=out,
+        per_class_dir=per_class_dir,
+        signed=key is not None,
+    )
+
