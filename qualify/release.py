@@ -143,7 +143,9 @@ def generate_manifest(
         artifacts=refs,
         previous=previous,
     )
-    document = sign_document(signed, key) if key is not None else {"signed": signed, "signatures": []}
+    document = (
+        sign_document(signed, key) if key is not None else {"signed": signed, "signatures": []}
+    )
     canonical = encode_canonical(document)
     manifest = load_manifest(canonical, source=str(out))
     # Record first: the version is reserved in the matrix before any host can see the file, so
@@ -161,4 +163,3 @@ def generate_manifest(
         per_class_dir=per_class_dir,
         signed=key is not None,
     )
-

@@ -136,7 +136,13 @@ class SignatureStatus:
     @property
     def tone(self) -> Tone:
         """``ok`` when verified, ``bad`` when invalid, ``warn`` when unsigned."""
-        return {"verified": "ok", "unverified": "warn", "unsigned": "warn", "invalid": "bad"}[self.state]  # type: ignore[return-value]
+        tones: dict[str, Tone] = {
+            "verified": "ok",
+            "unverified": "warn",
+            "unsigned": "warn",
+            "invalid": "bad",
+        }
+        return tones[self.state]
 
 
 @dataclass(frozen=True)
