@@ -65,7 +65,7 @@ def judge(cell: Cell, host_class: HostClass) -> tuple[str, list[Reason]]:
         expected = provider.expected
         on_expected = placement.nodes_per_provider.get(expected, 0)
         fallback = placement.total_nodes - on_expected
-        if on_expected == 0 and placement.total_nodes > 0:
+        if on_expected == 0:
             others = ", ".join(f"{n} on {p}" for p, n in placement.nodes_per_provider.items())
             fails.append(
                 Reason(
@@ -109,6 +109,14 @@ def judge(cell: Cell, host_class: HostClass) -> tuple[str, list[Reason]]:
                 )
             )
 
+    if budgets.peak_rss_mb is not None and cell.peak_rss_mb is None:
+        unsure.append(
+            Reason(code="peak_rss_missing", message="peak memory was not measured; budget is set")
+        )
+    if budgets.cold_init_ms is not None and cell.cold_init_ms is None:
+        unsure.append(
+            Reason(code="cold_init_missing", message="cold init was not measured; budget is set")
+        )
     if (
         budgets.peak_rss_mb is not None
         and cell.peak_rss_mb is not None

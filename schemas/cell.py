@@ -39,6 +39,8 @@ REASON_CODES: dict[str, str] = {
     "expected_provider_missing": "the expected provider executed no node",
     "peak_rss_over_budget": "peak resident memory above the budget",
     "cold_init_over_budget": "cold init above the budget",
+    "peak_rss_missing": "peak memory was not measured although the class has a budget",
+    "cold_init_missing": "cold init was not measured although the class has a budget",
     "digest_mismatch": "the artifact's bytes do not match its digest",
     "load_failed": "the runtime refused the model (corrupt file, unsupported opset or op)",
     "run_failed": "inference raised an error",

@@ -1,0 +1,248 @@
+"""Telemetry from deployed hosts, the alerts a check raises on it, and re-qualification items.
+
+Owns the models only: ``TelemetryEvent`` (one JSON line a host appends; published as
+``telemetry-event.schema.json``), ``Alert``, ``ClassState`` and ``TelemetryCheck`` (what
+``qualify telemetry check`` prints) and ``StaleItem`` (what ``qualify matrix stale`` prints).
+Hosts write events with ``manifest.telemetry`` (standard library only, so it does not import
+this module: the schema file and a test keep the two in step); ``matrix.telemetry`` stores them;
+``qualify.telemetry`` decides over them.
+
+An event line looks like::
+
+    {"format": "qualify-telemetry/1", "time": "2025-06-01T12:00:00.123Z", "source": "session",
+     "host_id": "web-0042", "host_class": "x86-v4", "model_digest": "sha256:...",
+     "runtime_revision": "1.32.0", "runtime_package": "onnxruntime",
+     "providers": ["CPUExecutionProvider"], "placement": "actual",
+     "nodes_per_provider": {"CPUExecutionProvider": 12}, "fallback_nodes": 0,
+     "latency_ms": 3.412, "manifest_version": 7, "decision": "candidate"}
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AwareDatetime, Field, field_validator
+
+from schemas.base import Digest, Document
+
+__all__ = [
+    "ALERT_KINDS",
+    "STALE_REASONS",
+    "TELEMETRY_FORMAT",
+    "Alert",
+    "AlertKind",
+    "ClassState",
+    "ClassStateName",
+    "Placement",
+    "Severity",
+    "StaleItem",
+    "TelemetryCheck",
+    "TelemetryEvent",
+]
+
+TELEMETRY_FORMAT = "qualify-telemetry/1"
+
+Placement = Literal["actual", "registered", "requested"]
+"""What an event's ``providers`` means (see ``TelemetryEvent.placement``)."""
+
+AlertKind = Literal[
+    "unexpected_digest",
+    "provider_changed",
+    "fallback_appeared",
+    "p99_regression",
+    "no_data",
+    "unqualified_runtime",
+    "unknown_class",
+]
+
+ALERT_KINDS: dict[str, str] = {
+    "unexpected_digest": "hosts of the class run a model digest the manifest does not assign to it",
+    "provider_changed": "the providers that ran the model differ from the ones the class was "
+    "qualified on (with or without a digest change)",
+    "fallback_appeared": "nodes ran off the expected provider where the qualified cell had none "
+    "(or fewer than seen now, beyond the class's allowance)",
+    "p99_regression": "the observed p99's lower confidence bound is above the qualified p99 "
+    "upper bound plus the tolerance",
+    "no_data": "the class sent no telemetry in the window: no data is never a pass",
+    "unqualified_runtime": "hosts of the class run an onnxruntime revision no cell of the class "
+    "was qualified on",
+    "unknown_class": "hosts report a class the manifest does not know",
+}
+"""Alert kinds, each with what it means."""
+
+Severity = Literal["critical", "warning"]
+
+ClassStateName = Literal["ok", "alert", "no_data", "insufficient_data"]
+
+STALE_REASONS: dict[str, str] = {
+    "settings_changed": "the class's runtime, provider or graph settings in the project file "
+    "differ from those the cell was measured under",
+    "runtime_unqualified": "telemetry shows hosts of the class on an onnxruntime revision no cell "
+    "of the class was measured on",
+}
+"""Why a cell or class must be re-qualified."""
+
+_Count = Annotated[int, Field(ge=0)]
+
+
+class TelemetryEvent(Document):
+    """One sampled observation from a deployed host: what it runs, where and how fast.
+
+    Fields that a producer cannot know are ``null`` (or left out): a ``resolve-artifact`` event
+    knows the decision but not the placement or latency; a session without
+    ``session.record_ep_graph_assignment_info`` knows the registered providers, not placement.
+    """
+
+    format: Literal["qualify-telemetry/1"] = Field(
+        description="Event format version; always 'qualify-telemetry/1'."
+    )
+    time: AwareDatetime = Field(
+        description="When it was observed: ISO 8601 with a UTC offset, e.g. "
+        "'2025-06-01T12:00:00.123Z'."
+    )
+    source: Literal["resolve", "session"] = Field(
+        description="Who wrote it: 'resolve' (resolve-artifact --emit-telemetry, at service "
+        "start) or 'session' (manifest.telemetry.record_session, from the serving process)."
+    )
+    host_id: str = Field(min_length=1, description="The host's name or id (hostname by default).")
+    host_class: str = Field(min_length=1, description="The host class the host resolved as.")
+    model_digest: Digest | None = Field(
+        default=None,
+        description="sha256 of the model the host runs ('sha256:<hex>'); null when it runs "
+        "nothing from this manifest (a class on hold).",
+    )
+    runtime_revision: str = Field(
+        min_length=1, description="onnxruntime version the host runs, e.g. '1.32.0'."
+    )
+    runtime_package: str | None = Field(
+        default=None, description="onnxruntime distribution, e.g. 'onnxruntime-gpu'; null if unknown."
+    )
+    providers: list[str] = Field(
+        description="Execution providers: those that received nodes (placement 'actual'), those "
+        "registered in the session (placement 'registered'), or those the manifest asks for and "
+        "the host has (placement 'requested')."
+    )
+    placement: Placement = Field(
+        description="What 'providers' means: 'actual' (from "
+        "get_provider_graph_assignment_info), 'registered' (session.get_providers(): placement "
+        "unknown) or 'requested' (resolve-artifact: nothing ran yet)."
+    )
+    nodes_per_provider: dict[str, _Count] | None = Field(
+        default=None, description="Nodes assigned per provider; null unless placement is 'actual'."
+    )
+    fallback_nodes: _Count | None = Field(
+        default=None,
+        description="Nodes not on the class's expected provider; null unless placement is "
+        "'actual'.",
+    )
+    latency_ms: float | None = Field(
+        default=None, ge=0, description="Latency of the sampled inference, ms; null if not timed."
+    )
+    manifest_version: int | None = Field(
+        default=None, ge=1, description="Version of the manifest the host resolved; null if unknown."
+    )
+    decision: Literal["candidate", "baseline", "hold"] | None = Field(
+        default=None, description="The manifest's decision for the class, when the host knows it."
+    )
+
+    @field_validator("latency_ms")
+    @classmethod
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
+            raise ValueError("latency_ms must be a finite number of milliseconds")
+        return value
+
+
+class Alert(Document):
+    """One problem a telemetry check found for one host class."""
+
+    host_class: str = Field(description="The class the alert is about.")
+    kind: AlertKind = Field(description="What is wrong; see ALERT_KINDS.")
+    severity: Severity = Field(
+        description="critical: the promise is broken now; warning: it may be."
+    )
+    message: str = Field(description="One sentence with the evidence.")
+    evidence: dict[str, Any] = Field(
+        description="Machine-readable evidence: counts, hosts (a few, sorted), digests, "
+        "providers, bounds."
+    )
+    suggested_action: str = Field(description="What a person should do next.")
+
+
+class ClassState(Document):
+    """How one host class looks in the telemetry window."""
+
+    host_class: str = Field(description="Host class name.")
+    state: ClassStateName = Field(
+        description="alert (at least one alert), no_data (no event in the window), "
+        "insufficient_data (no alert, but too few latency samples to judge the p99), ok."
+    )
+    decision: Literal["candidate", "baseline", "hold"] | None = Field(
+        description="The manifest's decision for the class; null for a class not in it."
+    )
+    events: int = Field(description="Events in the window.")
+    hosts: int = Field(description="Distinct hosts that sent them.")
+    latency_samples: int = Field(description="Events with a latency.")
+    observed_p99_ms: float | None = Field(
+        description="Observed p99 (an observed sample); null without latency samples."
+    )
+    observed_p99_lower_ms: float | None = Field(
+        description="Its distribution-free lower confidence bound; null with too few samples."
+    )
+    observed_p99_upper_ms: float | None = Field(
+        description="Its distribution-free upper confidence bound; null with too few samples."
+    )
+    qualified_p99_upper_ms: float | None = Field(
+        description="The qualified p99 upper bound of the assigned artifact; null if unknown."
+    )
+    p99_threshold_ms: float | None = Field(
+        description="qualified_p99_upper_ms times (1 + tolerance): what the lower bound must "
+        "exceed to alert."
+    )
+    p99: Literal["ok", "regressed", "insufficient_data", "not_judged"] = Field(
+        description="The p99 judgement: insufficient_data below min_samples or when the bounds "
+        "straddle the threshold; not_judged without a qualified bound."
+    )
+    alerts: list[AlertKind] = Field(description="Kinds of the class's alerts, sorted.")
+    notes: list[str] = Field(description="Sentences on what was and was not judged.")
+
+
+class TelemetryCheck(Document):
+    """The result of ``qualify telemetry check``: alerts and a state per class."""
+
+    checked_at: datetime = Field(description="The reference time (UTC).")
+    window_start: datetime = Field(description="Events from here up to checked_at were judged.")
+    manifest_version: int = Field(description="The manifest compared against.")
+    p99_tolerance: float = Field(description="Relative slack over the qualified p99 bound.")
+    min_samples: int = Field(description="Fewest latency samples a p99 is judged on.")
+    confidence: float = Field(description="Confidence of the observed p99 bounds.")
+    events: int = Field(description="Events in the window, all classes.")
+    alerts: list[Alert] = Field(description="Every alert, by class then kind.")
+    classes: list[ClassState] = Field(description="One state per class, by name.")
+
+    @property
+    def ok(self) -> bool:
+        """True when there is no alert."""
+        return not self.alerts
+
+
+class StaleItem(Document):
+    """A cell or class that must be re-qualified, and why."""
+
+    host_class: str = Field(description="Host class name.")
+    reason: Literal["settings_changed", "runtime_unqualified"] = Field(
+        description="Why; see STALE_REASONS."
+    )
+    run_id: str | None = Field(description="The stale cell's run; null for a class-level item.")
+    artifact_digest: Digest | None = Field(
+        description="The stale cell's artifact; null for a class-level item."
+    )
+    artifact_name: str | None = Field(description="Its label; null for a class-level item.")
+    measured_at: datetime | None = Field(description="When the stale cell was measured.")
+    runtime_revisions: list[str] = Field(
+        description="For runtime_unqualified: the revisions seen in telemetry and never "
+        "qualified, sorted."
+    )
+    message: str = Field(description="One sentence: what changed and what to run.")

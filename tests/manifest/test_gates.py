@@ -1,0 +1,101 @@
+"""The gates a fresh cell is judged by (the runner's verdict), one behaviour per test."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from manifest.gates import judge
+from schemas.cell import Cell
+from tests.manifest.factories import Fleet, class_spec, make_project
+
+
+def candidate_cell(**measured: Any) -> tuple[Cell, Any]:
+    project = make_project({"c": class_spec(0, p99_ms=80.0)})
+    fleet = Fleet(project)
+    fleet.qualify("c", **measured)
+    return fleet.cells[-1], project.host_classes["c"]
+
+
+def codes(cell: Cell, cls: Any) -> tuple[str, list[str]]:
+    verdict, reasons = judge(cell, cls)
+    return verdict, [r.code for r in reasons]
+
+
+def test_cell_within_every_budget_passes() -> None:
+    assert codes(*candidate_cell()) == ("pass", [])
+
+
+def test_p99_lower_bound_above_budget_fails() -> None:
+    verdict, why = codes(*candidate_cell(p99_ms=95, p99_upper_ms=99, p99_lower_ms=90))
+    assert (verdict, why) == ("fail", ["p99_over_budget"])
+
+
+def test_p99_bounds_straddling_the_budget_are_insufficient_not_a_pass() -> None:
+    verdict, why = codes(*candidate_cell(p99_ms=79, p99_upper_ms=85, p99_lower_ms=70))
+    assert (verdict, why) == ("insufficient", ["p99_insufficient"])
+
+
+def test_too_few_samples_for_any_bound_are_insufficient() -> None:
+    verdict, why = codes(*candidate_cell(p99_upper_ms=None, p99_lower_ms=None))
+    assert (verdict, why) == ("insufficient", ["p99_insufficient"])
+
+
+def test_fallback_beyond_the_allowance_fails_with_the_node_count() -> None:
+    cell, cls = candidate_cell(fallback_nodes=3, expected_nodes=7)
+    verdict, reasons = judge(cell, cls)
+    assert verdict == "fail"
+    (reason,) = [r for r in reasons if r.code == "provider_fallback"]
+    assert reason.message.startswith("3 of 10 nodes ran on")
+
+
+def test_expected_provider_with_no_node_fails_even_when_nothing_was_placed() -> None:
+    verdict, why = codes(*candidate_cell(fallback_nodes=0, expected_nodes=0))
+    assert verdict == "fail" and "expected_provider_missing" in why
+
+
+def test_broken_parity_fails() -> None:
+    verdict, why = codes(*candidate_cell(parity_passed=False))
+    assert verdict == "fail" and "parity_failed" in why
+
+
+@pytest.mark.parametrize(
+    ("field", "code"), [("peak_rss_mb", "peak_rss_missing"), ("cold_init_ms", "cold_init_missing")]
+)
+def test_unmeasured_value_with_a_budget_is_not_a_pass(field: str, code: str) -> None:
+    verdict, why = codes(*candidate_cell(**{field: None}))
+    assert (verdict, why) == ("insufficient", [code])
+
+
+@pytest.mark.parametrize(
+    ("field", "code"),
+    [("peak_rss_mb", "peak_rss_over_budget"), ("cold_init_ms", "cold_init_over_budget")],
+)
+def test_value_over_its_budget_fails(field: str, code: str) -> None:
+    verdict, why = codes(*candidate_cell(**{field: 1e6}))
+    assert (verdict, why) == ("fail", [code])
+
+
+@given(
+    upper=st.floats(0.1, 200),
+    fallback=st.integers(0, 5),
+    rss=st.floats(1, 1000),
+    parity=st.booleans(),
+)
+def test_a_pass_means_every_gate_held(
+    upper: float, fallback: int, rss: float, parity: bool
+) -> None:
+    cell, cls = candidate_cell(
+        p99_upper_ms=upper,
+        p99_lower_ms=upper / 2,
+        p99_ms=upper * 0.75,
+        fallback_nodes=fallback,
+        peak_rss_mb=rss,
+        parity_passed=parity,
+    )
+    verdict, _ = judge(cell, cls)
+    if verdict == "pass":
+        assert upper <= 80 and fallback == 0 and rss <= 512 and parity

@@ -1,0 +1,127 @@
+"""The demo, end to end, as a newcomer runs it: real model, real runs, signed manifest, report.
+
+One ``qualify demo`` in a fresh directory, then the checks a person would make: three classes
+get the int8 candidate, the class that lost its accelerator path does not, every host class
+resolves, the report opens in a real browser with every class and chart, and the other commands
+work from the demo directory with their defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.reports.htmltree import parse
+from tests.reports.test_browser import _run
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def qualify(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "qualify", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    work = tmp_path_factory.mktemp("demo") / "demo"
+    proc = qualify("demo", "--workdir", str(work), cwd=work.parent)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return work, proc.stdout
+
+
+def test_demo_writes_everything_it_promises(demo: tuple[Path, str]) -> None:
+    work, _ = demo
+    for name in (
+        "qualify.yaml",
+        "qualify.duckdb",
+        "manifest.json",
+        "release.key",
+        "release.pub",
+        "report.html",
+    ):
+        assert (work / name).is_file(), name
+    assert len(list((work / "bundles").iterdir())) == 4
+    assert len(list((work / "manifest.d").iterdir())) == 4
+    assert oct((work / "release.key").stat().st_mode & 0o777) == "0o600"
+
+
+def test_three_classes_get_the_candidate_and_the_lost_gpu_class_does_not(
+    demo: tuple[Path, str],
+) -> None:
+    work, out = demo
+    signed = json.loads((work / "manifest.json").read_text())["signed"]
+    decisions = {name: e["decision"] for name, e in signed["entries"].items()}
+    assert decisions == {
+        "arm-r5": "candidate",
+        "x86-v4": "candidate",
+        "x86-v3-1t": "candidate",
+        "gpu-t4": "baseline",
+    }
+    gpu = signed["entries"]["gpu-t4"]
+    assert "provider_fallback" in {r["code"] for r in gpu["reasons"]}
+    assert signed["policy"]["allow_emulated"] is True
+    for name in decisions:
+        assert f"  {name}: exit 0: runs " in out
+
+
+def test_commands_work_from_the_demo_directory_with_defaults(demo: tuple[Path, str]) -> None:
+    work, _ = demo
+    shown = qualify("matrix", "show", "--format", "json", cwd=work)
+    assert shown.returncode == 0, shown.stderr
+    assert len(json.loads(shown.stdout)) == 8
+    verified = qualify("manifest", "verify", "manifest.json", "--pubkey", "release.pub", cwd=work)
+    assert verified.returncode == 0 and "OK" in verified.stdout
+    refused = qualify("run", "--host-class", "arm-r5", cwd=work)
+    if os.uname().machine != "aarch64":
+        assert refused.returncode == 2 and "--emulate" in refused.stderr
+
+
+def test_demo_report_opens_in_a_real_browser_with_every_class_and_chart(
+    demo: tuple[Path, str], tmp_path: Path
+) -> None:
+    work, _ = demo
+    done = _run(
+        [
+            "--enable-logging=stderr",
+            "--v=0",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            (work / "report.html").as_uri() + "?charts=all",
+        ],
+        tmp_path / "profile",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    console = [line for line in done.stderr.splitlines() if ":CONSOLE" in line]
+    assert console == [], console
+    dom = parse(done.stdout)
+    sections = dom.find_all("section", "cls")
+    assert len(sections) == 4
+    charts = dom.find_all("div", "chart")
+    assert len(charts) == 4
+    assert all(c.find_all("canvas") for c in charts)
+    shot = tmp_path / "demo-report.png"
+    taken = _run(
+        [
+            f"--screenshot={shot}",
+            "--window-size=1280,2400",
+            "--virtual-time-budget=5000",
+            (work / "report.html").as_uri(),
+        ],
+        tmp_path / "profile2",
+    )
+    assert taken.returncode == 0 and shot.stat().st_size > 50_000
