@@ -44,6 +44,7 @@ def cell_summary(cell: Cell) -> dict[str, Any]:
         "samples": gate.samples if gate else None,
         "nodes_per_provider": cell.placement.nodes_per_provider if cell.placement else None,
         "fallback_nodes": cell.placement.fallback_nodes if cell.placement else None,
+        "kernel_ms_per_provider": cell.placement.kernel_ms_per_provider if cell.placement else None,
         "peak_rss_mb": cell.peak_rss_mb,
         "cold_init_ms": cell.cold_init_ms,
         "parity_passed": cell.parity.passed if cell.parity else None,

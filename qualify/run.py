@@ -117,6 +117,7 @@ def _job(
         "confidence": wl.confidence,
         "budget_p99_ms": host_class.budgets.p99_ms,
         "postprocess": wl.postprocess,
+        "profile_runs": wl.profile_runs,
     }
 
 
@@ -177,7 +178,8 @@ def _placement(outcome: WorkerOutcome) -> Placement | None:
     if not doc:
         return None
     warnings = list(outcome.result.get("warnings") or []) + outcome.provider_log
-    return Placement(**doc, warnings=warnings)
+    kernel = outcome.result.get("kernel_ms_per_provider")
+    return Placement(**doc, warnings=list(dict.fromkeys(warnings)), kernel_ms_per_provider=kernel)
 
 
 def _fingerprint_and_check(

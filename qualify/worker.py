@@ -319,6 +319,41 @@ def _latency_config(
     }
 
 
+def _kernel_time_per_provider(
+    ort: Any, model: bytes, job: dict[str, Any], feeds: list[dict[str, Any]]
+) -> dict[str, float] | None:
+    """Mean kernel time per inference by provider, from onnxruntime's profiler.
+
+    A separate session and pass: profiling slows every node, so it never overlaps the timed
+    loop. Sums the ``Node`` events' durations per ``args.provider``.
+    """
+    runs = int(job.get("profile_runs", 0))
+    if runs <= 0:
+        return None
+    so = _session_options(ort, job, record_placement=False)
+    so.enable_profiling = True
+    so.profile_file_prefix = str(Path(job["samples_path"]).with_name("profile"))
+    provider = job["provider"]
+    names = list(provider["execution_providers"])
+    options = [dict(provider.get("provider_options", {}).get(n, {})) for n in names]
+    session = ort.InferenceSession(model, so, providers=names, provider_options=options)
+    for k in range(runs):
+        session.run(None, feeds[k % len(feeds)])
+    path = Path(session.end_profiling())
+    try:
+        events = json.loads(path.read_text(encoding="utf-8"))
+    finally:
+        path.unlink(missing_ok=True)
+    totals: dict[str, float] = {}
+    for event in events:
+        if event.get("cat") != "Node" or not str(event.get("name", "")).endswith("_kernel_time"):
+            continue
+        name = str(event.get("args", {}).get("provider", "unknown"))
+        totals[name] = totals.get(name, 0.0) + float(event.get("dur", 0))
+    # The first run (session warm-up inside the profiler) counts too; over `runs` it averages out.
+    return {name: us / 1000.0 / runs for name, us in sorted(totals.items())}
+
+
 def _measure(job: dict[str, Any], result: dict[str, Any]) -> None:
     import numpy as np
 
@@ -400,6 +435,13 @@ def _measure(job: dict[str, Any], result: dict[str, Any]) -> None:
         configs.append({"batch_size": b, "concurrency": c, **doc})
         result["configs"] = configs
     np.savez(job["samples_path"], allow_pickle=False, **samples)
+    try:
+        result["kernel_ms_per_provider"] = _kernel_time_per_provider(
+            ort, model, job, [_batch(pool, job, k, 1) for k in range(16)]
+        )
+    except Exception as exc:  # the profile is extra evidence; its failure is said, not fatal
+        result["kernel_ms_per_provider"] = None
+        result.setdefault("warnings", []).append(f"profiling pass failed: {exc}")
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:

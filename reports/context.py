@@ -566,9 +566,12 @@ def _placement_parts(cell: Cell | None) -> tuple[tuple[str, bool], ...]:
     if placement is None:
         return ()
     ranked = sorted(placement.nodes_per_provider.items(), key=lambda kv: (-kv[1], kv[0]))
+    kernel = placement.kernel_ms_per_provider or {}
     return tuple(
         (
-            f"{_ep(p)} {n}" + (" (fallback)" if fallback else ""),
+            f"{_ep(p)} {n}"
+            + (f" ({kernel[p]:.3g} ms kernel time)" if p in kernel else "")
+            + (" (fallback)" if fallback else ""),
             fallback,
         )
         for p, n in ranked

@@ -72,6 +72,11 @@ class Placement(Document):
     warnings: list[str] = Field(
         default_factory=list, description="Provider warnings captured while creating the session."
     )
+    kernel_ms_per_provider: dict[str, float] | None = Field(
+        default=None,
+        description="Mean kernel time per inference by provider, from a separate profiling pass "
+        "(profiling slows inference, so never in the timed loop); null if not profiled.",
+    )
 
 
 class LatencyResult(Document):

@@ -158,6 +158,12 @@ class Workload(Document):
     confidence: float = Field(
         default=0.99, gt=0.5, lt=1.0, description="Confidence of the p99 bounds."
     )
+    profile_runs: int = Field(
+        default=100,
+        ge=0,
+        description="Inferences in the separate profiling pass that measures kernel time per "
+        "provider (0 skips it; profiling costs ~20% latency, so it never overlaps timing).",
+    )
     postprocess: Literal["none", "argmax", "softmax"] = Field(
         default="none",
         description="Post-processing included in end-to-end timing (applied to the first output).",

@@ -106,6 +106,9 @@ def test_run_lands_in_the_matrix_and_its_bundle(faults_run) -> None:  # type: ig
     assert base.peak_rss_mb and base.peak_rss_mb > 10
     assert base.cold_init_ms and base.warm_init_ms
     assert base.placement and base.placement.fallback_nodes == 0
+    kernel = base.placement.kernel_ms_per_provider
+    assert kernel is not None and set(kernel) == {"CPUExecutionProvider"}
+    assert 0 < kernel["CPUExecutionProvider"] < gate.max_ms
     assert (outcome.bundle_path / "run.json").exists()
     assert (outcome.bundle_path / "samples.parquet").exists()
     assert outcome.bundle.run.rollback and outcome.bundle.run.rollback.loaded
