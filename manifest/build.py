@@ -24,6 +24,7 @@ from manifest import envelope
 from manifest._batch import paused_gc
 from manifest.errors import BuildError, MalformedError
 from manifest.signing import sign_document
+from schemas.atomic import write_atomic
 from schemas.manifest import (
     ArtifactRef,
     ChangeSide,
@@ -226,18 +227,7 @@ def per_class_documents(signed: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            if fsync:
-                fh.flush()
-                os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, data, fsync=fsync)
 
 
 def write_manifest(doc: Mapping[str, Any], path: Path) -> None:

@@ -13,7 +13,6 @@ Both are what ``openssl genpkey -algorithm ed25519`` and ``openssl pkey -pubout`
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from manifest import envelope
 from manifest.errors import CanonicalError, KeyFileError, MalformedError
+from schemas.atomic import write_atomic
 
 __all__ = [
     "generate_keypair",
@@ -49,31 +49,11 @@ def key_id(public_key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
 
 
 def _write_private(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, data, mode=0o600)
 
 
 def _write_public(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text, mode=0o644)
 
 
 def generate_keypair(name: str, directory: Path, *, overwrite: bool = False) -> tuple[Path, Path]:

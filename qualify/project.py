@@ -15,7 +15,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import tempfile
 import types
 import typing
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from qualify.errors import ProjectError
+from schemas.atomic import write_atomic
 from schemas.project import Budgets, Project
 
 __all__ = [
@@ -701,19 +701,4 @@ def write_project(project: Project, path: Path, *, include_defaults: bool = Fals
         OSError: the folder does not exist or is not writable; nothing is left half-written.
     """
     text = dump_project(project, include_defaults=include_defaults)
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomic(path, text, sync_dir=True)

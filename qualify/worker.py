@@ -445,12 +445,9 @@ def _measure(job: dict[str, Any], result: dict[str, Any]) -> None:
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    from schemas.atomic import write_atomic
+
+    write_atomic(path, json.dumps(doc))
 
 
 def main(argv: list[str] | None = None) -> int:

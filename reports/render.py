@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -22,6 +21,7 @@ from markupsafe import Markup
 
 from reports.context import ReportView
 from reports.errors import ReportWriteError
+from schemas.atomic import write_atomic
 
 __all__ = ["environment", "render_report", "write_report"]
 
@@ -100,24 +100,9 @@ def write_report(view: ReportView, path: Path | str) -> Path:
             "pass another --out"
         )
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+        write_atomic(target, html)
     except OSError as error:
         raise ReportWriteError(f"cannot write the report to {target}: {error.strerror}") from error
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(html)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except OSError as error:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise ReportWriteError(f"cannot write the report to {target}: {error.strerror}") from error
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
     with contextlib.suppress(OSError):
         dir_fd = os.open(folder, os.O_RDONLY)
         try:

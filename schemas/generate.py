@@ -17,15 +17,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
-import tempfile
 import types
 import typing
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel
+
+from schemas.atomic import write_atomic
 
 __all__ = [
     "DOCUMENTS",
@@ -100,16 +100,7 @@ def render_schema(filename: str, model: type[BaseModel]) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text)
 
 
 def generate(
