@@ -6,7 +6,10 @@ back to the CPU) and ``elsewhere`` needs an ARM host.
 
 from __future__ import annotations
 
+import os
 import platform
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -64,3 +67,20 @@ def write_project(tmp: Path, candidates: list[str], timeout: float = 60) -> Path
     path = tmp / "qualify.yaml"
     path.write_text(text)
     return path
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_qualify(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``python -m qualify ARGS`` in a real subprocess, as a user's shell would run it."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-m", "qualify", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )

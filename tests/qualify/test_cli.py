@@ -15,29 +15,16 @@ import pytest
 from click.testing import CliRunner
 
 from qualify.cli import cli
-from tests.qualify.projects import write_project
+from tests.qualify.projects import run_qualify, write_project
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def qualify(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "qualify", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=300,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
     tmp = tmp_path_factory.mktemp("cli")
     write_project(tmp, ["identity_mlp_perturbed"])
-    proc = qualify("run", "--host-class", "here-cpu", "--json", cwd=tmp)
+    proc = run_qualify("run", "--host-class", "here-cpu", "--json", cwd=tmp)
     assert proc.returncode == 0, proc.stderr
     return tmp, json.loads(proc.stdout)
 
@@ -69,14 +56,14 @@ def test_run_json_summary_has_every_promised_field(ran: tuple[Path, dict[str, ob
 
 def test_matrix_show_formats(ran: tuple[Path, dict[str, object]]) -> None:
     tmp, summary = ran
-    as_json = qualify("matrix", "show", "--format", "json", cwd=tmp)
+    as_json = run_qualify("matrix", "show", "--format", "json", cwd=tmp)
     rows = json.loads(as_json.stdout)
     assert {r["run_id"] for r in rows} == {summary["run_id"]}
     assert all(r["p99_budget_ms"] == 50 for r in rows)
-    as_csv = qualify("matrix", "show", "--format", "csv", cwd=tmp).stdout.splitlines()
+    as_csv = run_qualify("matrix", "show", "--format", "csv", cwd=tmp).stdout.splitlines()
     assert as_csv[0].startswith("hardware,runtime,provider,host_class,artifact_digest")
     assert len(as_csv) == 3
-    table = qualify("matrix", "show", cwd=tmp)
+    table = run_qualify("matrix", "show", cwd=tmp)
     assert table.returncode == 0 and "here-cpu" in table.stdout
 
 
@@ -85,10 +72,10 @@ def test_bundles_ingest_into_another_matrix_once(
 ) -> None:
     tmp, summary = ran
     bundle = tmp / "bundles" / str(summary["run_id"])
-    first = qualify(
+    first = run_qualify(
         "matrix", "ingest", str(bundle), "--db", str(tmp_path / "fleet.duckdb"), cwd=tmp
     )
-    again = qualify(
+    again = run_qualify(
         "matrix", "ingest", str(bundle), "--db", str(tmp_path / "fleet.duckdb"), cwd=tmp
     )
     assert "ingested" in first.stdout and "already present" in again.stdout
@@ -99,7 +86,7 @@ def test_bundles_ingest_into_another_matrix_once(
 
 def test_matrix_export_writes_parquet(ran: tuple[Path, dict[str, object]], tmp_path: Path) -> None:
     tmp, _ = ran
-    out = qualify("matrix", "export", "--parquet", str(tmp_path / "pq"), cwd=tmp)
+    out = run_qualify("matrix", "export", "--parquet", str(tmp_path / "pq"), cwd=tmp)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "pq" / "matrix.parquet").exists()
     assert (tmp_path / "pq" / "samples.parquet").exists()
@@ -125,7 +112,7 @@ def test_missing_project_file_says_how_to_get_one(tmp_path: Path) -> None:
 
 def test_host_mismatch_exits_2_with_the_failed_rule(tmp_path: Path) -> None:
     write_project(tmp_path, [])
-    proc = qualify("run", "--host-class", "elsewhere", cwd=tmp_path)
+    proc = run_qualify("run", "--host-class", "elsewhere", cwd=tmp_path)
     assert proc.returncode == 2
     assert "class needs aarch64" in proc.stderr and "--emulate" in proc.stderr
 

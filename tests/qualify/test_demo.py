@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.qualify.projects import run_qualify
 from tests.reports.htmltree import parse
 from tests.reports.test_browser import _run
 
@@ -23,23 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def qualify(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run(
-        [sys.executable, "-m", "qualify", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-
-
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     work = tmp_path_factory.mktemp("demo") / "demo"
-    proc = qualify("demo", "--workdir", str(work), cwd=work.parent)
+    proc = run_qualify("demo", "--workdir", str(work), cwd=work.parent)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return work, proc.stdout
 
@@ -81,12 +67,14 @@ def test_three_classes_get_the_candidate_and_the_lost_gpu_class_does_not(
 
 def test_commands_work_from_the_demo_directory_with_defaults(demo: tuple[Path, str]) -> None:
     work, _ = demo
-    shown = qualify("matrix", "show", "--format", "json", cwd=work)
+    shown = run_qualify("matrix", "show", "--format", "json", cwd=work)
     assert shown.returncode == 0, shown.stderr
     assert len(json.loads(shown.stdout)) == 8
-    verified = qualify("manifest", "verify", "manifest.json", "--pubkey", "release.pub", cwd=work)
+    verified = run_qualify(
+        "manifest", "verify", "manifest.json", "--pubkey", "release.pub", cwd=work
+    )
     assert verified.returncode == 0 and "OK" in verified.stdout
-    refused = qualify("run", "--host-class", "arm-r5", cwd=work)
+    refused = run_qualify("run", "--host-class", "arm-r5", cwd=work)
     if os.uname().machine != "aarch64":
         assert refused.returncode == 2 and "--emulate" in refused.stderr
 
