@@ -1,0 +1,146 @@
+"""From a real run to a signed manifest, a second release, a diff and a report, through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from qualify.cli import cli
+from tests.qualify.projects import run_qualify, write_project
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A matrix with one real run of a passing and a parity-breaking candidate on here-cpu."""
+    tmp = tmp_path_factory.mktemp("release")
+    write_project(tmp, ["identity_mlp_perturbed"])
+    done = run_qualify("run", "--host-class", "here-cpu", "--json", cwd=tmp)
+    assert done.returncode == 0, done.stderr
+    assert invoke("keygen", "rel", "--dir", str(tmp)).exit_code == 0
+    return tmp
+
+
+def generate(tmp: Path, out: str, *extra: str) -> Result:
+    return invoke(
+        "manifest",
+        "generate",
+        "--release",
+        "r1",
+        "--out",
+        str(tmp / out),
+        "--project",
+        str(tmp / "qualify.yaml"),
+        "--db",
+        str(tmp / "qualify.duckdb"),
+        *extra,
+    )
+
+
+def test_keygen_writes_a_private_key_only_its_owner_can_read(matrix: Path) -> None:
+    assert (matrix / "rel.key").stat().st_mode & 0o777 == 0o600
+    assert (matrix / "rel.pub").read_text().startswith("-----BEGIN PUBLIC KEY-----")
+    again = CliRunner().invoke(cli, ["keygen", "rel", "--dir", str(matrix)])
+    assert again.exit_code == 2 and "exist" in again.output
+
+
+def test_generate_refuses_to_sign_without_a_key_unless_told(matrix: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["manifest", "generate", "--release", "x", "--db", str(matrix / "qualify.duckdb")]
+    )
+    assert result.exit_code == 2 and "--key" in result.output
+
+
+def test_signed_manifest_decides_each_class_on_its_own_evidence(matrix: Path) -> None:
+    result = generate(
+        matrix, "m1.json", "--key", str(matrix / "rel.key"), "--per-class", str(matrix / "m1.d")
+    )
+    assert result.exit_code == 0, result.output
+    signed = json.loads((matrix / "m1.json").read_text())["signed"]
+    entries = signed["entries"]
+    # The only candidate broke parity: here-cpu keeps the baseline, with the reason.
+    assert entries["here-cpu"]["decision"] == "baseline"
+    assert "parity_failed" in json.dumps(entries["here-cpu"]["reasons"])
+    # No evidence at all for the other classes: the policy's unknown_class (hold by default).
+    assert entries["elsewhere"]["decision"] == "hold"
+    assert entries["lost-gpu"]["decision"] == "hold"
+    assert signed["version"] == 1
+    assert sorted(p.name for p in (matrix / "m1.d").iterdir()) == [
+        "elsewhere.json",
+        "here-cpu.json",
+        "lost-gpu.json",
+    ]
+    ok = invoke("manifest", "verify", str(matrix / "m1.json"), "--pubkey", str(matrix / "rel.pub"))
+    assert ok.exit_code == 0 and "OK" in ok.output
+
+
+def test_tampered_manifest_fails_verification(matrix: Path, tmp_path: Path) -> None:
+    generate(matrix, "m-t.json", "--key", str(matrix / "rel.key"))
+    raw = (
+        (matrix / "m-t.json").read_text().replace('"decision":"hold"', '"decision":"candidate"', 1)
+    )
+    (tmp_path / "forged.json").write_text(raw)
+    bad = CliRunner().invoke(
+        cli,
+        ["manifest", "verify", str(tmp_path / "forged.json"), "--pubkey", str(matrix / "rel.pub")],
+    )
+    assert bad.exit_code == 2 and "signature" in bad.output.lower()
+
+
+def test_each_release_gets_the_next_version_and_diff_says_what_changed(matrix: Path) -> None:
+    first = generate(matrix, "v-a.json", "--key", str(matrix / "rel.key"))
+    second = generate(matrix, "v-b.json", "--unsigned", "--expires", "2d")
+    assert first.exit_code == 0 and second.exit_code == 0, second.output
+    va = json.loads((matrix / "v-a.json").read_text())["signed"]["version"]
+    vb = json.loads((matrix / "v-b.json").read_text())
+    assert vb["signed"]["version"] == va + 1 and vb["signatures"] == []
+    diff = invoke("manifest", "diff", str(matrix / "v-a.json"), str(matrix / "v-b.json"))
+    assert diff.exit_code == 0 and diff.output.strip()
+    shown = invoke("manifest", "show", str(matrix / "v-b.json"))
+    assert "here-cpu" in shown.output and "baseline" in shown.output
+
+
+def test_bad_expiry_is_a_usage_error(matrix: Path) -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "manifest",
+            "generate",
+            "--release",
+            "x",
+            "--unsigned",
+            "--expires",
+            "soon",
+            "--project",
+            str(matrix / "qualify.yaml"),
+            "--db",
+            str(matrix / "qualify.duckdb"),
+        ],
+    )
+    assert result.exit_code == 2 and "30d" in result.output
+
+
+def test_report_is_written_for_the_matrix_and_its_manifest(matrix: Path) -> None:
+    out = matrix / "report.html"
+    result = invoke(
+        "report",
+        "--out",
+        str(out),
+        "--pubkey",
+        str(matrix / "rel.pub"),
+        "--project",
+        str(matrix / "qualify.yaml"),
+        "--db",
+        str(matrix / "qualify.duckdb"),
+    )
+    assert result.exit_code == 0, result.output
+    html = out.read_text()
+    for name in ("here-cpu", "elsewhere", "lost-gpu", "identity_mlp_perturbed"):
+        assert name in html
+    assert 'src="http' not in html and '<link rel="stylesheet" href="http' not in html
