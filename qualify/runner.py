@@ -37,10 +37,13 @@ class WorkerOutcome:
     """A REASON_CODES key when the artifact could not be measured, else None."""
     error_message: str | None
     peak_rss_mb: float | None
-    """Peak RSS of the child from os.wait4 (ru_maxrss); None if the child was never reaped."""
+    """Peak RSS of the child; None when it cannot be told apart from the parent's (see
+    ``child_peak_rss_mb``)."""
     exit_status: int | None
     signal_name: str | None
     wall_s: float
+    peak_rss_source: str | None = None
+    """How ``peak_rss_mb`` was measured: ``wait4``, ``vmhwm`` or ``vmhwm-before-kill``."""
     stderr: str = ""
     provider_log: list[str] = field(default_factory=list)
     """onnxruntime's own warning/error lines from the child's stderr."""
@@ -88,6 +91,41 @@ def _provider_lines(stderr: str) -> list[str]:
     return keep[:50]
 
 
+def hwm_kb(pid: int | str = "self") -> int | None:
+    """``VmHWM`` (peak resident set of the current memory image) of a process, in KiB."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def child_peak_rss_mb(
+    ru_maxrss_kb: int, parent_hwm_kb: int | None, child_hwm_kb: int | None
+) -> tuple[float | None, str | None]:
+    """The child's peak RSS, honest about what Linux can tell.
+
+    ``ru_maxrss`` from ``os.wait4`` catches every peak, but Linux folds the pre-exec memory
+    image into it: a child forked from a 200 MB parent reports at least ~200 MB whatever it used
+    after exec. So: ``wait4``'s value when it exceeds the parent's own peak (read after reaping;
+    then it can only be the child's); else the child's ``VmHWM`` (its post-exec image, read by the child
+    at exit or by the parent just before a timeout kill); else None (not measurable).
+
+    Returns:
+        ``(peak MB or None, source)``.
+    """
+    if parent_hwm_kb is not None and ru_maxrss_kb > parent_hwm_kb:
+        return ru_maxrss_kb / 1024.0, "wait4"
+    if child_hwm_kb is not None:
+        return child_hwm_kb / 1024.0, "vmhwm"
+    if parent_hwm_kb is None:
+        return ru_maxrss_kb / 1024.0, "wait4"
+    return None, None
+
+
 def run_worker(
     job: dict[str, Any],
     workdir: Path,
@@ -124,12 +162,14 @@ def run_worker(
     if on_start is not None:
         on_start(proc.pid)
     timed_out = False
+    killed_hwm: int | None = None
     while True:
         pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
             break
         if time.monotonic() - started > timeout_s:
             timed_out = True
+            killed_hwm = hwm_kb(proc.pid)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             pid, status, rusage = os.wait4(proc.pid, 0)
@@ -138,7 +178,6 @@ def run_worker(
     wall = time.monotonic() - started
     # We reaped the child ourselves; tell Popen so it does not warn or wait again.
     proc.returncode = os.waitstatus_to_exitcode(status)
-    peak_rss_mb = rusage.ru_maxrss / 1024.0  # Linux reports KiB
     stderr = err_path.read_text(encoding="utf-8", errors="replace")
     result_path = Path(job["result_path"])
     result: dict[str, Any] = {}
@@ -147,6 +186,17 @@ def run_worker(
             result = json.loads(result_path.read_text(encoding="utf-8"))
         except ValueError:
             result = {}
+    # The parent's peak only grows, so read after reaping it bounds the image the child was
+    # forked from: a wait4 value above it can only be the child's own.
+    parent_hwm = hwm_kb()
+    reported = result.get("vm_hwm_kb")
+    peak_rss_mb, peak_source = child_peak_rss_mb(
+        rusage.ru_maxrss,  # Linux reports KiB
+        parent_hwm,
+        int(reported) if isinstance(reported, int) else killed_hwm,
+    )
+    if peak_source == "vmhwm" and reported is None:
+        peak_source = "vmhwm-before-kill"
     sig_name = None
     exit_status = None
     if os.WIFSIGNALED(status):
@@ -179,6 +229,7 @@ def run_worker(
         error_code=code,
         error_message=message,
         peak_rss_mb=peak_rss_mb,
+        peak_rss_source=peak_source,
         exit_status=exit_status,
         signal_name=sig_name,
         wall_s=wall,

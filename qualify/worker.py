@@ -479,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
             "message": f"{type(exc).__name__}: {exc}",
             "traceback": traceback.format_exc(limit=5),
         }
+    from qualify.runner import hwm_kb
+
+    result["vm_hwm_kb"] = hwm_kb()
     _write_json(job["result_path"], result)
     return 0
 

@@ -1,0 +1,53 @@
+"""Peak memory of a child is the child's, not its parent's (Linux folds the pre-exec image in)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from qualify.runner import child_peak_rss_mb
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_wait4_value_above_the_parents_peak_is_the_childs() -> None:
+    assert child_peak_rss_mb(600_000, 200_000, 90_000) == (600_000 / 1024, "wait4")
+
+
+def test_wait4_value_within_the_parents_peak_falls_back_to_the_childs_own_hwm() -> None:
+    assert child_peak_rss_mb(200_000, 200_000, 90_000) == (90_000 / 1024, "vmhwm")
+
+
+def test_nothing_trustworthy_is_reported_as_not_measured() -> None:
+    assert child_peak_rss_mb(200_000, 200_000, None) == (None, None)
+
+
+def test_a_big_parent_does_not_inflate_a_small_childs_peak(tmp_path: Path) -> None:
+    """A parent holding ~400 MB runs a real worker; the worker's peak must stay well below."""
+    from tests.models import build
+
+    model = build("identity_mlp", tmp_path)
+    code = f"""
+import hashlib, json, numpy as np
+from pathlib import Path
+from qualify.runner import run_worker
+ballast = np.ones(50_000_000)  # 400 MB resident in the parent
+model = Path({str(model)!r})
+np.savez({str(tmp_path / "in.npz")!r}, x=np.zeros((4, 16), np.float32))
+job = {{"mode": "check", "artifact_path": str(model),
+        "expected_digest": "sha256:" + hashlib.sha256(model.read_bytes()).hexdigest(),
+        "provider": {{"execution_providers": ["CPUExecutionProvider"],
+                      "expected": "CPUExecutionProvider"}},
+        "inputs_path": {str(tmp_path / "in.npz")!r}, "inputs": {{"x": {{"source": "recorded"}}}}}}
+out = run_worker(job, Path({str(tmp_path / "w")!r}), timeout_s=120)
+print(json.dumps([out.error_code, out.peak_rss_mb, out.peak_rss_source, float(ballast[0])]))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    error, peak, source, _ = json.loads(done.stdout)
+    assert error is None
+    assert source == "vmhwm"
+    assert 20 < peak < 300, peak
