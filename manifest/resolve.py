@@ -14,12 +14,16 @@ Usage::
 
     resolve-artifact --manifest PATH [--host-class NAME] [--pubkey K] [--state-dir DIR]
                      [--verify-file PATH] [--json] [--runtime PKG==VER] [--providers A,B]
-                     [--max-bytes N]
+                     [--emit-telemetry FILE] [--host-id ID] [--max-bytes N]
 
 ``--manifest`` is a manifest file, one per-class document, or a directory of per-class documents
 (then ``--host-class`` picks ``DIR/<class>.json``). ``--pubkey`` defaults to ``$QUALIFY_PUBKEY``;
 ``--state-dir`` to ``$QUALIFY_STATE_DIR`` (without one, there is no rollback protection across
-runs and no last-known-good).
+runs and no last-known-good). ``--emit-telemetry FILE`` (or ``$QUALIFY_TELEMETRY``) appends one
+``qualify-telemetry/1`` event for the answer (``manifest.telemetry``): class, served digest, the
+requested providers this host has, runtime revision and manifest version; a failure to append
+warns on stderr and never changes the exit code. The ``--json`` answer's ``providers`` lists the
+served artifact's execution providers that this host has, in order (empty on hold).
 
 Exit codes:
 
@@ -323,6 +327,12 @@ def _pointer(art: Any) -> dict[str, Any] | None:
     return {"digest": art.get("digest"), "uri": art.get("uri")}
 
 
+def _usable(provider: Mapping[str, Any], host: HostRuntime) -> list[str]:
+    """The requirement's execution providers this host has, in the order they are requested."""
+    wanted = provider.get("execution_providers") or []
+    return [str(p) for p in wanted if p in host.providers]
+
+
 def _answer(
     signed: Mapping[str, Any],
     host_class: str,
@@ -342,6 +352,7 @@ def _answer(
         "manifest_version": signed["version"],
         "release": signed.get("release"),
         "served": None,
+        "providers": [],
         "reasons": reasons,
     }
     if decision == "hold":
@@ -355,6 +366,7 @@ def _answer(
     failures = requirement_failures(host, entry.get("runtime") or {}, entry.get("provider") or {})
     if not failures:
         answer["artifact"], answer["served"] = _pointer(artifact), "artifact"
+        answer["providers"] = _usable(entry.get("provider") or {}, host)
         return EXIT_RESOLVED, answer, messages
     why = "; ".join(failures)
     reasons.append({"code": "runtime_incompatible", "message": f"{artifact.get('name')}: {why}"})
@@ -373,6 +385,9 @@ def _answer(
                 {"code": "served_rollback", "message": f"rollback {rollback.get('name')} fits"}
             )
             answer["artifact"], answer["served"] = _pointer(rollback), "rollback"
+            answer["providers"] = _usable(
+                rollback.get("provider") or entry.get("provider") or {}, host
+            )
             return EXIT_RESOLVED, answer, messages
         why += f"; rollback {rollback.get('name')}: {'; '.join(rb_failures)}"
     messages.append(f"no compatible artifact for class {host_class!r}: {why}")
@@ -507,6 +522,30 @@ def _file_digest(path: Path) -> str:
     return "sha256:" + h.hexdigest()
 
 
+def _emit(
+    path: Path,
+    answer: Mapping[str, Any],
+    host: HostRuntime,
+    host_id: str | None,
+    started: float,
+    say: Callable[[str], None],
+) -> None:
+    """Append the resolution's telemetry event; a failure warns and never changes the exit."""
+    from manifest import telemetry
+
+    event = telemetry.event_from_resolution(
+        answer,
+        runtime_package=host.package,
+        runtime_version=host.version,
+        when=telemetry.format_time(started),
+        host=host_id,
+    )
+    try:
+        telemetry.append_event(path, event)
+    except (OSError, ValueError) as exc:
+        say(f"warning: cannot append telemetry to {path} ({exc})")
+
+
 def _parser() -> Any:
     import argparse
 
@@ -551,6 +590,18 @@ def _parser() -> Any:
         "--providers",
         default=os.environ.get("QUALIFY_PROVIDERS"),
         help="comma-separated available providers (default: from the installed package)",
+    )
+    p.add_argument(
+        "--emit-telemetry",
+        type=Path,
+        default=os.environ.get("QUALIFY_TELEMETRY"),
+        help="append this resolution's telemetry event (one JSON line) to FILE "
+        "(default $QUALIFY_TELEMETRY)",
+    )
+    p.add_argument(
+        "--host-id",
+        default=None,
+        help="host id in telemetry events (default $QUALIFY_HOST_ID, else the node name)",
     )
     p.add_argument(
         "--max-bytes",
@@ -608,10 +659,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return read_host_facts(providers=host.providers)
 
+    started = time.time()
     outcome = resolve(
         raw,
         public_raw=public_raw,
-        now=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        now=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         host=host,
         host_class=args.host_class,
         facts=facts,
@@ -626,6 +678,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _save_state(state_dir, outcome.accepted, outcome.accepted_version, version, lkg)
         except OSError as exc:
             say(f"warning: cannot keep the last-known-good in {state_dir} ({exc.strerror})")
+    if args.emit_telemetry is not None and outcome.answer is not None:
+        _emit(args.emit_telemetry, outcome.answer, host, args.host_id, started, say)
     for message in outcome.messages:
         say(message)
     code, answer = outcome.code, outcome.answer

@@ -197,11 +197,55 @@ FROM (
 WHERE recency = 1
 """
 
+# Telemetry from deployed hosts (matrix.telemetry). No key constraint on the events, as for raw
+# samples: idempotency is per file prefix (telemetry_files), and an index over tens of millions
+# of rows would cost more at insert than it protects. DuckDB's zone maps make the time filter
+# cheap as events arrive roughly in time order.
+_TELEMETRY = """
+CREATE TABLE telemetry (
+    time               TIMESTAMPTZ NOT NULL,
+    source             VARCHAR NOT NULL,
+    host_id            VARCHAR NOT NULL,
+    host_class         VARCHAR NOT NULL,
+    model_digest       VARCHAR,
+    runtime_revision   VARCHAR NOT NULL,
+    runtime_package    VARCHAR,
+    providers          VARCHAR[] NOT NULL,
+    placement          VARCHAR NOT NULL,
+    nodes_per_provider MAP(VARCHAR, BIGINT),
+    fallback_nodes     BIGINT,
+    latency_ms         DOUBLE,
+    manifest_version   BIGINT,
+    decision           VARCHAR,
+    line               BIGINT NOT NULL,
+    file_sha256        VARCHAR NOT NULL
+)
+"""
+
+_TELEMETRY_FILES = """
+CREATE TABLE telemetry_files (
+    sha256      VARCHAR PRIMARY KEY,
+    path        VARCHAR NOT NULL,
+    start_byte  BIGINT NOT NULL,
+    end_byte    BIGINT NOT NULL,
+    start_line  BIGINT NOT NULL,
+    end_line    BIGINT NOT NULL,
+    events      BIGINT NOT NULL,
+    bad_lines   BIGINT NOT NULL,
+    ingested_at TIMESTAMPTZ NOT NULL
+)
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
         name="runs, cells, latency, samples, manifests and the matrix view",
         statements=(_RUNS, _CELLS, _LATENCY, _SAMPLES, _MANIFESTS, _MATRIX_VIEW),
+    ),
+    Migration(
+        version=2,
+        name="telemetry events and the telemetry files ingested",
+        statements=(_TELEMETRY, _TELEMETRY_FILES),
     ),
 )
 

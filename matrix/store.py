@@ -482,6 +482,15 @@ class Store:
         return self._path
 
     @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection, for the other modules of ``matrix`` (never used outside it).
+
+        Use it from the thread that owns the store, and finish every result (``fetchall``)
+        before the next statement.
+        """
+        return self._conn
+
+    @property
     def read_only(self) -> bool:
         """Whether the store was opened read-only."""
         return self._read_only

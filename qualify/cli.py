@@ -201,6 +201,122 @@ def matrix_export(out_dir: Path, db_path: Path) -> None:
         click.echo(str(p))
 
 
+@matrix_group.command("stale")
+@db_option
+@project_option
+@click.option(
+    "--since",
+    default="7d",
+    show_default=True,
+    help="How far back telemetry counts for runtime revisions never qualified.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for automation.")
+def matrix_stale(db_path: Path, project_path: Path, since: str, as_json: bool) -> None:
+    """List classes and cells to re-run: settings changed, or unqualified runtimes in telemetry."""
+    import json
+    from datetime import UTC, datetime
+
+    from qualify.project import load_project
+    from qualify.telemetry import render_stale, run_stale
+
+    project = load_project(project_path).project
+    _require_db(db_path)
+    items = run_stale(db_path, project, now=datetime.now(UTC), since=since)
+    if as_json:
+        click.echo(json.dumps({"stale": [i.model_dump(mode="json") for i in items]}, indent=2))
+    else:
+        click.echo(render_stale(items))
+
+
+@cli.group("telemetry")
+def telemetry_group() -> None:
+    """Load telemetry from deployed hosts and check it against what was qualified."""
+
+
+@telemetry_group.command("ingest")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@db_option
+def telemetry_ingest(files: tuple[Path, ...], db_path: Path) -> None:
+    """Load JSON-lines telemetry files; idempotent, bad lines reported and skipped."""
+    from datetime import UTC, datetime
+
+    from qualify.telemetry import ingest_files
+
+    report = ingest_files(db_path, list(files), now=datetime.now(UTC))
+    for f in report.files:
+        click.echo(
+            f"{f.path}: {f.status}, {f.events} events, {f.bad_lines} bad lines"
+            + (
+                f", {f.pending_bytes} bytes after the last newline kept for later"
+                if f.pending_bytes
+                else ""
+            )
+        )
+        for bad in f.bad:
+            click.echo(f"  {f.path}:{bad.line}: {bad.message}", err=True)
+
+
+def _check_defaults() -> Any:
+    from schemas.telemetry import CheckSettings
+
+    return CheckSettings()
+
+
+@telemetry_group.command("check")
+@click.option(
+    "--since",
+    default=lambda: _check_defaults().since,
+    show_default="24h",
+    help="Judge events from this far back.",
+)
+@click.option(
+    "--tolerance",
+    type=float,
+    default=lambda: _check_defaults().p99_tolerance,
+    show_default="0.2",
+    help="Observed p99 may exceed the qualified p99 bound by this fraction before an alert.",
+)
+@click.option(
+    "--min-samples",
+    type=int,
+    default=lambda: _check_defaults().min_samples,
+    show_default="662",
+    help="Fewest latency samples a class's p99 is judged on.",
+)
+@click.option(
+    "--manifest",
+    "manifest_path",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="Manifest to compare with; default: the newest in the matrix, else ./manifest.json.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the alerts as JSON.")
+@db_option
+def telemetry_check(
+    since: str,
+    tolerance: float,
+    min_samples: int,
+    manifest_path: Path | None,
+    as_json: bool,
+    db_path: Path,
+) -> None:
+    """Alert per host class on digest, provider, fallback, p99, runtime and no-data problems.
+
+    Exit status: 0 no alerts, 1 alerts raised (gate a cron job or CI on it), 2 usage errors.
+    """
+    from datetime import UTC, datetime
+
+    from qualify.telemetry import render_check, run_check
+    from schemas.telemetry import CheckSettings
+
+    _require_db(db_path)
+    settings = CheckSettings(since=since, p99_tolerance=tolerance, min_samples=min_samples)
+    check = run_check(
+        db_path, now=datetime.now(UTC), settings=settings, manifest_path=manifest_path
+    )
+    click.echo(check.model_dump_json(indent=2) if as_json else render_check(check))
+    sys.exit(1 if check.alerts else 0)
+
+
 @cli.command("keygen")
 @click.argument("name")
 @click.option(

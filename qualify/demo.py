@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from qualify.demo_assets import asset_path
@@ -217,8 +218,6 @@ def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
 
 def release(workdir: Path, loaded: LoadedProject, db_path: Path, echo: Echo) -> None:
     """Sign a manifest from the demo matrix, resolve every class as its hosts would, report."""
-    from datetime import UTC, datetime, timedelta
-
     from manifest.signing import generate_keypair
     from matrix.store import Store
     from qualify.release import generate_manifest
@@ -260,3 +259,19 @@ def release(workdir: Path, loaded: LoadedProject, db_path: Path, echo: Echo) -> 
             loaded, db, workdir / "report.html", now=now, pubkey=workdir / "release.pub"
         )
     echo(f"\n== qualify report\n  {path}")
+    watch(workdir, db_path, now, echo)
+
+
+def watch(workdir: Path, db_path: Path, now: datetime, echo: Echo) -> None:
+    """Sample telemetry from the fleet (with two injected problems), ingest it and check it."""
+    from matrix.store import Store
+    from qualify.demo_telemetry import run_demo_telemetry
+    from qualify.release import previous_manifest
+
+    with Store.open(db_path) as db:
+        manifest = previous_manifest(db)
+        cells = db.cells()
+    if manifest is None:
+        return
+    echo("\n== qualify telemetry ingest telemetry.jsonl && qualify telemetry check")
+    run_demo_telemetry(workdir, manifest, cells, now=now, echo=lambda m: echo("  " + m))

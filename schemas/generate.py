@@ -53,6 +53,8 @@ DOCUMENTS: list[tuple[str, str]] = [
     ("run-bundle.schema.json", "schemas.cell:RunBundle"),
     ("manifest.schema.json", "schemas.manifest:Manifest"),
     ("class-manifest.schema.json", "schemas.manifest:ClassDocument"),
+    ("telemetry-event.schema.json", "schemas.telemetry:TelemetryEvent"),
+    ("telemetry-check.schema.json", "schemas.telemetry:TelemetryCheck"),
 ]
 """The published documents: (file name, ``module:Model``). Models are imported only when needed,
 so a line may be added before other code imports its module."""

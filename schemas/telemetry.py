@@ -23,7 +23,7 @@ import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AwareDatetime, Field, field_validator
+from pydantic import AwareDatetime, ConfigDict, Field, field_validator
 
 from schemas.base import Digest, Document
 
@@ -33,6 +33,7 @@ __all__ = [
     "TELEMETRY_FORMAT",
     "Alert",
     "AlertKind",
+    "CheckSettings",
     "ClassState",
     "ClassStateName",
     "Placement",
@@ -93,7 +94,10 @@ class TelemetryEvent(Document):
     Fields that a producer cannot know are ``null`` (or left out): a ``resolve-artifact`` event
     knows the decision but not the placement or latency; a session without
     ``session.record_ep_graph_assignment_info`` knows the registered providers, not placement.
+    Validation is strict (no "3" for 3), as the published JSON Schema says.
     """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     format: Literal["qualify-telemetry/1"] = Field(
         description="Event format version; always 'qualify-telemetry/1'."
@@ -117,7 +121,8 @@ class TelemetryEvent(Document):
         min_length=1, description="onnxruntime version the host runs, e.g. '1.32.0'."
     )
     runtime_package: str | None = Field(
-        default=None, description="onnxruntime distribution, e.g. 'onnxruntime-gpu'; null if unknown."
+        default=None,
+        description="onnxruntime distribution, e.g. 'onnxruntime-gpu'; null if unknown.",
     )
     providers: list[str] = Field(
         description="Execution providers: those that received nodes (placement 'actual'), those "
@@ -141,7 +146,9 @@ class TelemetryEvent(Document):
         default=None, ge=0, description="Latency of the sampled inference, ms; null if not timed."
     )
     manifest_version: int | None = Field(
-        default=None, ge=1, description="Version of the manifest the host resolved; null if unknown."
+        default=None,
+        ge=1,
+        description="Version of the manifest the host resolved; null if unknown.",
     )
     decision: Literal["candidate", "baseline", "hold"] | None = Field(
         default=None, description="The manifest's decision for the class, when the host knows it."
@@ -153,6 +160,34 @@ class TelemetryEvent(Document):
         if value is not None and not math.isfinite(value):
             raise ValueError("latency_ms must be a finite number of milliseconds")
         return value
+
+
+class CheckSettings(Document):
+    """The knobs of ``qualify telemetry check``: the one place their defaults and reasons live."""
+
+    since: str = Field(
+        default="24h",
+        description="How far back from now events are judged: a number and a unit (s, m, h, d, "
+        "w). A day covers a daily traffic cycle.",
+    )
+    p99_tolerance: float = Field(
+        default=0.2,
+        ge=0,
+        description="Relative slack over the qualified p99 upper bound before a regression is "
+        "alerted: production load and inputs differ from a qualification run's.",
+    )
+    min_samples: int = Field(
+        default=662,
+        ge=459,
+        description="Fewest latency samples a class's p99 is judged on (662: MLPerf LoadGen's "
+        "minimum for p99 at 99% confidence with one sample over the bound).",
+    )
+    confidence: float = Field(
+        default=0.99,
+        gt=0.5,
+        lt=1.0,
+        description="One-sided confidence of the observed p99 bounds.",
+    )
 
 
 class Alert(Document):

@@ -79,6 +79,22 @@ def test_commands_work_from_the_demo_directory_with_defaults(demo: tuple[Path, s
         assert refused.returncode == 2 and "--emulate" in refused.stderr
 
 
+def test_telemetry_check_alerts_on_exactly_the_two_injected_problems(
+    demo: tuple[Path, str],
+) -> None:
+    work, _ = demo
+    checked = run_qualify("telemetry", "check", "--json", cwd=work)
+    assert checked.returncode == 1, checked.stderr
+    alerts = json.loads(checked.stdout)["alerts"]
+    assert {(a["host_class"], a["kind"]) for a in alerts} == {
+        ("x86-v4", "provider_changed"),
+        ("x86-v4", "fallback_appeared"),
+        ("x86-v3-1t", "p99_regression"),
+    }
+    stale = run_qualify("matrix", "stale", "--json", cwd=work)
+    assert stale.returncode == 0 and json.loads(stale.stdout) == {"stale": []}
+
+
 def test_demo_report_opens_in_a_real_browser_with_every_class_and_chart(
     demo: tuple[Path, str], tmp_path: Path
 ) -> None:

@@ -1,0 +1,840 @@
+"""Telemetry in the matrix: bulk, idempotent ingest of JSON-lines events and the queries a check needs.
+
+Owns reading ``qualify-telemetry/1`` files into the ``telemetry`` table (the DDL is migration 2
+in ``matrix.migrations``), the record of what was ingested (``telemetry_files``), and the
+aggregate queries over a time window: a profile per (class, digest, runtime, providers,
+fallback) and the latency tail of chosen (class, digest) pairs. Does not own the event model
+(``schemas.telemetry``), what hosts write (``manifest.telemetry``) or judging events against a
+manifest (``qualify.telemetry``).
+
+How a file is read (fast for millions of lines, exact about bad ones):
+
+* The file is read in blocks of whole lines. Each block goes through ``pyarrow.json`` with the
+  event's schema, then vectorised checks mirror ``TelemetryEvent``'s rules; a row that fails a
+  check is re-validated alone with the pydantic model, which has the last word and the message.
+  A block that pyarrow refuses (a malformed line, a wrong type, an unknown key) is re-read line
+  by line with the model, so the good lines of that block are kept and each bad one is reported
+  with its 1-based line number. Blank lines are skipped.
+* Idempotent by content: ``telemetry_files`` records the sha256 of every prefix ingested (always
+  ending at a newline) with its length and line count. Re-ingesting the same bytes writes
+  nothing; a file that only grew (hosts append) resumes after the longest recorded prefix. An
+  unterminated last line (a write in progress) is left for the next ingest.
+* One transaction per file: its events and its ``telemetry_files`` row land together or not at
+  all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import duckdb
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+from pydantic import ValidationError
+
+from matrix.errors import MatrixError
+from matrix.store import Store
+from schemas.telemetry import TELEMETRY_FORMAT, TelemetryEvent
+
+__all__ = [
+    "BLOCK_BYTES",
+    "MAX_REPORTED_BAD_LINES",
+    "BadLine",
+    "IngestedTelemetry",
+    "ProfileRow",
+    "TelemetryFileError",
+    "TelemetryIngestReport",
+    "TelemetryProfile",
+    "ingest_telemetry",
+    "latency_tails",
+    "revisions_by_class",
+    "telemetry_profile",
+]
+
+BLOCK_BYTES = 32 << 20
+"""Bytes read per block (whole lines); bounds memory whatever the file size."""
+
+MAX_REPORTED_BAD_LINES = 1000
+"""Bad lines reported in detail per file; the rest are counted."""
+
+_EXAMPLE_HOSTS = 5
+
+
+class TelemetryFileError(MatrixError):
+    """A telemetry file cannot be read at all (missing, a directory, unreadable).
+
+    Attributes:
+        path: The file.
+    """
+
+    def __init__(self, message: str, *, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A line that is not a valid event; it was skipped.
+
+    Attributes:
+        line: 1-based line number in the file.
+        message: What is wrong (the field and the rule).
+        text: The start of the line (at most 120 characters).
+    """
+
+    line: int
+    message: str
+    text: str
+
+
+@dataclass(frozen=True)
+class IngestedTelemetry:
+    """What happened to one telemetry file.
+
+    Attributes:
+        path: The file.
+        sha256: Digest of the bytes ingested so far (the file up to its last newline).
+        status: "ingested" (events written now; for a grown file, only the new lines) or
+            "present" (these bytes were ingested before; nothing written).
+        first_line: First line read by this ingest (1-based; after a resumed prefix).
+        lines: Lines read by this ingest (blank lines included).
+        events: Events written.
+        bad_lines: Lines skipped as invalid (all of them, not only those in ``bad``).
+        bad: The first ``MAX_REPORTED_BAD_LINES`` bad lines, in file order.
+        pending_bytes: Bytes after the last newline, left for the next ingest.
+    """
+
+    path: Path
+    sha256: str
+    status: Literal["ingested", "present"]
+    first_line: int
+    lines: int
+    events: int
+    bad_lines: int
+    bad: tuple[BadLine, ...]
+    pending_bytes: int
+
+
+@dataclass(frozen=True)
+class TelemetryIngestReport:
+    """The outcome of ``ingest_telemetry``, one entry per path in the order given."""
+
+    files: tuple[IngestedTelemetry, ...]
+
+    @property
+    def events(self) -> int:
+        """Events written by this ingest, all files."""
+        return sum(f.events for f in self.files)
+
+    @property
+    def bad_lines(self) -> int:
+        """Lines skipped as invalid, all files."""
+        return sum(f.bad_lines for f in self.files)
+
+
+# -- parsing ---------------------------------------------------------------------------------
+
+_PARSE_SCHEMA = pa.schema(
+    [
+        ("format", pa.string()),
+        ("time", pa.string()),
+        ("source", pa.string()),
+        ("host_id", pa.string()),
+        ("host_class", pa.string()),
+        ("model_digest", pa.string()),
+        ("runtime_revision", pa.string()),
+        ("runtime_package", pa.string()),
+        ("providers", pa.list_(pa.string())),
+        ("placement", pa.string()),
+        ("nodes_per_provider", pa.struct([])),
+        ("fallback_nodes", pa.int64()),
+        ("latency_ms", pa.float64()),
+        ("manifest_version", pa.int64()),
+        ("decision", pa.string()),
+    ]
+)
+
+_ROW_SCHEMA = pa.schema(
+    [
+        ("time", pa.timestamp("us", tz="UTC")),
+        ("source", pa.string()),
+        ("host_id", pa.string()),
+        ("host_class", pa.string()),
+        ("model_digest", pa.string()),
+        ("runtime_revision", pa.string()),
+        ("runtime_package", pa.string()),
+        ("providers", pa.list_(pa.string())),
+        ("placement", pa.string()),
+        ("nodes_per_provider", pa.map_(pa.string(), pa.int64())),
+        ("fallback_nodes", pa.int64()),
+        ("latency_ms", pa.float64()),
+        ("manifest_version", pa.int64()),
+        ("decision", pa.string()),
+        ("line", pa.int64()),
+    ]
+)
+
+_PARSE_OPTIONS = pj.ParseOptions(
+    explicit_schema=_PARSE_SCHEMA, unexpected_field_behavior="infer", newlines_in_values=False
+)
+
+# Strict RFC 3339 with an offset: a subset of what the model accepts, so a row that passes here
+# passes there (anything else is re-validated by the model).
+_TIME_RE = (
+    r"^\d{4}-\d{2}-\d{2}T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,6})?"
+    r"(Z|[+-](0\d|1[0-4]):[0-5]\d)$"
+)
+_DIGEST_RE = r"^sha256:[0-9a-f]{64}$"
+# A null count inside nodes_per_provider reads like an absent key in Arrow; the model refuses it.
+_NULL_COUNT = re.compile(rb'"nodes_per_provider"\s*:\s*\{[^}\n]*?:\s*null')
+
+
+@dataclass
+class _Block:
+    """Rows parsed from one block of whole lines."""
+
+    tables: list[pa.Table] = field(default_factory=list)
+    bad: list[BadLine] = field(default_factory=list)
+
+
+def _excerpt(raw: bytes) -> str:
+    text = raw.decode("utf-8", errors="replace").rstrip("\r")
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _validation_message(error: ValidationError) -> str:
+    parts = []
+    for item in error.errors()[:3]:
+        where = ".".join(str(p) for p in item["loc"]) or "(line)"
+        parts.append(f"{where}: {item['msg']}")
+    more = error.error_count() - len(parts)
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _row_of(event: TelemetryEvent, line: int) -> dict[str, Any]:
+    row = event.model_dump()
+    del row["format"]
+    row["nodes_per_provider"] = (
+        None if event.nodes_per_provider is None else list(event.nodes_per_provider.items())
+    )
+    row["line"] = line
+    return row
+
+
+def _validate_lines(
+    lines: Iterable[tuple[int, bytes]], block: _Block, rows: list[dict[str, Any]]
+) -> None:
+    """The model's verdict on each (line number, bytes): a row, or a bad line."""
+    for number, raw in lines:
+        try:
+            event = TelemetryEvent.model_validate_json(raw)
+        except ValidationError as error:
+            block.bad.append(BadLine(number, _validation_message(error), _excerpt(raw)))
+            continue
+        rows.append(_row_of(event, number))
+
+
+def _line_ends(data: bytes) -> npt.NDArray[np.int64]:
+    """Offsets of the newlines of a block (one per line; the block ends with one)."""
+    return np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10).astype(np.int64)
+
+
+def _nonblank_lines(data: bytes, ends: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """0-based indices of the lines that hold something besides whitespace."""
+    starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)
+    lengths = ends - starts
+    # Only short lines can be blank in practice; look at those one by one.
+    keep = np.ones(ends.size, dtype=bool)
+    for i in np.flatnonzero(lengths < 64).tolist():
+        keep[i] = bool(data[int(starts[i]) : int(ends[i])].strip())
+    for i in np.flatnonzero(lengths >= 64).tolist():
+        if not data[int(starts[i]) : int(ends[i])].strip():
+            keep[i] = False
+    return np.flatnonzero(keep).astype(np.int64)
+
+
+def _nodes_map(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """The inferred struct<provider: int64, ...> as map<string, int64> (absent keys dropped)."""
+    struct = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    n = len(struct)
+    names = [struct.type.field(i).name for i in range(struct.type.num_fields)]
+    if not names:
+        counts = np.zeros((n, 0), dtype=np.int64)
+        present = np.zeros((n, 0), dtype=bool)
+    else:
+        children = [struct.field(i) for i in range(len(names))]
+        counts = np.column_stack(
+            [c.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64) for c in children]
+        )
+        present = np.column_stack([c.is_valid().to_numpy(zero_copy_only=False) for c in children])
+    valid = struct.is_valid().to_numpy(zero_copy_only=False)
+    present &= valid[:, None]
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(present.sum(axis=1), out=offsets[1:])
+    keys = pa.array(np.broadcast_to(np.array(names, dtype=object), present.shape)[present])
+    items = pa.array(counts[present], type=pa.int64())
+    mask = pa.array(~valid)
+    return pa.MapArray.from_arrays(pa.array(offsets), keys, items, mask=mask)
+
+
+def _suspects(table: pa.Table) -> npt.NDArray[np.bool_]:
+    """Rows the vectorised rules cannot vouch for (the model re-validates them)."""
+
+    def bad(expr: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.bool_]:
+        return np.asarray(expr.fill_null(True).to_numpy(zero_copy_only=False), dtype=bool)
+
+    def col(name: str) -> pa.ChunkedArray:
+        return table.column(name)
+
+    def nonempty_missing(name: str) -> npt.NDArray[np.bool_]:
+        return bad(pc.invert(pc.greater(pc.utf8_length(col(name)), 0)))
+
+    flags = bad(pc.not_equal(col("format"), TELEMETRY_FORMAT))
+    flags |= bad(pc.invert(pc.match_substring_regex(col("time"), _TIME_RE)))
+    flags |= bad(pc.invert(pc.is_in(col("source"), pa.array(["resolve", "session"]))))
+    flags |= bad(
+        pc.invert(pc.is_in(col("placement"), pa.array(["actual", "registered", "requested"])))
+    )
+    for name in ("host_id", "host_class", "runtime_revision"):
+        flags |= nonempty_missing(name)
+    digest = col("model_digest")
+    flags |= np.asarray(
+        pc.and_(
+            digest.is_valid(), pc.invert(pc.match_substring_regex(digest, _DIGEST_RE))
+        ).to_numpy(zero_copy_only=False),
+        dtype=bool,
+    )
+    decision = col("decision")
+    flags |= np.asarray(
+        pc.and_(
+            decision.is_valid(),
+            pc.invert(pc.is_in(decision, pa.array(["candidate", "baseline", "hold"]))),
+        ).to_numpy(zero_copy_only=False),
+        dtype=bool,
+    )
+    providers = col("providers").combine_chunks()
+    flags |= np.asarray(providers.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    flat = pc.list_flatten(providers)
+    if flat.null_count:
+        parents = pc.list_parent_indices(providers).to_numpy(zero_copy_only=False)
+        flags[np.unique(parents[flat.is_null().to_numpy(zero_copy_only=False)])] = True
+    for name, low in (("fallback_nodes", 0), ("manifest_version", 1)):
+        values = col(name)
+        flags |= np.asarray(
+            pc.less(values, low).fill_null(False).to_numpy(zero_copy_only=False), dtype=bool
+        )
+    latency = col("latency_ms").to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore"):
+        flags |= ~np.isnan(latency) & ~(np.isfinite(latency) & (latency >= 0))
+    latency_valid = col("latency_ms").is_valid().to_numpy(zero_copy_only=False)
+    flags |= latency_valid & np.isnan(latency)
+    nodes = col("nodes_per_provider").combine_chunks()
+    for i in range(nodes.type.num_fields):
+        child = nodes.field(i)
+        if not pa.types.is_integer(child.type):
+            return np.ones(table.num_rows, dtype=bool)
+        flags |= np.asarray(
+            pc.less(child, 0).fill_null(False).to_numpy(zero_copy_only=False), dtype=bool
+        )
+    return flags
+
+
+def _absent_counts(table: pa.Table) -> bool:
+    """Whether some row lacks a provider key another row has (or gives it null: Arrow cannot
+    tell the two apart, the model can), so the block must be searched for null counts."""
+    nodes = table.column("nodes_per_provider").combine_chunks()
+    valid = nodes.is_valid()
+    return any(
+        pc.any(pc.and_(valid, nodes.field(i).is_null())).as_py()
+        for i in range(nodes.type.num_fields)
+    )
+
+
+def _fast(data: bytes, first_line: int, block: _Block) -> bool:
+    """Parse a block with pyarrow; False when it must be read line by line instead."""
+    try:
+        table = pj.read_json(io.BytesIO(data), parse_options=_PARSE_OPTIONS)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    if table.num_columns != len(_PARSE_SCHEMA):
+        return False  # an unknown key somewhere: the model names it
+    if table.num_rows == 0:
+        return not data.strip()
+    if not pa.types.is_struct(table.schema.field("nodes_per_provider").type):
+        return False
+    line_count = data.count(b"\n")
+    ends: npt.NDArray[np.int64] | None = None
+    if table.num_rows == line_count:
+        row_lines = np.arange(line_count, dtype=np.int64)  # row i is line i of the block
+    else:
+        ends = _line_ends(data)  # Arrow skipped blank lines: map rows onto the others
+        row_lines = _nonblank_lines(data, ends)
+        if row_lines.size != table.num_rows:
+            return False
+    suspects = _suspects(table)
+    for found in _NULL_COUNT.finditer(data) if _absent_counts(table) else ():
+        index = data.count(b"\n", 0, found.start())
+        hit = np.searchsorted(row_lines, index)
+        if hit < row_lines.size and row_lines[hit] == index:
+            suspects[hit] = True
+    keep = ~suspects
+    rows: list[dict[str, Any]] = []
+    if suspects.any():
+        if ends is None:
+            ends = _line_ends(data)
+        starts = np.concatenate(([0], ends[:-1] + 1))
+        _validate_lines(
+            (
+                (first_line + int(i), data[int(starts[i]) : int(ends[i])])
+                for i in row_lines[suspects]
+            ),
+            block,
+            rows,
+        )
+    good = table.filter(pa.array(keep)) if suspects.any() else table
+    if good.num_rows:
+        try:
+            times = pc.cast(good.column("time"), pa.timestamp("us", tz="UTC"))
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return False  # an impossible date; let the model say which line
+        block.tables.append(
+            pa.table(
+                {
+                    "time": times,
+                    "source": good.column("source"),
+                    "host_id": good.column("host_id"),
+                    "host_class": good.column("host_class"),
+                    "model_digest": good.column("model_digest"),
+                    "runtime_revision": good.column("runtime_revision"),
+                    "runtime_package": good.column("runtime_package"),
+                    "providers": good.column("providers"),
+                    "placement": good.column("placement"),
+                    "nodes_per_provider": _nodes_map(good.column("nodes_per_provider")),
+                    "fallback_nodes": good.column("fallback_nodes"),
+                    "latency_ms": good.column("latency_ms"),
+                    "manifest_version": good.column("manifest_version"),
+                    "decision": good.column("decision"),
+                    "line": pa.array(row_lines[keep] + first_line, type=pa.int64()),
+                },
+                schema=_ROW_SCHEMA,
+            )
+        )
+    if rows:
+        block.tables.append(pa.Table.from_pylist(rows, schema=_ROW_SCHEMA))
+    return True
+
+
+def _slow(data: bytes, first_line: int, block: _Block) -> None:
+    rows: list[dict[str, Any]] = []
+    lines = data.split(b"\n")[:-1]  # the block ends with a newline
+    _validate_lines(
+        ((first_line + i, raw) for i, raw in enumerate(lines) if raw.strip()), block, rows
+    )
+    if rows:
+        block.tables.append(pa.Table.from_pylist(rows, schema=_ROW_SCHEMA))
+
+
+def _parse_block(data: bytes, first_line: int) -> _Block:
+    block = _Block()
+    if not _fast(data, first_line, block):
+        block = _Block()
+        _slow(data, first_line, block)
+    return block
+
+
+# -- idempotency -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Plan:
+    sha256: str
+    end: int  # bytes up to and including the last newline
+    size: int
+    resume_at: int  # bytes already ingested (a recorded prefix)
+    resume_lines: int
+
+
+def _read_blocks(handle: io.BufferedReader, size: int) -> Iterator[bytes]:
+    while chunk := handle.read(size):
+        yield chunk
+
+
+def _plan(path: Path, known: dict[int, tuple[str, int]]) -> _Plan:
+    """Hash the file once; find its last newline and the longest recorded prefix it extends."""
+    digest = hashlib.sha256()
+    position = 0
+    end = 0
+    end_hash = digest.copy()
+    matched = (0, 0)
+    lengths = sorted(known)
+    with open(path, "rb") as handle:
+        for chunk in _read_blocks(handle, BLOCK_BYTES):
+            cuts = {
+                length - position
+                for length in lengths
+                if position < length <= position + len(chunk)
+            }
+            last_nl = chunk.rfind(b"\n")
+            if last_nl >= 0:
+                cuts.add(last_nl + 1)
+            done = 0
+            for cut in sorted(cuts):
+                digest.update(chunk[done:cut])
+                done = cut
+                at = position + cut
+                if at in known and digest.hexdigest() == known[at][0]:
+                    matched = (at, known[at][1])
+                if last_nl >= 0 and cut == last_nl + 1:
+                    end, end_hash = at, digest.copy()
+            digest.update(chunk[done:])
+            position += len(chunk)
+    return _Plan(
+        sha256="sha256:" + end_hash.hexdigest(),
+        end=end,
+        size=position,
+        resume_at=matched[0],
+        resume_lines=matched[1],
+    )
+
+
+# -- ingest ----------------------------------------------------------------------------------
+
+
+def _known_prefixes(conn: duckdb.DuckDBPyConnection, size: int) -> dict[int, tuple[str, int]]:
+    rows = conn.execute(
+        "SELECT end_byte, sha256, end_line FROM telemetry_files WHERE end_byte <= ?", [size]
+    ).fetchall()
+    known: dict[int, tuple[str, int]] = {}
+    for end_byte, sha, end_line in rows:
+        known[int(end_byte)] = (str(sha).removeprefix("sha256:"), int(end_line))
+    return known
+
+
+def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -> IngestedTelemetry:
+    try:
+        size = path.stat().st_size
+        if not path.is_file():
+            raise TelemetryFileError(
+                f"{path}: not a file; pass JSON-lines telemetry files", path=path
+            )
+        plan = _plan(path, _known_prefixes(conn, size))
+    except OSError as error:
+        raise TelemetryFileError(
+            f"{path}: cannot read the telemetry file ({error.strerror}); check the path",
+            path=path,
+        ) from error
+    pending = plan.size - plan.end
+    first_line = plan.resume_lines + 1
+    if plan.end == plan.resume_at:
+        return IngestedTelemetry(path, plan.sha256, "present", first_line, 0, 0, 0, (), pending)
+    events = 0
+    lines = 0
+    bad_count = 0
+    bad: list[BadLine] = []
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        present = conn.execute(
+            "SELECT count(*) FROM telemetry_files WHERE sha256 = ?", [plan.sha256]
+        ).fetchall()
+        if present[0][0]:
+            conn.execute("ROLLBACK")
+            return IngestedTelemetry(path, plan.sha256, "present", first_line, 0, 0, 0, (), pending)
+        with open(path, "rb") as handle:
+            handle.seek(plan.resume_at)
+            remaining = plan.end - plan.resume_at
+            carry = b""
+            line_no = first_line
+            while remaining > 0 or carry:
+                chunk = handle.read(min(BLOCK_BYTES, remaining)) if remaining > 0 else b""
+                remaining -= len(chunk)
+                data = carry + chunk
+                cut = data.rfind(b"\n") + 1 if remaining > 0 else len(data)
+                data, carry = data[:cut], data[cut:]
+                if not data:
+                    continue
+                block = _parse_block(data, line_no)
+                count = data.count(b"\n")
+                line_no += count
+                lines += count
+                bad_count += len(block.bad)
+                bad.extend(block.bad[: max(0, MAX_REPORTED_BAD_LINES - len(bad))])
+                for table in block.tables:
+                    events += table.num_rows
+                    conn.register("_incoming_telemetry", table)
+                    try:
+                        conn.execute(
+                            "INSERT INTO telemetry BY NAME "
+                            "SELECT *, $sha AS file_sha256 FROM _incoming_telemetry",
+                            {"sha": plan.sha256},
+                        )
+                    finally:
+                        conn.unregister("_incoming_telemetry")
+        conn.execute(
+            "INSERT INTO telemetry_files (sha256, path, start_byte, end_byte, start_line, "
+            "end_line, events, bad_lines, ingested_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                plan.sha256,
+                str(path),
+                plan.resume_at,
+                plan.end,
+                first_line,
+                first_line + lines - 1,
+                events,
+                bad_count,
+                now,
+            ],
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        _rollback_quietly(conn)
+        raise
+    return IngestedTelemetry(
+        path, plan.sha256, "ingested", first_line, lines, events, bad_count, tuple(bad), pending
+    )
+
+
+def _rollback_quietly(conn: duckdb.DuckDBPyConnection) -> None:
+    # A failed COMMIT has already rolled back; a second ROLLBACK would raise and hide the cause.
+    with contextlib.suppress(duckdb.Error):
+        conn.execute("ROLLBACK")
+
+
+def ingest_telemetry(
+    store: Store, paths: Iterable[str | os.PathLike[str]], *, now: datetime
+) -> TelemetryIngestReport:
+    """Load JSON-lines telemetry files into the matrix, each in its own transaction.
+
+    Bad lines are skipped and reported with their line numbers; the good lines of the same file
+    are kept. Re-ingesting the same bytes writes nothing; a file that grew is read from where
+    the last ingest stopped.
+
+    Args:
+        store: An open, writable store.
+        paths: JSON-lines files of ``qualify-telemetry/1`` events.
+        now: UTC time recorded as ``ingested_at``.
+
+    Returns:
+        Per path: what was written and which lines were bad.
+
+    Raises:
+        TelemetryFileError: a path is missing or unreadable (files before it stay ingested).
+        MatrixError: the store was opened read-only.
+    """
+    if store.read_only:
+        raise MatrixError(f"cannot ingest telemetry: matrix {store.path} was opened read-only")
+    conn = store.connection
+    return TelemetryIngestReport(tuple(_ingest_one(conn, Path(p), now=now) for p in paths))
+
+
+# -- queries ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    """Events of one (class, digest, runtime, placement kind, providers, fallback) in the window.
+
+    Attributes:
+        host_class: The class the hosts reported.
+        model_digest: The digest they ran (None: nothing, e.g. a class on hold).
+        runtime_revision: The onnxruntime version they reported.
+        placement: "actual", "registered" or "requested".
+        providers: The providers, as reported (sorted).
+        fallback_nodes: Nodes off the expected provider (None: placement unknown).
+        events: Events.
+        hosts: Distinct hosts.
+        example_hosts: Up to five host ids, sorted.
+        latency_samples: Events with a latency.
+        first: Earliest event time.
+        last: Latest event time.
+        manifest_versions: Manifest versions the hosts reported, sorted (unknown left out).
+    """
+
+    host_class: str
+    model_digest: str | None
+    runtime_revision: str
+    placement: str
+    providers: tuple[str, ...]
+    fallback_nodes: int | None
+    events: int
+    hosts: int
+    example_hosts: tuple[str, ...]
+    latency_samples: int
+    first: datetime
+    last: datetime
+    manifest_versions: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TelemetryProfile:
+    """The window's events, grouped. ``class_hosts`` counts distinct hosts per class."""
+
+    start: datetime
+    end: datetime
+    rows: tuple[ProfileRow, ...]
+    class_events: dict[str, int]
+    class_hosts: dict[str, int]
+
+
+_PROFILE_SQL = """
+WITH w AS (
+    SELECT host_class, model_digest, runtime_revision, placement,
+           list_sort(providers) AS providers, fallback_nodes, host_id, latency_ms, time,
+           manifest_version
+    FROM telemetry
+    WHERE time >= $start AND time <= $end
+),
+h AS (
+    SELECT host_class, model_digest, runtime_revision, placement, providers, fallback_nodes,
+           host_id, count(*) AS events, count(latency_ms) AS latency_samples,
+           min(time) AS first, max(time) AS last,
+           list(DISTINCT manifest_version) FILTER (WHERE manifest_version IS NOT NULL) AS mv
+    FROM w
+    GROUP BY ALL
+)
+SELECT host_class, model_digest, runtime_revision, placement, providers, fallback_nodes,
+       sum(events)::BIGINT, count(*)::BIGINT, min(host_id, $examples),
+       sum(latency_samples)::BIGINT, min(first), max(last),
+       list_sort(list_distinct(flatten(list(mv))))
+FROM h
+GROUP BY host_class, model_digest, runtime_revision, placement, providers, fallback_nodes
+ORDER BY host_class, model_digest NULLS FIRST, runtime_revision, placement, providers,
+         fallback_nodes NULLS FIRST
+"""
+
+_CLASS_SQL = """
+SELECT host_class, count(*)::BIGINT, count(DISTINCT host_id)::BIGINT
+FROM telemetry
+WHERE time >= $start AND time <= $end
+GROUP BY host_class
+"""
+
+
+def telemetry_profile(store: Store, *, start: datetime, end: datetime) -> TelemetryProfile:
+    """The events of a time window, grouped for a check.
+
+    Args:
+        store: An open store (read-only is fine).
+        start: Window start (inclusive, aware).
+        end: Window end (inclusive, aware).
+
+    Returns:
+        One row per (class, digest, runtime, placement kind, providers, fallback), sorted, plus
+        events and distinct hosts per class.
+    """
+    conn = store.connection
+    params = {"start": start, "end": end}
+    rows = conn.execute(_PROFILE_SQL, {**params, "examples": _EXAMPLE_HOSTS}).fetchall()
+    per_class = conn.execute(_CLASS_SQL, params).fetchall()
+    return TelemetryProfile(
+        start=start,
+        end=end,
+        rows=tuple(
+            ProfileRow(
+                host_class=str(r[0]),
+                model_digest=r[1],
+                runtime_revision=str(r[2]),
+                placement=str(r[3]),
+                providers=tuple(r[4] or ()),
+                fallback_nodes=None if r[5] is None else int(r[5]),
+                events=int(r[6]),
+                hosts=int(r[7]),
+                example_hosts=tuple(sorted(r[8] or ())),
+                latency_samples=int(r[9]),
+                first=r[10],
+                last=r[11],
+                manifest_versions=tuple(int(v) for v in r[12] or ()),
+            )
+            for r in rows
+        ),
+        class_events={str(r[0]): int(r[1]) for r in per_class},
+        class_hosts={str(r[0]): int(r[2]) for r in per_class},
+    )
+
+
+def latency_tails(
+    store: Store,
+    *,
+    start: datetime,
+    end: datetime,
+    wanted: dict[tuple[str, str], int],
+) -> dict[tuple[str, str], npt.NDArray[np.float64]]:
+    """The largest latencies of chosen (class, digest) pairs in a window, largest first.
+
+    A p99 and its confidence bounds are order statistics near the top, so only the tail is
+    read, never every sample: one pass over the window keeping the top ``max(wanted)`` values
+    per pair.
+
+    Args:
+        store: An open store.
+        start: Window start (inclusive).
+        end: Window end (inclusive).
+        wanted: (host class, model digest) -> how many of the largest latencies to return.
+
+    Returns:
+        (host class, model digest) -> latencies in ms, descending, at most the number asked
+        (fewer when the pair has fewer samples); pairs with no latency are absent.
+    """
+    wanted = {pair: count for pair, count in wanted.items() if count > 0}
+    if not wanted:
+        return {}
+    pairs = pa.table(
+        {
+            "host_class": [pair[0] for pair in wanted],
+            "model_digest": [pair[1] for pair in wanted],
+        }
+    )
+    conn = store.connection
+    conn.register("_wanted_pairs", pairs)
+    try:
+        rows = conn.execute(
+            "SELECT t.host_class, t.model_digest, max(t.latency_ms, $top) "
+            "FROM telemetry AS t SEMI JOIN _wanted_pairs AS p "
+            "ON t.host_class = p.host_class AND t.model_digest = p.model_digest "
+            "WHERE t.time >= $start AND t.time <= $end AND t.latency_ms IS NOT NULL "
+            "GROUP BY t.host_class, t.model_digest",
+            {"start": start, "end": end, "top": max(wanted.values())},
+        ).fetchall()
+    finally:
+        conn.unregister("_wanted_pairs")
+    found: dict[tuple[str, str], npt.NDArray[np.float64]] = {}
+    for host_class, digest, values in rows:
+        pair = (str(host_class), str(digest))
+        tail = np.sort(np.asarray(values, dtype=np.float64))[::-1]
+        found[pair] = tail[: wanted[pair]].copy()
+    return found
+
+
+def revisions_by_class(
+    store: Store, *, start: datetime, end: datetime
+) -> dict[str, dict[str, int]]:
+    """Runtime revisions reported per class in a window, with the number of distinct hosts.
+
+    Args:
+        store: An open store.
+        start: Window start (inclusive).
+        end: Window end (inclusive).
+
+    Returns:
+        host class -> {runtime revision: hosts}.
+    """
+    rows = store.connection.execute(
+        "SELECT host_class, runtime_revision, count(DISTINCT host_id) FROM telemetry "
+        "WHERE time >= $start AND time <= $end GROUP BY ALL",
+        {"start": start, "end": end},
+    ).fetchall()
+    found: dict[str, dict[str, int]] = {}
+    for host_class, revision, hosts in rows:
+        found.setdefault(str(host_class), {})[str(revision)] = int(hosts)
+    return found

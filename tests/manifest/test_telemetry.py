@@ -1,0 +1,230 @@
+"""Host-side telemetry: events from a real onnxruntime session and from a real resolve-artifact,
+valid against the published schema, appended one line each, sampled, and light to import."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import onnxruntime as ort
+import pytest
+
+from manifest import envelope, resolve
+from manifest.telemetry import (
+    PLACEMENT_OPTION,
+    append_event,
+    event_from_resolution,
+    format_time,
+    placement_of,
+    record_session,
+)
+from schemas.generate import SCHEMA_DIR
+from schemas.telemetry import TelemetryEvent
+from tests.manifest.factories import GOLDEN, digest_of, fixed_key, scenario, signed_manifest
+from tests.models import build
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = json.loads((SCHEMA_DIR / "telemetry-event.schema.json").read_text())
+DIGEST = digest_of("rec-int8")
+WHEN = datetime(2025, 6, 1, 12, 0, 0, 250000, tzinfo=UTC)
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def valid(event: dict[str, Any]) -> TelemetryEvent:
+    """Valid against both the published JSON Schema and the model."""
+    jsonschema.validate(event, SCHEMA)
+    return TelemetryEvent.model_validate_json(json.dumps(event))
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build("identity_mlp", tmp_path_factory.mktemp("models"))
+
+
+@pytest.fixture(scope="module")
+def recording_session(model: Path) -> Iterator[ort.InferenceSession]:
+    options = ort.SessionOptions()
+    options.add_session_config_entry(PLACEMENT_OPTION, "1")
+    yield ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+
+
+def record(session: Any, path: Path, **kw: Any) -> dict[str, Any] | None:
+    args: dict[str, Any] = {
+        "path": path,
+        "host_class": "x86-vnni",
+        "model_digest": DIGEST,
+        "manifest_version": 3,
+        "expected_provider": "CPUExecutionProvider",
+        "latency_ms": 1.25,
+        "sample_rate": 1.0,
+        "host": "web-01",
+        "when": WHEN,
+    }
+    args.update(kw)
+    return record_session(session, **args)
+
+
+def test_a_real_session_records_the_providers_that_received_nodes(
+    recording_session: ort.InferenceSession, tmp_path: Path
+) -> None:
+    out = tmp_path / "t.jsonl"
+    event = record(recording_session, out)
+    assert event is not None
+    [written] = lines(out)
+    assert written == event
+    parsed = valid(written)
+    assert parsed.placement == "actual"
+    assert parsed.providers == ["CPUExecutionProvider"]
+    assert parsed.nodes_per_provider is not None
+    assert parsed.nodes_per_provider["CPUExecutionProvider"] >= 1
+    assert parsed.fallback_nodes == 0
+    assert parsed.runtime_revision == ort.__version__
+    assert written["time"] == "2025-06-01T12:00:00.250Z"
+
+
+def test_nodes_off_the_expected_provider_count_as_fallback(
+    recording_session: ort.InferenceSession, tmp_path: Path
+) -> None:
+    event = record(
+        recording_session, tmp_path / "t.jsonl", expected_provider="CUDAExecutionProvider"
+    )
+    assert event is not None
+    nodes = placement_of(recording_session)
+    assert nodes is not None
+    assert event["fallback_nodes"] == sum(nodes.values()) > 0
+
+
+def test_a_session_without_the_assignment_option_says_placement_is_unknown(
+    model: Path, tmp_path: Path
+) -> None:
+    plain = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    event = record(plain, tmp_path / "t.jsonl")
+    assert event is not None
+    parsed = valid(event)
+    assert parsed.placement == "registered"
+    assert parsed.providers == plain.get_providers()
+    assert parsed.nodes_per_provider is None
+    assert parsed.fallback_nodes is None
+
+
+def test_an_unsampled_call_writes_nothing(
+    recording_session: ort.InferenceSession, tmp_path: Path
+) -> None:
+    out = tmp_path / "t.jsonl"
+    assert record(recording_session, out, sample_rate=0.01, rng=lambda: 0.5) is None
+    assert not out.exists()
+    assert record(recording_session, out, sample_rate=0.01, rng=lambda: 0.001) is not None
+    assert len(lines(out)) == 1
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [({"sample_rate": 1.5}, "sample_rate"), ({"latency_ms": float("nan")}, "latency_ms")],
+)
+def test_bad_arguments_are_refused_before_anything_is_written(
+    recording_session: ort.InferenceSession, tmp_path: Path, kw: dict[str, Any], match: str
+) -> None:
+    out = tmp_path / "t.jsonl"
+    with pytest.raises(ValueError, match=match):
+        record(recording_session, out, **kw)
+    assert not out.exists()
+
+
+def test_append_event_adds_one_complete_line_per_event(tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    event = event_from_resolution(
+        {"host_class": "a", "decision": "baseline", "artifact": {"digest": DIGEST}},
+        runtime_package="onnxruntime",
+        runtime_version="1.32.0",
+        when=format_time(WHEN),
+        host="h",
+    )
+    for _ in range(3):
+        append_event(out, event)
+    raw = out.read_bytes()
+    assert raw.count(b"\n") == 3 and raw.endswith(b"\n")
+    assert all(valid(e) for e in lines(out))
+
+
+def test_naive_times_are_refused() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        format_time(datetime(2025, 6, 1))
+
+
+@pytest.fixture
+def signed(tmp_path: Path) -> Path:
+    now = datetime.now(UTC).replace(microsecond=0)
+    doc = signed_manifest(scenario(), fixed_key(), version=4, created=now - timedelta(hours=1))
+    path = tmp_path / "manifest.json"
+    path.write_bytes(envelope.encode_canonical(doc))
+    return path
+
+
+def resolve_with_telemetry(manifest: Path, out: Path, host_class: str) -> int:
+    return resolve.main(
+        [
+            "--manifest",
+            str(manifest),
+            "--pubkey",
+            str(GOLDEN / "test.pub"),
+            "--host-class",
+            host_class,
+            "--runtime",
+            "onnxruntime==1.32.0",
+            "--providers",
+            "CPUExecutionProvider",
+            "--emit-telemetry",
+            str(out),
+            "--host-id",
+            "web-07",
+        ]
+    )
+
+
+def test_resolve_artifact_emit_telemetry_appends_the_decision_it_made(
+    signed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "telemetry.jsonl"
+    assert resolve_with_telemetry(signed, out, "x86-vnni") == resolve.EXIT_RESOLVED
+    assert resolve_with_telemetry(signed, out, "arm-old") == resolve.EXIT_HOLD
+    served, held = (valid(e) for e in lines(out))
+    assert served.source == "resolve" and served.placement == "requested"
+    assert (served.host_class, served.host_id) == ("x86-vnni", "web-07")
+    assert served.model_digest == DIGEST
+    assert served.decision == "candidate"
+    assert served.manifest_version == 4
+    assert served.runtime_revision == "1.32.0"
+    assert served.providers == ["CPUExecutionProvider"]
+    assert served.latency_ms is None and served.fallback_nodes is None
+    assert (held.decision, held.model_digest, held.providers) == ("hold", None, [])
+    capsys.readouterr()
+
+
+def test_a_telemetry_file_that_cannot_be_written_never_changes_the_exit_code(
+    signed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = resolve_with_telemetry(signed, tmp_path / "missing-dir" / "t.jsonl", "x86-vnni")
+    assert code == resolve.EXIT_RESOLVED
+    assert "cannot append telemetry" in capsys.readouterr().err
+
+
+def test_the_host_side_helper_imports_nothing_heavy() -> None:
+    code = (
+        "import sys, manifest.telemetry\n"
+        "heavy = [m for m in ('pydantic', 'duckdb', 'pandas', 'pyarrow', 'onnxruntime', "
+        "'jinja2', 'click', 'numpy') if m in sys.modules]\n"
+        "print(','.join(heavy))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert out.stdout.strip() == ""
