@@ -209,9 +209,13 @@ def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
     echo("")
     print_matrix(rows)
     release(workdir, loaded, db_path, echo)
+    import sys
+
+    exe = Path(sys.executable).parent / "qualify"
+    command = str(exe.resolve()) if exe.exists() else "qualify"
     echo(
-        f"\nNext: cd {workdir} && qualify matrix show   (the project file and matrix are found "
-        "there by default)"
+        f"\nNext: cd {workdir} && {command} matrix show   (the project file, matrix and manifest "
+        "are found there by default; open report.html in a browser)"
     )
     return ok
 
