@@ -133,14 +133,14 @@ def matrix_group() -> None:
 def matrix_show(db_path: Path, project_path: Path, fmt: str) -> None:
     """Show the latest cell per (hardware, runtime, provider, artifact)."""
     from matrix.store import Store
-    from qualify.console import print_matrix, rows_to_csv
+    from qualify.console import print_matrix, rows_to_csv, with_budgets
+    from qualify.project import load_project
 
     _require_db(db_path)
     with Store.open(db_path) as db:
         rows = db.matrix_rows()
-    budgets = _budgets(project_path)
-    for row in rows:
-        row["p99_budget_ms"] = budgets.get(row["host_class"])
+    project = load_project(project_path).project if project_path.exists() else None
+    rows = with_budgets(rows, project)
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2, default=str))
     elif fmt == "csv":
@@ -155,15 +155,6 @@ def _require_db(db_path: Path) -> None:
             f"{db_path}: no matrix database here. Fix: run 'qualify run --host-class NAME' "
             "first, or pass --db PATH."
         )
-
-
-def _budgets(project_path: Path) -> dict[str, float]:
-    if not project_path.exists():
-        return {}
-    from qualify.project import load_project
-
-    project = load_project(project_path).project
-    return {name: c.budgets.p99_ms for name, c in project.host_classes.items()}
 
 
 @matrix_group.command("ingest")

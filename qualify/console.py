@@ -18,7 +18,7 @@ from rich.table import Table
 from schemas.cell import Cell, RunBundle
 from schemas.project import Project
 
-__all__ = ["RunDisplay", "print_matrix", "rows_to_csv", "run_summary"]
+__all__ = ["RunDisplay", "print_matrix", "rows_to_csv", "run_summary", "with_budgets"]
 
 VERDICT_STYLE = {"pass": "green", "fail": "red", "insufficient": "yellow", "error": "magenta"}
 
@@ -134,6 +134,18 @@ class RunDisplay:
                 "; ".join(r.message for r in cell.reasons) or "",
             )
         Console().print(table)
+
+
+def with_budgets(rows: list[dict[str, Any]], project: Project | None) -> list[dict[str, Any]]:
+    """Add each row's class p99 budget as ``p99_budget_ms`` (None without a project file)."""
+    budgets = (
+        {}
+        if project is None
+        else {name: c.budgets.p99_ms for name, c in project.host_classes.items()}
+    )
+    for row in rows:
+        row["p99_budget_ms"] = budgets.get(row["host_class"])
+    return rows
 
 
 def print_matrix(rows: list[dict[str, Any]], console: Console | None = None) -> None:

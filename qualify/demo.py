@@ -16,6 +16,7 @@ from pathlib import Path
 from qualify.demo_assets import asset_path
 from qualify.project import LoadedProject
 from qualify.runner import probe_runtime
+from schemas.manifest import Manifest
 from schemas.project import (
     Artifacts,
     ArtifactSpec,
@@ -183,7 +184,7 @@ def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
         True when every cell was measured (no ``error`` verdicts).
     """
     from matrix.store import Store
-    from qualify.console import print_matrix
+    from qualify.console import print_matrix, with_budgets
     from qualify.project import load_project
     from qualify.run import RunOptions, qualify_run
 
@@ -192,6 +193,7 @@ def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
     loaded = load_project(project_path)
     db_path = workdir / "qualify.duckdb"
     ok = True
+    runtime_version = ""
     for name in loaded.project.host_classes:
         echo(f"\n== qualify run --host-class {name} --emulate")
         outcome = qualify_run(
@@ -200,15 +202,13 @@ def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
             RunOptions(db_path=db_path, emulate=True),
             on_event=lambda m: echo("  " + m),
         )
+        runtime_version = outcome.bundle.run.fingerprint.runtime.version
         ok = ok and outcome.ok
     with Store.open(db_path) as db:
-        rows = db.matrix_rows()
-    budgets = {n: c.budgets.p99_ms for n, c in loaded.project.host_classes.items()}
-    for row in rows:
-        row["p99_budget_ms"] = budgets.get(row["host_class"])
+        rows = with_budgets(db.matrix_rows(), loaded.project)
     echo("")
     print_matrix(rows)
-    release(workdir, loaded, db_path, echo)
+    release(workdir, loaded, db_path, runtime_version, echo)
     import sys
 
     exe = Path(sys.executable).parent / "qualify"
@@ -220,7 +220,9 @@ def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
     return ok
 
 
-def release(workdir: Path, loaded: LoadedProject, db_path: Path, echo: Echo) -> None:
+def release(
+    workdir: Path, loaded: LoadedProject, db_path: Path, runtime_version: str, echo: Echo
+) -> None:
     """Sign a manifest from the demo matrix, resolve every class as its hosts would, report."""
     from manifest.signing import generate_keypair
     from matrix.store import Store
@@ -249,10 +251,9 @@ def release(workdir: Path, loaded: LoadedProject, db_path: Path, echo: Echo) -> 
         f"expires {signed.expires}; policy allow_emulated={signed.policy.allow_emulated} "
         "(the demo accepts emulated evidence, and says so here)"
     )
-    version = str(probe_runtime()["version"])
     echo("\n== resolve-artifact on a host of each class")
     for name, host_class in loaded.project.host_classes.items():
-        code, answer = resolve_as_host(workdir, name, host_class, version)
+        code, answer = resolve_as_host(workdir, name, host_class, runtime_version)
         entry = signed.entries[name]
         served = answer.get("served", "artifact")
         chosen = entry.rollback if served == "rollback" else entry.artifact
@@ -263,19 +264,15 @@ def release(workdir: Path, loaded: LoadedProject, db_path: Path, echo: Echo) -> 
             loaded, db, workdir / "report.html", now=now, pubkey=workdir / "release.pub"
         )
     echo(f"\n== qualify report\n  {path}")
-    watch(workdir, db_path, now, echo)
+    watch(workdir, db_path, result.manifest, now, echo)
 
 
-def watch(workdir: Path, db_path: Path, now: datetime, echo: Echo) -> None:
+def watch(workdir: Path, db_path: Path, manifest: Manifest, now: datetime, echo: Echo) -> None:
     """Sample telemetry from the fleet (with two injected problems), ingest it and check it."""
     from matrix.store import Store
     from qualify.demo_telemetry import run_demo_telemetry
-    from qualify.release import previous_manifest
 
-    with Store.open(db_path) as db:
-        manifest = previous_manifest(db)
+    with Store.open(db_path, read_only=True) as db:
         cells = db.cells()
-    if manifest is None:
-        return
     echo("\n== qualify telemetry ingest telemetry.jsonl && qualify telemetry check")
     run_demo_telemetry(workdir, manifest, cells, now=now, echo=lambda m: echo("  " + m))

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from manifest.gates import judge
 from matrix.bundle import write_bundle
+from matrix.samples import SAMPLES_SCHEMA, empty_samples
 from matrix.store import Store
 from qualify.artifacts import ArtifactStore
 from qualify.errors import HostMismatchError, ProjectError
@@ -265,13 +266,15 @@ def qualify_run(
         baseline_outputs: dict[str, np.ndarray] | None = None
         baseline_digest = stored[0][1]
         baseline_error: str | None = None
-        for index, (spec, digest, _path) in enumerate(stored):
+        for index, (spec, digest, stored_path) in enumerate(stored):
             role: Role = "baseline" if index == 0 else "candidate"
             on_event(f"{spec.label} ({role}, {digest[:19]}): running")
             work = work_root / f"a{index}"
             work.mkdir()
             job = _job(
-                artifact_path=store.verify(digest),
+                # No re-hash here: ``store.add`` just hashed the copy, and the worker re-hashes
+                # the exact bytes it hands to onnxruntime before loading them.
+                artifact_path=stored_path,
                 digest=digest,
                 host_class=host_class,
                 loaded=loaded,
@@ -342,13 +345,14 @@ def qualify_run(
                 b, c = (int(x[1:]) for x in key.split("_"))
                 sample_tables.append(
                     pa.table(
-                        {
-                            "artifact_digest": pa.array([digest] * ns.size, pa.string()),
-                            "batch_size": pa.array(np.full(ns.size, b, np.int32)),
-                            "concurrency": pa.array(np.full(ns.size, c, np.int32)),
-                            "seq": pa.array(np.arange(ns.size, dtype=np.int32)),
-                            "latency_ns": pa.array(ns.astype(np.int64)),
-                        }
+                        [
+                            pa.array([digest] * ns.size, pa.string()),
+                            pa.array(np.full(ns.size, b, np.int32)),
+                            pa.array(np.full(ns.size, c, np.int32)),
+                            pa.array(np.arange(ns.size, dtype=np.int32)),
+                            pa.array(ns.astype(np.int64)),
+                        ],
+                        schema=SAMPLES_SCHEMA,
                     )
                 )
 
@@ -384,19 +388,7 @@ def qualify_run(
         rollback=rollback,
     )
     bundle = RunBundle(run=run, cells=cells)
-    samples = (
-        pa.concat_tables(sample_tables)
-        if sample_tables
-        else pa.table(
-            {
-                "artifact_digest": pa.array([], pa.string()),
-                "batch_size": pa.array([], pa.int32()),
-                "concurrency": pa.array([], pa.int32()),
-                "seq": pa.array([], pa.int32()),
-                "latency_ns": pa.array([], pa.int64()),
-            }
-        )
-    )
+    samples = pa.concat_tables(sample_tables) if sample_tables else empty_samples()
     bundle_path = write_bundle(bundle, samples, options.bundle_dir or db_dir / "bundles")
     on_event(f"bundle: {bundle_path}")
     with Store.open(options.db_path, wait_s=options.lock_wait_s) as db:

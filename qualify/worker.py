@@ -135,11 +135,20 @@ def _session_options(ort: Any, job: dict[str, Any], record_placement: bool) -> A
     return so
 
 
-def _create(ort: Any, model: bytes, job: dict[str, Any], record_placement: bool) -> Any:
+def _create(
+    ort: Any,
+    model: bytes,
+    job: dict[str, Any],
+    record_placement: bool,
+    profile_prefix: str | None = None,
+) -> Any:
     provider = job["provider"]
     names = list(provider["execution_providers"])
     options = [dict(provider.get("provider_options", {}).get(n, {})) for n in names]
     so = _session_options(ort, job, record_placement)
+    if profile_prefix is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
     return ort.InferenceSession(model, so, providers=names, provider_options=options)
 
 
@@ -330,13 +339,8 @@ def _kernel_time_per_provider(
     runs = int(job.get("profile_runs", 0))
     if runs <= 0:
         return None
-    so = _session_options(ort, job, record_placement=False)
-    so.enable_profiling = True
-    so.profile_file_prefix = str(Path(job["samples_path"]).with_name("profile"))
-    provider = job["provider"]
-    names = list(provider["execution_providers"])
-    options = [dict(provider.get("provider_options", {}).get(n, {})) for n in names]
-    session = ort.InferenceSession(model, so, providers=names, provider_options=options)
+    prefix = str(Path(job["samples_path"]).with_name("profile"))
+    session = _create(ort, model, job, record_placement=False, profile_prefix=prefix)
     for k in range(runs):
         session.run(None, feeds[k % len(feeds)])
     path = Path(session.end_profiling())
