@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from manifest import envelope
 from manifest._batch import paused_gc
 from manifest.errors import BuildError, MalformedError
-from manifest.signing import sign_document
+from manifest.signing import key_id, sign_document
 from schemas.atomic import write_atomic
 from schemas.manifest import (
     ArtifactRef,
@@ -226,10 +226,6 @@ def per_class_documents(signed: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def _atomic_write(path: Path, data: bytes, *, fsync: bool = True) -> None:
-    write_atomic(path, data, fsync=fsync)
-
-
 def write_manifest(doc: Mapping[str, Any], path: Path) -> None:
     """Write a signed (or unsigned) document atomically as canonical JSON.
 
@@ -243,7 +239,7 @@ def write_manifest(doc: Mapping[str, Any], path: Path) -> None:
     """
     if not path.parent.is_dir():
         raise BuildError(f"{path.parent}: no such directory for the manifest; create it first")
-    _atomic_write(path, envelope.encode_canonical(doc))
+    write_atomic(path, envelope.encode_canonical(doc))
 
 
 def write_per_class(
@@ -270,6 +266,7 @@ def write_per_class(
     directory.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
     pending: list[tuple[str, Path]] = []
+    kid = key_id(key)  # derived from the key once, not once per class
     try:
         for name, signed in per_class_documents(doc).items():
             try:
@@ -278,7 +275,7 @@ def write_per_class(
                 raise BuildError(f"class '{name[:60]}': {exc}") from exc
             fd, tmp = tempfile.mkstemp(dir=directory, prefix=".class.", suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
-                fh.write(envelope.encode_canonical(sign_document(signed, key)))
+                fh.write(envelope.encode_canonical(sign_document(signed, key, keyid=kid)))
             os.chmod(tmp, 0o644)
             pending.append((tmp, directory / filename))
             written[name] = directory / filename

@@ -9,6 +9,7 @@ manifest entry), never pydantic models: this module must stay importable without
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -107,9 +108,15 @@ def flag_spellings(flag: str) -> set[str]:
     return {flag, flag.replace("_", "")}
 
 
+@functools.lru_cache(maxsize=4)
+def _searchable(flags: frozenset[str]) -> frozenset[str]:
+    # The host's flags in both spellings, built once per host rather than once per rule checked
+    # (detection checks every class of the manifest).
+    return flags | {f.lower().replace("_", "") for f in flags}
+
+
 def _has_flag(flags: frozenset[str], wanted: str) -> bool:
-    normalised = {f.lower().replace("_", "") for f in flags}
-    return bool(flag_spellings(wanted) & (flags | normalised))
+    return bool(flag_spellings(wanted) & _searchable(flags))
 
 
 def match_failures(facts: HostFacts, rules: Mapping[str, Any]) -> list[str]:

@@ -363,18 +363,18 @@ def _answer(
         raise _Refused(
             EXIT_VERIFY, f"entry {host_class!r} has no artifact for decision {decision!r}"
         )
-    failures = requirement_failures(host, entry.get("runtime") or {}, entry.get("provider") or {})
+    provider = entry.get("provider") or {}
+    failures = requirement_failures(host, entry.get("runtime") or {}, provider)
     if not failures:
         answer["artifact"], answer["served"] = _pointer(artifact), "artifact"
-        answer["providers"] = _usable(entry.get("provider") or {}, host)
+        answer["providers"] = _usable(provider, host)
         return EXIT_RESOLVED, answer, messages
     why = "; ".join(failures)
     reasons.append({"code": "runtime_incompatible", "message": f"{artifact.get('name')}: {why}"})
     if isinstance(rollback, dict):
+        rb_provider = rollback.get("provider") or provider
         rb_failures = requirement_failures(
-            host,
-            rollback.get("runtime") or entry.get("runtime") or {},
-            rollback.get("provider") or entry.get("provider") or {},
+            host, rollback.get("runtime") or entry.get("runtime") or {}, rb_provider
         )
         if not rb_failures:
             messages.append(
@@ -385,9 +385,7 @@ def _answer(
                 {"code": "served_rollback", "message": f"rollback {rollback.get('name')} fits"}
             )
             answer["artifact"], answer["served"] = _pointer(rollback), "rollback"
-            answer["providers"] = _usable(
-                rollback.get("provider") or entry.get("provider") or {}, host
-            )
+            answer["providers"] = _usable(rb_provider, host)
             return EXIT_RESOLVED, answer, messages
         why += f"; rollback {rollback.get('name')}: {'; '.join(rb_failures)}"
     messages.append(f"no compatible artifact for class {host_class!r}: {why}")
@@ -479,17 +477,6 @@ def resolve(
     return Outcome(code, answer, messages + more, accepted, signed["version"] if accepted else None)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
 def _load_state(state_dir: Path) -> tuple[int, bytes | None]:
     try:
         version = int(json.loads((state_dir / STATE_FILE).read_bytes())["version"])
@@ -507,9 +494,12 @@ def _save_state(
 ) -> None:
     if old_version == version and old_lkg == raw:
         return  # the usual service start: nothing new, nothing written
+    # Imported here, on the rare path that accepts a new manifest: keeps tempfile off start-up.
+    from schemas.atomic import write_atomic
+
     state_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_write(state_dir / LKG_FILE, raw)
-    _atomic_write(state_dir / STATE_FILE, json.dumps({"version": version}).encode())
+    write_atomic(state_dir / LKG_FILE, raw)
+    write_atomic(state_dir / STATE_FILE, json.dumps({"version": version}))
 
 
 def _file_digest(path: Path) -> str:

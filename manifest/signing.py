@@ -127,12 +127,15 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     return Ed25519PublicKey.from_public_bytes(envelope.parse_public_pem(text, source=str(path)))
 
 
-def sign_document(signed: Mapping[str, Any], private_key: Ed25519PrivateKey) -> dict[str, Any]:
+def sign_document(
+    signed: Mapping[str, Any], private_key: Ed25519PrivateKey, *, keyid: str | None = None
+) -> dict[str, Any]:
     """Sign the canonical bytes of ``signed``.
 
     Args:
         signed: the content (integers, strings, booleans, null, lists, objects; no floats).
         private_key: the signing key.
+        keyid: ``key_id(private_key)`` when the caller signs many documents with one key.
 
     Returns:
         ``{"signed": signed, "signatures": [{"keyid": ..., "sig": ...}]}``.
@@ -143,7 +146,9 @@ def sign_document(signed: Mapping[str, Any], private_key: Ed25519PrivateKey) -> 
     data = envelope.encode_canonical(signed)
     return {
         "signed": signed,
-        "signatures": [{"keyid": key_id(private_key), "sig": private_key.sign(data).hex()}],
+        "signatures": [
+            {"keyid": keyid or key_id(private_key), "sig": private_key.sign(data).hex()}
+        ],
     }
 
 

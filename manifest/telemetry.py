@@ -36,12 +36,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # resolve-artifact imports this module at start-up: keep datetime off it
+    from datetime import datetime
 
 __all__ = [
     "FORMAT",
@@ -74,12 +75,12 @@ def format_time(moment: float | datetime | None = None) -> str:
     Raises:
         ValueError: a naive datetime (its zone is unknown).
     """
-    if isinstance(moment, datetime):
+    if moment is None or isinstance(moment, int | float):
+        seconds = time.time() if moment is None else float(moment)
+    else:
         if moment.tzinfo is None:
             raise ValueError("event times must be timezone-aware (UTC)")
         seconds = moment.timestamp()
-    else:
-        seconds = time.time() if moment is None else float(moment)
     whole = math.floor(seconds)
     millis = min(round((seconds - whole) * 1000), 999)
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{millis:03d}Z"
@@ -211,7 +212,7 @@ def record_session(
     expected_provider: str,
     latency_ms: float | None = None,
     sample_rate: float = 0.01,
-    rng: Callable[[], float] = random.random,
+    rng: Callable[[], float] | None = None,
     host: str | None = None,
     when: float | datetime | None = None,
     runtime_revision: str | None = None,
@@ -236,7 +237,8 @@ def record_session(
             ``provider.expected``).
         latency_ms: The sampled inference's latency, if timed.
         sample_rate: Probability of writing this call's event, 0..1.
-        rng: Returns a float in [0, 1); an event is written when it is below ``sample_rate``.
+        rng: Returns a float in [0, 1); an event is written when it is below ``sample_rate``
+            (default ``random.random``, imported only here: resolve never samples).
         host: The host id; defaults to ``host_id()``.
         when: The event time; defaults to now.
         runtime_revision: The onnxruntime version; defaults to the imported module's.
@@ -255,6 +257,10 @@ def record_session(
         raise ValueError(f"sample_rate must be within [0, 1], got {sample_rate!r}")
     if latency_ms is not None and not (math.isfinite(latency_ms) and latency_ms >= 0):
         raise ValueError(f"latency_ms must be a finite number >= 0, got {latency_ms!r}")
+    if rng is None:
+        import random
+
+        rng = random.random
     if rng() >= sample_rate:
         return None
     nodes = placement_of(session)

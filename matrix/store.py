@@ -17,7 +17,6 @@ DuckDB lets one process write a database file at a time. Callers keep a store op
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -36,10 +35,12 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from matrix.bundle import check_bundle
+from matrix.bundle import _fsync_path, check_bundle
 from matrix.errors import ManifestVersionError, MatrixError, MatrixLockedError
 from matrix.migrations import (
     AppliedMigration,
+    _first,
+    _rollback_quietly,
     apply_migrations,
     check_current,
     current_version,
@@ -62,6 +63,8 @@ EXPORTED: tuple[str, ...] = (
 )
 """Tables (and the ``matrix`` view) that ``Store.export_parquet`` writes, one file each."""
 
+_MATRIX_ORDER = "hardware, runtime, provider, role, artifact_name, artifact_digest"
+
 _EXPORT_ORDER: dict[str, str] = {
     "schema_migrations": "version",
     "runs": "started_at, run_id",
@@ -69,15 +72,13 @@ _EXPORT_ORDER: dict[str, str] = {
     "latency": "run_id, artifact_digest, batch_size, concurrency",
     "samples": "run_id, artifact_digest, batch_size, concurrency, seq",
     "manifests": "version",
-    "matrix": "hardware, runtime, provider, role, artifact_name, artifact_digest",
+    "matrix": _MATRIX_ORDER,
 }
 
 _LOCK_MARK = "Could not set lock on file"
 _PID_RE = re.compile(r"PID (\d+)")
 _FIRST_DELAY_S = 0.05
 _MAX_DELAY_S = 1.0
-
-_MATRIX_ORDER = "hardware, runtime, provider, role, artifact_name, artifact_digest"
 
 
 @dataclass(frozen=True)
@@ -298,28 +299,6 @@ def _latency_rows(cell: Cell) -> list[dict[str, Any]]:
         }
         for result in cell.latency
     ]
-
-
-def _first(result: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
-    # fetchall, not fetchone: DuckDB 2 keeps a half-read result open and refuses other work
-    # (register, the next statement's arrow scan) on the connection until it is finished.
-    rows = result.fetchall()
-    return tuple(rows[0]) if rows else None
-
-
-def _rollback_quietly(conn: duckdb.DuckDBPyConnection) -> None:
-    # After a failed COMMIT DuckDB has already rolled back; a second ROLLBACK would raise and
-    # hide the original error.
-    with contextlib.suppress(duckdb.Error):
-        conn.execute("ROLLBACK")
-
-
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Store:

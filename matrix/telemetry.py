@@ -25,7 +25,6 @@ How a file is read (fast for millions of lines, exact about bad ones):
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import os
@@ -45,6 +44,7 @@ import pyarrow.json as pj
 from pydantic import ValidationError
 
 from matrix.errors import MatrixError
+from matrix.migrations import _rollback_quietly
 from matrix.store import Store
 from schemas.telemetry import TELEMETRY_FORMAT, TelemetryEvent
 
@@ -603,12 +603,6 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
     return IngestedTelemetry(
         path, plan.sha256, "ingested", first_line, lines, events, bad_count, tuple(bad), pending
     )
-
-
-def _rollback_quietly(conn: duckdb.DuckDBPyConnection) -> None:
-    # A failed COMMIT has already rolled back; a second ROLLBACK would raise and hide the cause.
-    with contextlib.suppress(duckdb.Error):
-        conn.execute("ROLLBACK")
 
 
 def ingest_telemetry(

@@ -606,6 +606,7 @@ def _compare(
     budgets = cls.budgets if cls else None
     p99_budget = budgets.p99_ms if budgets else None
     allowance = cls.provider.fallback_allowance if cls else None
+    settings = cls.settings_digest() if cls is not None else None  # a JSON dump + hash: once
 
     def row(label: str, fn: Callable[[Cell], tuple[str, Tone]]) -> CompareRow:
         return CompareRow(
@@ -655,7 +656,7 @@ def _compare(
         marks = []
         if _emulated(cell, runs):
             marks.append("emulated")
-        if cls is not None and cell.settings_digest != cls.settings_digest():
+        if settings is not None and cell.settings_digest != settings:
             marks.append("stale")
         return (", ".join(marks), "warn") if marks else ("current", "")
 
@@ -909,7 +910,7 @@ def _class_view(
         ),
     )
     shown = [col.name for col, cell in zip(columns, ordered, strict=True) if cell is not None]
-    shown_cells = [c for c in ordered if c is not None]
+    shown_cells = present
     chart, chart_note = _chart(index, shown_cells, budget, samples)
     run_ids = sorted({c.run_id for c in shown_cells})
     run_views = tuple(

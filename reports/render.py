@@ -10,8 +10,6 @@ matrix (the CLI does). Templates receive the view model only, never DataFrames o
 
 from __future__ import annotations
 
-import contextlib
-import os
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -100,13 +98,7 @@ def write_report(view: ReportView, path: Path | str) -> Path:
             "pass another --out"
         )
     try:
-        write_atomic(target, html)
+        write_atomic(target, html, sync_dir=True)
     except OSError as error:
         raise ReportWriteError(f"cannot write the report to {target}: {error.strerror}") from error
-    with contextlib.suppress(OSError):
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
     return target
