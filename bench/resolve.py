@@ -34,26 +34,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._synthetic import BASE, CAND, project_of, scripted_run  # noqa: E402
 from manifest import envelope  # noqa: E402
 from manifest.build import build_manifest, per_class_documents, write_manifest  # noqa: E402
 from manifest.policy import decide  # noqa: E402
 from manifest.signing import generate_keypair, load_private_key, sign_document  # noqa: E402
 from schemas.cell import (  # noqa: E402
     Cell,
-    LatencyResult,
-    OutputParity,
-    ParityResult,
-    Placement,
-    RollbackCheck,
     RunRecord,
 )
-from schemas.host import Fingerprint, RuntimeIdentity  # noqa: E402
 from schemas.manifest import ArtifactRef  # noqa: E402
-from schemas.project import OutputTolerance, Project  # noqa: E402
+from schemas.project import Project  # noqa: E402
 
 CLOCK = datetime.now(UTC).replace(microsecond=0)
-BASE = "sha256:" + "b" * 64
-CAND = "sha256:" + "c" * 64
 
 
 def _fleet(n: int) -> tuple[Project, list[Cell], dict[str, RunRecord]]:
@@ -72,122 +65,22 @@ def _fleet(n: int) -> tuple[Project, list[Cell], dict[str, RunRecord]]:
         }
         for i in range(n)
     }
-    project = Project.model_validate(
-        {
-            "model": "ocr-rec",
-            "artifacts": {
-                "baseline": {"path": "rec-fp32.onnx", "name": "rec-fp32"},
-                "candidates": [{"path": "rec-int8.onnx", "name": "rec-int8", "precision": "int8"}],
-            },
-            "workload": {"inputs": {"x": {"shape": [1, 16], "source": "generated"}}},
-            "host_classes": classes,
-        }
-    )
-    fingerprint = Fingerprint(
-        hostname="bench",
-        arch="x86_64",
-        cpu_model=None,
-        cpu_flags=[],
-        cores=2,
-        affinity=[0, 1],
-        memory_mb=None,
-        os="Linux",
-        python="3.11",
-        runtime=RuntimeIdentity(
-            package="onnxruntime", version="1.32.0", build_info=None, available_providers=[]
-        ),
-    )
-    tol = OutputTolerance(max_abs=0.05, cosine_min=0.99)
+    project = project_of(classes)
     cells: list[Cell] = []
     runs: dict[str, RunRecord] = {}
     for i, (name, cls) in enumerate(project.host_classes.items()):
         if i % 7 == 6:
             continue
-        run_id = f"run-{i:06d}"
-        settings = cls.settings_digest()
-        runs[run_id] = RunRecord(
-            run_id=run_id,
-            host_class=name,
-            key=cls.key,
-            model="ocr-rec",
-            started_at=CLOCK,
-            finished_at=CLOCK,
-            emulated=False,
-            settings_digest=settings,
-            fingerprint=fingerprint,
-            load_avg_before=[0.0, 0.0, 0.0],
-            load_avg_after=[0.0, 0.0, 0.0],
-            rollback=RollbackCheck(artifact_digest=BASE, loaded=True),
+        run, pair = scripted_run(
+            name,
+            cls,
+            run_id=f"run-{i:06d}",
+            when=CLOCK,
+            upper_ms=95.0 if i % 5 == 4 else 41.0,
+            fallback=4 if i % 3 == 2 else 0,
         )
-        upper = 95.0 if i % 5 == 4 else 41.0
-        fallback = 4 if i % 3 == 2 else 0
-        for digest, role in ((BASE, "baseline"), (CAND, "candidate")):
-            cells.append(
-                Cell(
-                    run_id=run_id,
-                    host_class=name,
-                    key=cls.key,
-                    artifact_digest=digest,
-                    artifact_name="rec-fp32" if role == "baseline" else "rec-int8",
-                    role=role,  # type: ignore[arg-type]
-                    precision="fp32" if role == "baseline" else "int8",
-                    verdict="pass",
-                    emulated=False,
-                    measured_at=CLOCK,
-                    settings_digest=settings,
-                    runtime_version="1.32.0",
-                    cold_init_ms=300.0,
-                    warm_init_ms=20.0,
-                    peak_rss_mb=200.0,
-                    placement=Placement(
-                        nodes_per_provider={"CPUExecutionProvider": 20 - fallback}
-                        | ({"AzureExecutionProvider": fallback} if fallback else {}),
-                        total_nodes=20,
-                        expected_provider="CPUExecutionProvider",
-                        fallback_nodes=fallback,
-                        session_providers=["CPUExecutionProvider"],
-                    ),
-                    latency=[
-                        LatencyResult(
-                            batch_size=1,
-                            concurrency=1,
-                            samples=700,
-                            p50_ms=20.0,
-                            p90_ms=30.0,
-                            p99_ms=upper - 2,
-                            max_ms=upper + 5,
-                            mean_ms=21.0,
-                            p99_lower_ms=upper - 4,
-                            p99_upper_ms=upper,
-                            confidence=0.99,
-                            decision="pass",
-                            stopped="decided",
-                            duration_s=1.0,
-                            throughput_ips=50.0,
-                        )
-                    ],
-                    parity=None
-                    if role == "baseline"
-                    else ParityResult(
-                        reference_digest=BASE,
-                        samples=256,
-                        passed=True,
-                        outputs=[
-                            OutputParity(
-                                name="y",
-                                max_abs=0.01,
-                                mean_abs=0.001,
-                                max_rel=0.01,
-                                cosine_min=0.9995,
-                                top1_agreement=1.0,
-                                tolerance=tol,
-                                passed=True,
-                                min_passing=tol,
-                            )
-                        ],
-                    ),
-                )
-            )
+        runs[run.run_id] = run
+        cells.extend(pair)
     return project, cells, runs
 
 

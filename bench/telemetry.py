@@ -42,25 +42,17 @@ sys.path.insert(0, str(ROOT))
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
+from bench._synthetic import BASE, CAND, project_of, scripted_run  # noqa: E402
 from manifest.build import build_manifest  # noqa: E402
 from manifest.policy import decide  # noqa: E402
 from manifest.signing import sign_document  # noqa: E402
 from schemas.cell import (  # noqa: E402
     Cell,
-    LatencyResult,
-    OutputParity,
-    ParityResult,
-    Placement,
-    RollbackCheck,
     RunRecord,
 )
-from schemas.host import Fingerprint, RuntimeIdentity  # noqa: E402
 from schemas.manifest import ArtifactRef, Manifest  # noqa: E402
-from schemas.project import OutputTolerance, Project  # noqa: E402
 
 NOW = datetime(2025, 6, 2, 12, 0, tzinfo=UTC)
-BASE = "sha256:" + "b" * 64
-CAND = "sha256:" + "c" * 64
 CLASSES = 8
 HOSTS = 10_000
 REGRESSED = "c3"
@@ -70,126 +62,24 @@ CHUNK = 500_000
 
 def _fleet() -> tuple[list[Cell], Manifest]:
     """Eight CPU classes, each qualified with an int8 candidate (p99 upper bound 41 ms)."""
-    project = Project.model_validate(
+    project = project_of(
         {
-            "model": "ocr-rec",
-            "artifacts": {
-                "baseline": {"path": "rec-fp32.onnx", "name": "rec-fp32"},
-                "candidates": [{"path": "rec-int8.onnx", "name": "rec-int8", "precision": "int8"}],
-            },
-            "workload": {"inputs": {"x": {"shape": [1, 16], "source": "generated"}}},
-            "host_classes": {
-                f"c{i}": {
-                    "key": {"hardware": f"hw{i}", "runtime": "ort-r8", "provider": f"p{i}"},
-                    "match": {"arch": "x86_64", "cpu_flags": [f"flag{i}"]},
-                    "runtime": {"package": "onnxruntime", "version": "1.32.*"},
-                    "budgets": {"p99_ms": 80.0},
-                }
-                for i in range(CLASSES)
-            },
+            f"c{i}": {
+                "key": {"hardware": f"hw{i}", "runtime": "ort-r8", "provider": f"p{i}"},
+                "match": {"arch": "x86_64", "cpu_flags": [f"flag{i}"]},
+                "runtime": {"package": "onnxruntime", "version": "1.32.*"},
+                "budgets": {"p99_ms": 80.0},
+            }
+            for i in range(CLASSES)
         }
     )
-    fingerprint = Fingerprint(
-        hostname="bench",
-        arch="x86_64",
-        cpu_model=None,
-        cpu_flags=[],
-        cores=2,
-        affinity=[0, 1],
-        memory_mb=None,
-        os="Linux",
-        python="3.11",
-        runtime=RuntimeIdentity(
-            package="onnxruntime", version="1.32.0", build_info=None, available_providers=[]
-        ),
-    )
-    tol = OutputTolerance(max_abs=0.05, cosine_min=0.99)
     clock = NOW - timedelta(days=3)
     cells: list[Cell] = []
     runs: dict[str, RunRecord] = {}
     for name, cls in project.host_classes.items():
-        run_id = f"run-{name}"
-        settings = cls.settings_digest()
-        runs[run_id] = RunRecord(
-            run_id=run_id,
-            host_class=name,
-            key=cls.key,
-            model="ocr-rec",
-            started_at=clock,
-            finished_at=clock,
-            emulated=False,
-            settings_digest=settings,
-            fingerprint=fingerprint,
-            load_avg_before=[0.0, 0.0, 0.0],
-            load_avg_after=[0.0, 0.0, 0.0],
-            rollback=RollbackCheck(artifact_digest=BASE, loaded=True),
-        )
-        for digest, role in ((BASE, "baseline"), (CAND, "candidate")):
-            cells.append(
-                Cell(
-                    run_id=run_id,
-                    host_class=name,
-                    key=cls.key,
-                    artifact_digest=digest,
-                    artifact_name="rec-fp32" if role == "baseline" else "rec-int8",
-                    role=role,  # type: ignore[arg-type]
-                    precision="fp32" if role == "baseline" else "int8",
-                    verdict="pass",
-                    emulated=False,
-                    measured_at=clock,
-                    settings_digest=settings,
-                    runtime_version="1.32.0",
-                    cold_init_ms=300.0,
-                    warm_init_ms=20.0,
-                    peak_rss_mb=200.0,
-                    placement=Placement(
-                        nodes_per_provider={"CPUExecutionProvider": 20},
-                        total_nodes=20,
-                        expected_provider="CPUExecutionProvider",
-                        fallback_nodes=0,
-                        session_providers=["CPUExecutionProvider"],
-                    ),
-                    latency=[
-                        LatencyResult(
-                            batch_size=1,
-                            concurrency=1,
-                            samples=700,
-                            p50_ms=20.0,
-                            p90_ms=30.0,
-                            p99_ms=39.0,
-                            max_ms=46.0,
-                            mean_ms=21.0,
-                            p99_lower_ms=37.0,
-                            p99_upper_ms=41.0,
-                            confidence=0.99,
-                            decision="pass",
-                            stopped="decided",
-                            duration_s=1.0,
-                            throughput_ips=50.0,
-                        )
-                    ],
-                    parity=None
-                    if role == "baseline"
-                    else ParityResult(
-                        reference_digest=BASE,
-                        samples=256,
-                        passed=True,
-                        outputs=[
-                            OutputParity(
-                                name="y",
-                                max_abs=0.01,
-                                mean_abs=0.001,
-                                max_rel=0.01,
-                                cosine_min=0.9995,
-                                top1_agreement=1.0,
-                                tolerance=tol,
-                                passed=True,
-                                min_passing=tol,
-                            )
-                        ],
-                    ),
-                )
-            )
+        run, pair = scripted_run(name, cls, run_id=f"run-{name}", when=clock)
+        runs[run.run_id] = run
+        cells.extend(pair)
     decisions = decide(
         project, cells, runs, previous=None, digests={"rec-fp32": BASE, "rec-int8": CAND}
     )
