@@ -644,7 +644,10 @@ def render_markdown(
             f"LoadGen moves the inference p50 by {_paired_diff(s.in_p50, s.hot_p50):+.1f} us "
             "against the hot loop in the same process, and the hot loop differs from qualify's "
             f"worker by {_paired_diff(s.hot_p50, s.q_p50):+.1f} us (two fresh processes). "
-            "Each figure is a median of per-round differences."
+            "At p99, LoadGen's own interval is "
+            f"{_paired(s.lg_p99, s.in_p99) - 1.0:+.1%} from the inference it wraps (same "
+            "process, same queries, so no machine drift between them). Each figure is a median "
+            "of per-round differences or ratios."
         )
     if reported:
         lines += [

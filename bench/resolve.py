@@ -38,7 +38,12 @@ from bench._synthetic import BASE, CAND, project_of, scripted_run  # noqa: E402
 from manifest import envelope  # noqa: E402
 from manifest.build import build_manifest, per_class_documents, write_manifest  # noqa: E402
 from manifest.policy import decide  # noqa: E402
-from manifest.signing import generate_keypair, load_private_key, sign_document  # noqa: E402
+from manifest.signing import (  # noqa: E402
+    generate_keypair,
+    load_private_key,
+    sign_document,
+    sign_encoded,
+)
 from schemas.cell import (  # noqa: E402
     Cell,
     RunRecord,
@@ -110,7 +115,7 @@ def _generate(n: int, key: Any, out: Path) -> dict[str, float]:
         artifacts=ARTIFACTS,
     )
     t2 = time.perf_counter()
-    doc = sign_document(signed, key)
+    _, doc = sign_encoded(signed, key)
     t3 = time.perf_counter()
     write_manifest(doc, out)
     t4 = time.perf_counter()
@@ -183,8 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         template["_signed"] = {k: v for k, v in doc1000["signed"].items() if k != "entries"}
         signed100k = _clone_fleet(template, 100_000)
         t0 = time.perf_counter()
-        big = sign_document(signed100k, key)
-        write_manifest(big, work / "m100000.json")
+        write_manifest(sign_encoded(signed100k, key)[1], work / "m100000.json")
         t_big = time.perf_counter() - t0
         t0 = time.perf_counter()
         docs = per_class_documents(signed100k)

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from manifest import envelope
 from manifest._batch import paused_gc
 from manifest.errors import BuildError, MalformedError
-from manifest.signing import key_id, sign_document
+from manifest.signing import key_id, sign_document, sign_encoded
 from schemas.atomic import write_atomic
 from schemas.manifest import (
     ArtifactRef,
@@ -226,11 +226,12 @@ def per_class_documents(signed: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def write_manifest(doc: Mapping[str, Any], path: Path) -> None:
+def write_manifest(doc: Mapping[str, Any] | bytes, path: Path) -> None:
     """Write a signed (or unsigned) document atomically as canonical JSON.
 
     Args:
-        doc: ``{"signed": ..., "signatures": [...]}``.
+        doc: ``{"signed": ..., "signatures": [...]}``, or its canonical bytes as
+            ``signing.sign_encoded`` returns them (written as they are, not encoded again).
         path: destination; its directory must exist.
 
     Raises:
@@ -239,7 +240,7 @@ def write_manifest(doc: Mapping[str, Any], path: Path) -> None:
     """
     if not path.parent.is_dir():
         raise BuildError(f"{path.parent}: no such directory for the manifest; create it first")
-    write_atomic(path, envelope.encode_canonical(doc))
+    write_atomic(path, doc if isinstance(doc, bytes) else envelope.encode_canonical(doc))
 
 
 def write_per_class(
@@ -275,7 +276,7 @@ def write_per_class(
                 raise BuildError(f"class '{name[:60]}': {exc}") from exc
             fd, tmp = tempfile.mkstemp(dir=directory, prefix=".class.", suffix=".tmp")
             with os.fdopen(fd, "wb") as fh:
-                fh.write(envelope.encode_canonical(sign_document(signed, key, keyid=kid)))
+                fh.write(sign_encoded(signed, key, keyid=kid)[1])
             os.chmod(tmp, 0o644)
             pending.append((tmp, directory / filename))
             written[name] = directory / filename

@@ -32,6 +32,7 @@ __all__ = [
     "load_public_key",
     "public_raw",
     "sign_document",
+    "sign_encoded",
     "verify",
 ]
 
@@ -143,13 +144,23 @@ def sign_document(
     Raises:
         CanonicalError: ``signed`` holds a float or a non-string key.
     """
+    return sign_encoded(signed, private_key, keyid=keyid)[0]
+
+
+def sign_encoded(
+    signed: Mapping[str, Any], private_key: Ed25519PrivateKey, *, keyid: str | None = None
+) -> tuple[dict[str, Any], bytes]:
+    """``sign_document`` plus the signed document's canonical bytes, ``signed`` encoded once.
+
+    Returns:
+        ``(document, encode_canonical(document))``, ready for ``write_atomic``.
+
+    Raises:
+        CanonicalError: ``signed`` holds a float or a non-string key.
+    """
     data = envelope.encode_canonical(signed)
-    return {
-        "signed": signed,
-        "signatures": [
-            {"keyid": keyid or key_id(private_key), "sig": private_key.sign(data).hex()}
-        ],
-    }
+    signatures = [{"keyid": keyid or key_id(private_key), "sig": private_key.sign(data).hex()}]
+    return {"signed": signed, "signatures": signatures}, envelope.encode_envelope(signatures, data)
 
 
 def verify(

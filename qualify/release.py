@@ -22,9 +22,9 @@ from manifest.build import (
     write_manifest,
     write_per_class,
 )
-from manifest.envelope import encode_canonical
+from manifest.envelope import encode_canonical, encode_envelope
 from manifest.policy import decide
-from manifest.signing import load_private_key, sign_document
+from manifest.signing import load_private_key, sign_encoded
 from matrix.store import Store
 from qualify.artifacts import ArtifactStore, digest_file
 from qualify.errors import QualifyError
@@ -143,16 +143,17 @@ def generate_manifest(
         artifacts=refs,
         previous=previous,
     )
-    document = (
-        sign_document(signed, key) if key is not None else {"signed": signed, "signatures": []}
-    )
-    canonical = encode_canonical(document)
+    if key is not None:
+        document, canonical = sign_encoded(signed, key)
+    else:
+        document = {"signed": signed, "signatures": []}
+        canonical = encode_envelope([], encode_canonical(signed))
     manifest = load_manifest(canonical, source=str(out))
     # Record first: the version is reserved in the matrix before any host can see the file, so
     # two generators racing cannot both publish the same version.
     db.save_manifest(signed["version"], release, now, now + expires_in, canonical.decode())
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_manifest(document, out)
+    write_manifest(canonical, out)
     if per_class_dir is not None and key is not None:
         write_per_class(document, key, per_class_dir)
     return GeneratedManifest(

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import stat
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from manifest import envelope
 from manifest.errors import CanonicalError, ExpiredError, KeyFileError, SignatureError
@@ -20,6 +23,7 @@ from manifest.signing import (
     load_public_key,
     public_raw,
     sign_document,
+    sign_encoded,
     verify,
 )
 from tests.manifest.factories import CLOCK, fixed_key, scenario, signed_manifest
@@ -142,3 +146,36 @@ def test_canonical_json_finds_a_float_nested_in_any_mapping_or_sequence() -> Non
         envelope.encode_canonical({"a": OrderedDict(b=(1, {"c": 1.5}))})
     with pytest.raises(CanonicalError, match="nan"):
         envelope.encode_canonical([float("nan")])
+
+
+_JSON_LEAF = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**63), max_value=2**63), st.text()
+)
+_JSON = st.recursive(
+    _JSON_LEAF,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(), _JSON, max_size=5))
+def test_signing_once_gives_exactly_the_canonical_bytes_of_the_signed_document(
+    signed: dict[str, object],
+) -> None:
+    key = fixed_key()
+    doc, data = sign_encoded(signed, key)
+    assert data == envelope.encode_canonical(doc)
+    assert doc == sign_document(signed, key)
+    assert envelope.encode_envelope([], envelope.encode_canonical(signed)) == (
+        envelope.encode_canonical({"signed": signed, "signatures": []})
+    )
+
+
+def test_signed_bytes_are_read_back_by_the_verifier_and_refuse_non_objects() -> None:
+    key = fixed_key()
+    doc, data = sign_encoded(signed_manifest(scenario(), key)["signed"], key)
+    assert json.loads(data) == doc
+    verify(json.loads(data), key.public_key(), now=CLOCK)
+    with pytest.raises(CanonicalError, match="object"):
+        envelope.encode_envelope([], b"[1,2]")
