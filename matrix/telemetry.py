@@ -522,6 +522,34 @@ def _known_prefixes(conn: duckdb.DuckDBPyConnection, size: int) -> dict[int, tup
     return known
 
 
+_SHA256_RE = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _table_columns(conn: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    rows = conn.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE table_name = ? ORDER BY column_index",
+        [table],
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def _insert_events(
+    conn: duckdb.DuckDBPyConnection, table: pa.Table, columns: list[str], sha: str
+) -> None:
+    """Append one block's events, tagged with the file's digest, inside the open transaction.
+
+    Through a relation over the Arrow table, not a registered view: a view dropped inside a
+    transaction stays in the catalog, holding its Arrow table, until COMMIT, so every block of
+    a file stayed in memory (measured: +290 MB per million events, 3.5 GB peak at 10 million).
+    The projection lists the table's own columns in order, so the positional append cannot
+    shift a column whatever order a migration left them in.
+    """
+    if not _SHA256_RE.fullmatch(sha):  # it goes into SQL text below
+        raise ValueError(f"not a sha256 digest: {sha!r}")
+    exprs = [f"'{sha}' AS file_sha256" if c == "file_sha256" else f'"{c}"' for c in columns]
+    conn.from_arrow(table).project(", ".join(exprs)).insert_into("telemetry")
+
+
 def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -> IngestedTelemetry:
     try:
         size = path.stat().st_size
@@ -551,6 +579,7 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
         if present[0][0]:
             conn.execute("ROLLBACK")
             return IngestedTelemetry(path, plan.sha256, "present", first_line, 0, 0, 0, (), pending)
+        columns = _table_columns(conn, "telemetry")
         with open(path, "rb") as handle:
             handle.seek(plan.resume_at)
             remaining = plan.end - plan.resume_at
@@ -572,15 +601,7 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
                 bad.extend(block.bad[: max(0, MAX_REPORTED_BAD_LINES - len(bad))])
                 for table in block.tables:
                     events += table.num_rows
-                    conn.register("_incoming_telemetry", table)
-                    try:
-                        conn.execute(
-                            "INSERT INTO telemetry BY NAME "
-                            "SELECT *, $sha AS file_sha256 FROM _incoming_telemetry",
-                            {"sha": plan.sha256},
-                        )
-                    finally:
-                        conn.unregister("_incoming_telemetry")
+                    _insert_events(conn, table, columns, plan.sha256)
         conn.execute(
             "INSERT INTO telemetry_files (sha256, path, start_byte, end_byte, start_line, "
             "end_line, events, bad_lines, ingested_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

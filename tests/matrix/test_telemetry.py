@@ -308,3 +308,27 @@ def test_latency_tails_are_the_largest_values_largest_first(store: Store, tmp_pa
     tails = latency_tails(store, start=DAY[0], end=DAY[1], wanted={("x86", DIGEST): 3})
     assert tails[("x86", DIGEST)].tolist() == [100.0, 99.0, 98.0]
     assert latency_tails(store, start=DAY[0], end=DAY[1], wanted={("arm", DIGEST): 3}) == {}
+
+
+def test_ingest_holds_one_block_of_events_in_memory_not_the_whole_file(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow as pa
+
+    lines = [line(host_id=f"host-{i:06d}-" + "x" * 200) for i in range(4000)]
+    path = write(tmp_path / "t.jsonl", lines)
+    monkeypatch.setattr(mt, "BLOCK_BYTES", 64 << 10)  # ~200 lines a block, ~20 blocks
+    held: list[int] = []
+    parse = mt._parse_block
+
+    def parse_and_measure(data: bytes, first_line: int) -> Any:
+        held.append(pa.total_allocated_bytes())
+        return parse(data, first_line)
+
+    monkeypatch.setattr(mt, "_parse_block", parse_and_measure)
+    [done] = ingest_telemetry(store, [path], now=NOW).files
+    assert done.events == 4000 and len(held) >= 15
+    block_bytes = path.stat().st_size / len(held)
+    # Before the fix every inserted block stayed alive until COMMIT: growth of ~ the file size.
+    assert max(held) - held[0] < 3 * block_bytes, held
+    assert count(store) == 4000
