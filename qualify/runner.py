@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from qualify.errors import QualifyError
+from schemas.cell import PeakRssSource
 
 __all__ = ["WorkerOutcome", "probe_runtime", "run_worker"]
 
@@ -42,7 +43,7 @@ class WorkerOutcome:
     exit_status: int | None
     signal_name: str | None
     wall_s: float
-    peak_rss_source: str | None = None
+    peak_rss_source: PeakRssSource | None = None
     """How ``peak_rss_mb`` was measured: ``wait4``, ``vmhwm`` or ``vmhwm-before-kill``."""
     stderr: str = ""
     provider_log: list[str] = field(default_factory=list)
@@ -105,7 +106,7 @@ def hwm_kb(pid: int | str = "self") -> int | None:
 
 def child_peak_rss_mb(
     ru_maxrss_kb: int, parent_hwm_kb: int | None, child_hwm_kb: int | None
-) -> tuple[float | None, str | None]:
+) -> tuple[float | None, PeakRssSource | None]:
     """The child's peak RSS, honest about what Linux can tell.
 
     ``ru_maxrss`` from ``os.wait4`` catches every peak, but Linux folds the pre-exec memory
@@ -190,6 +191,7 @@ def run_worker(
     # forked from: a wait4 value above it can only be the child's own.
     parent_hwm = hwm_kb()
     reported = result.get("vm_hwm_kb")
+    peak_source: PeakRssSource | None
     peak_rss_mb, peak_source = child_peak_rss_mb(
         rusage.ru_maxrss,  # Linux reports KiB
         parent_hwm,

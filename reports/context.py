@@ -567,7 +567,7 @@ def _placement_parts(cell: Cell | None) -> tuple[tuple[str, bool], ...]:
         return ()
     ranked = sorted(placement.nodes_per_provider.items(), key=lambda kv: (-kv[1], kv[0]))
     kernel = placement.kernel_ms_per_provider or {}
-    return tuple(
+    parts = tuple(
         (
             f"{_ep(p)} {n}"
             + (f" ({kernel[p]:.3g} ms kernel time)" if p in kernel else "")
@@ -577,6 +577,23 @@ def _placement_parts(cell: Cell | None) -> tuple[tuple[str, bool], ...]:
         for p, n in ranked
         for fallback in [p != placement.expected_provider and n > 0]
     )
+    if placement.source == "profiler":
+        parts += (("counted from the profiler: this onnxruntime has no placement API", False),)
+    return parts
+
+
+_RSS_SOURCES = {
+    "wait4": "os.wait4",
+    "vmhwm": "child's VmHWM",
+    "vmhwm-before-kill": "VmHWM before the timeout kill",
+}
+
+
+def _measured_by(shown: tuple[str, Tone], source: str | None) -> tuple[str, Tone]:
+    text, tone = shown
+    if source is None or text == NOT_MEASURED:
+        return shown
+    return f"{text}, by {_RSS_SOURCES.get(source, source)}", tone
 
 
 def _ep(provider: str) -> str:
@@ -685,7 +702,10 @@ def _compare(
         ),
         row(
             "peak memory",
-            lambda c: _against(c.peak_rss_mb, budgets.peak_rss_mb if budgets else None, _mb),
+            lambda c: _measured_by(
+                _against(c.peak_rss_mb, budgets.peak_rss_mb if budgets else None, _mb),
+                c.peak_rss_source,
+            ),
         ),
         row("digest", lambda c: (_short(c.artifact_digest), "")),
         row("other configs", _other_configs),

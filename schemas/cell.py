@@ -22,6 +22,7 @@ __all__ = [
     "LatencyResult",
     "OutputParity",
     "ParityResult",
+    "PeakRssSource",
     "Placement",
     "Reason",
     "RollbackCheck",
@@ -30,6 +31,9 @@ __all__ = [
 ]
 
 BUNDLE_FORMAT = "qualify-run-bundle/1"
+
+PeakRssSource = Literal["wait4", "vmhwm", "vmhwm-before-kill"]
+"""How a peak RSS was measured (see ``qualify.runner.child_peak_rss_mb``)."""
 
 REASON_CODES: dict[str, str] = {
     "parity_failed": "outputs differ from the baseline beyond the tolerance",
@@ -60,7 +64,7 @@ class Reason(Document):
 
 
 class Placement(Document):
-    """Where the nodes actually ran, from get_provider_graph_assignment_info()."""
+    """Where the nodes actually ran: onnxruntime's graph assignment, or its profiler."""
 
     nodes_per_provider: dict[str, int] = Field(description="Node count per execution provider.")
     total_nodes: int = Field(description="Nodes assigned in total.")
@@ -76,6 +80,14 @@ class Placement(Document):
         default=None,
         description="Mean kernel time per inference by provider, from a separate profiling pass "
         "(profiling slows inference, so never in the timed loop); null if not profiled.",
+    )
+    source: Literal["graph_assignment", "profiler"] = Field(
+        default="graph_assignment",
+        description="graph_assignment: session.get_provider_graph_assignment_info() (onnxruntime "
+        ">= 1.31, with session.record_ep_graph_assignment_info); profiler: the provider the "
+        "profiler recorded for each kernel of one profiled inference (older builds). The "
+        "profiler counts kernels after fusion, so its totals can be lower (a QDQ group fused "
+        "into one QLinear kernel counts once).",
     )
 
 
@@ -173,7 +185,16 @@ class Cell(Document):
         description="Fresh process: session creation + first inference."
     )
     warm_init_ms: float | None = Field(description="Second session in the same process.")
-    peak_rss_mb: float | None = Field(description="Peak RSS of the subprocess (os.wait4).")
+    peak_rss_mb: float | None = Field(
+        description="Peak RSS of the artifact's subprocess; null if it could not be measured."
+    )
+    peak_rss_source: PeakRssSource | None = Field(
+        default=None,
+        description="wait4: ru_maxrss from os.wait4 (above the parent's own peak, so the child's); "
+        "vmhwm: the child's VmHWM from /proc, read at its exit (wait4's value could have been "
+        "the pre-exec image); vmhwm-before-kill: VmHWM read just before a timeout kill; null "
+        "when not measured, or recorded by a qualify that did not say.",
+    )
     placement: Placement | None = Field(description="Actual node placement; null if not loaded.")
     latency: list[LatencyResult] = Field(
         default_factory=list, description="One result per (batch size, concurrency)."

@@ -104,8 +104,10 @@ def test_run_lands_in_the_matrix_and_its_bundle(faults_run) -> None:  # type: ig
     assert gate.p50_ms <= gate.p99_ms <= gate.max_ms
     assert gate.p99_upper_ms is not None and gate.p99_upper_ms >= gate.p99_lower_ms  # type: ignore[operator]
     assert base.peak_rss_mb and base.peak_rss_mb > 10
+    assert base.peak_rss_source in ("wait4", "vmhwm")
     assert base.cold_init_ms and base.warm_init_ms
     assert base.placement and base.placement.fallback_nodes == 0
+    assert base.placement.source == "graph_assignment"
     kernel = base.placement.kernel_ms_per_provider
     assert kernel is not None and set(kernel) == {"CPUExecutionProvider"}
     assert 0 < kernel["CPUExecutionProvider"] < gate.max_ms
@@ -214,3 +216,46 @@ def test_concurrent_runs_on_one_matrix_both_land(tmp_path: Path) -> None:
     assert len(run_ids) == 2
     with Store.open(db) as store:
         assert {r.run_id for r in store.runs()} == run_ids
+
+
+def _check_job(tmp_path: Path, model: Path) -> dict[str, object]:
+    import hashlib
+
+    np.savez(tmp_path / "in.npz", x=np.ones((4, 16), np.float32))
+    return {
+        "mode": "check",
+        "artifact_path": str(model),
+        "expected_digest": "sha256:" + hashlib.sha256(model.read_bytes()).hexdigest(),
+        "provider": {
+            "execution_providers": ["CPUExecutionProvider"],
+            "expected": "CPUExecutionProvider",
+        },
+        "inputs_path": str(tmp_path / "in.npz"),
+        "inputs": {"x": {"source": "recorded"}},
+        "outputs_path": str(tmp_path / "outputs.npz"),
+    }
+
+
+def test_placement_falls_back_to_the_profiler_on_an_onnxruntime_without_the_api(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from qualify import worker
+
+    model = build("classifier", tmp_path)
+    job = _check_job(tmp_path, model)
+    measured: dict[str, object] = {"warnings": []}
+    worker._measure(job, measured)
+    by_api = measured["placement"]
+    assert isinstance(by_api, dict) and by_api["source"] == "graph_assignment"
+
+    # An older build: the session has no get_provider_graph_assignment_info.
+    monkeypatch.setattr(worker, "_placement", lambda session, expected: None)
+    old: dict[str, object] = {"warnings": []}
+    worker._measure(job, old)
+    by_profiler = old["placement"]
+    assert isinstance(by_profiler, dict) and by_profiler["source"] == "profiler"
+    # The profiler counts kernels that ran, after fusions (fewer than the assigned nodes on a
+    # QDQ graph); on this two-node classifier the two counts coincide, all on the CPU.
+    assert by_profiler["nodes_per_provider"] == by_api["nodes_per_provider"]
+    assert by_profiler["fallback_nodes"] == 0
+    assert not list(tmp_path.glob("place*.json")), "the profile file is removed"

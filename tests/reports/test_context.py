@@ -201,3 +201,35 @@ def test_chart_values_stay_within_the_samples(p99: float, n: int, seed: int) -> 
         # Three significant digits: within half a unit of the third digit of the samples.
         assert min(values) >= raw.min() * (1 - 5e-3)
         assert max(values) <= raw.max() * (1 + 5e-3)
+
+
+def test_report_says_how_memory_and_placement_were_measured() -> None:
+    fleet, current, previous = scripted_fleet()
+    arm = [c for c in fleet.cells if c.host_class == "arm-r5"]
+    assert arm and all(c.placement is not None and c.peak_rss_mb for c in arm)
+    swapped = {
+        id(c): c.model_copy(
+            update={
+                "peak_rss_source": "vmhwm",
+                "placement": c.placement.model_copy(update={"source": "profiler"})  # type: ignore[union-attr]
+                if c.role == "candidate"
+                else c.placement,
+            }
+        )
+        for c in arm
+    }
+    cells = [swapped.get(id(c), c) for c in fleet.cells]
+    view = build_report(
+        fleet.project, cells, fleet.runs, fleet.samples, now=CLOCK, tool_version=VERSION,
+        snapshot=fleet.snapshot, manifest=current, signature_status="unsigned", previous=previous,
+    )  # fmt: skip
+    cls = _class(view, "arm-r5")
+    memory = _row(cls, "peak memory")
+    assert all(text.endswith(", by child's VmHWM") for text, _ in memory), memory
+    nodes = next(r for r in cls.compare if r.label == "nodes per provider")
+    candidate = nodes.parts[cls.artifacts.index(CANDIDATE)]
+    baseline = nodes.parts[1 - cls.artifacts.index(CANDIDATE)]
+    assert candidate[-1][0].startswith("counted from the profiler")
+    assert not any(text.startswith("counted from") for text, _ in baseline)
+    # The golden fleet records no source: nothing is claimed about how memory was measured.
+    assert not any(", by " in t for t, _ in _row(_class(view, "x86-v4"), "peak memory"))
