@@ -6,7 +6,8 @@ Tree::
     ├── MatrixLockedError       another process held the database lock for longer than wait_s
     ├── SchemaVersionError      the database was written by a newer qualify (or is not migrated)
     ├── BundleError             a run bundle or its samples are missing, unreadable or inconsistent
-    └── ManifestVersionError    a manifest version is not above the latest stored one
+    ├── ManifestVersionError    a manifest version is not above the latest stored one
+    └── TelemetryFileError      a telemetry file cannot be read at all
 
 Messages name the file, the field and the fix. Nothing here prints or exits. Owns no I/O.
 """
@@ -21,6 +22,7 @@ __all__ = [
     "MatrixError",
     "MatrixLockedError",
     "SchemaVersionError",
+    "TelemetryFileError",
 ]
 
 
@@ -64,3 +66,15 @@ class BundleError(MatrixError):
 
 class ManifestVersionError(MatrixError):
     """A manifest version that is not greater than the latest stored one."""
+
+
+class TelemetryFileError(MatrixError):
+    """A telemetry file cannot be read at all (missing, a directory, unreadable).
+
+    Attributes:
+        path: The file.
+    """
+
+    def __init__(self, message: str, *, path: Path) -> None:
+        super().__init__(message)
+        self.path = path

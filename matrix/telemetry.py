@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 from pydantic import ValidationError
 
-from matrix.errors import MatrixError
+from matrix.errors import MatrixError, TelemetryFileError
 from matrix.migrations import _rollback_quietly
 from matrix.store import Store
 from schemas.telemetry import TELEMETRY_FORMAT, TelemetryEvent
@@ -70,18 +70,6 @@ MAX_REPORTED_BAD_LINES = 1000
 """Bad lines reported in detail per file; the rest are counted."""
 
 _EXAMPLE_HOSTS = 5
-
-
-class TelemetryFileError(MatrixError):
-    """A telemetry file cannot be read at all (missing, a directory, unreadable).
-
-    Attributes:
-        path: The file.
-    """
-
-    def __init__(self, message: str, *, path: Path) -> None:
-        super().__init__(message)
-        self.path = path
 
 
 @dataclass(frozen=True)
