@@ -205,10 +205,15 @@ def _med(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
+def _rounds(a: list[float], b: list[float]) -> zip[tuple[float, float]]:
+    """The two sides' values round by round; an error if a round lacks one side."""
+    if len(a) != len(b):
+        raise BenchError(f"unpaired rounds: {len(a)} against {len(b)}")
+    return zip(a, b, strict=True)
+
+
 def _ratios(num: list[float], den: list[float]) -> list[float]:
-    if len(num) != len(den):
-        raise BenchError(f"unpaired rounds: {len(num)} against {len(den)}")
-    return [a / b for a, b in zip(num, den, strict=True)]
+    return [a / b for a, b in _rounds(num, den)]
 
 
 def _paired(num: list[float], den: list[float]) -> float:
@@ -218,9 +223,7 @@ def _paired(num: list[float], den: list[float]) -> float:
 
 def _paired_diff(a: list[float], b: list[float]) -> float:
     """The median of the per-round differences a - b."""
-    if len(a) != len(b):
-        raise BenchError(f"unpaired rounds: {len(a)} against {len(b)}")
-    return _med([x - y for x, y in zip(a, b, strict=True)])
+    return _med([x - y for x, y in _rounds(a, b)])
 
 
 def median_interval(values: list[float]) -> tuple[float | None, float | None]:

@@ -154,25 +154,15 @@ _PARSE_SCHEMA = pa.schema(
     ]
 )
 
+_ROW_TYPES = {
+    "time": pa.timestamp("us", tz="UTC"),
+    "nodes_per_provider": pa.map_(pa.string(), pa.int64()),
+}
 _ROW_SCHEMA = pa.schema(
-    [
-        ("time", pa.timestamp("us", tz="UTC")),
-        ("source", pa.string()),
-        ("host_id", pa.string()),
-        ("host_class", pa.string()),
-        ("model_digest", pa.string()),
-        ("runtime_revision", pa.string()),
-        ("runtime_package", pa.string()),
-        ("providers", pa.list_(pa.string())),
-        ("placement", pa.string()),
-        ("nodes_per_provider", pa.map_(pa.string(), pa.int64())),
-        ("fallback_nodes", pa.int64()),
-        ("latency_ms", pa.float64()),
-        ("manifest_version", pa.int64()),
-        ("decision", pa.string()),
-        ("line", pa.int64()),
-    ]
+    [(f.name, _ROW_TYPES.get(f.name, f.type)) for f in _PARSE_SCHEMA if f.name != "format"]
+    + [("line", pa.int64())]
 )
+"""The rows inserted: the parsed columns less ``format``, typed for the table, plus ``line``."""
 
 _PARSE_OPTIONS = pj.ParseOptions(
     explicit_schema=_PARSE_SCHEMA, unexpected_field_behavior="infer", newlines_in_values=False

@@ -332,9 +332,7 @@ def qualify_run(
                 cold_init_ms=outcome.result.get("cold_init_ms"),
                 warm_init_ms=outcome.result.get("warm_init_ms"),
                 peak_rss_mb=outcome.peak_rss_mb,
-                peak_rss_source=outcome.peak_rss_source
-                if outcome.peak_rss_mb is not None
-                else None,
+                peak_rss_source=outcome.peak_rss_source,
                 placement=_placement(outcome),
                 latency=latency,
                 parity=parity,

@@ -169,19 +169,8 @@ def test_modified_artifact_copy_is_refused_before_loading(tmp_path: Path) -> Non
 def test_worker_refuses_bytes_that_do_not_match_the_digest(tmp_path: Path) -> None:
     from qualify.runner import run_worker
 
-    model = build("identity_mlp", tmp_path)
-    np.savez(tmp_path / "in.npz", x=np.zeros((4, 16), np.float32))
-    job = {
-        "mode": "check",
-        "artifact_path": str(model),
-        "expected_digest": "sha256:" + "0" * 64,
-        "provider": {
-            "execution_providers": ["CPUExecutionProvider"],
-            "expected": "CPUExecutionProvider",
-        },
-        "inputs_path": str(tmp_path / "in.npz"),
-        "inputs": {"x": {"source": "recorded"}},
-    }
+    job = _check_job(tmp_path, build("identity_mlp", tmp_path))
+    job["expected_digest"] = "sha256:" + "0" * 64
     outcome = run_worker(job, tmp_path / "w", timeout_s=60)
     assert outcome.error_code == "digest_mismatch"
     assert "expected sha256:000" in (outcome.error_message or "")
