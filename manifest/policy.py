@@ -20,6 +20,9 @@ The rule, per host class of the project (classes of other keys in the cells are 
 * Several qualify: ``policy.choose`` picks (lowest p99 upper bound; ties by name, then digest).
 * None qualifies: the class gets the **baseline**, if the baseline has a current, usable cell on
   the key that loaded (verdict other than ``error``).
+* The baseline's latest current cell on the key fails the class's own gates (typically: the
+  class lost its accelerator path and the baseline now runs on the CPU, over budget): **hold**,
+  unless ``policy.failing_baseline`` is ``baseline``.
 * The baseline's latest current cell on the key is ``error`` (it cannot run there): **hold**.
   Shipping an artifact known not to load is never safer than shipping nothing new.
 * No cell at all on the key, or none of the baseline that is current and usable (only stale or
@@ -567,6 +570,33 @@ def _decide_class(
             )
         )
         return unknown(f"{why}, and the baseline has {state} on this key")
+    base_verdict, base_why = judge(base.cell, cls)
+    if base_verdict == "fail" and policy.failing_baseline == "hold":
+        # The class lost the path its budgets assume (typically its accelerator: the baseline now
+        # runs on the CPU over budget). Shipping the baseline would move every host of the class
+        # onto a known-failing artifact; holding keeps what they run until a person decides.
+        codes = ", ".join(sorted({r.code for r in base_why}))
+        reasons.append(
+            Reason(
+                code="baseline_fails_gates",
+                message=f"baseline {baseline_label} fails this class's own gates on {key_text} "
+                f"in run {base.cell.run_id} ({codes})",
+            )
+        )
+        reasons.append(
+            Reason(
+                code="hold",
+                message="the policy for a class whose baseline fails its gates is 'hold': "
+                "hosts keep what they run",
+            )
+        )
+        return decision(
+            "hold",
+            (None, None),
+            base_evidence(),
+            f"{name} is held: {why}, and the baseline {baseline_label} fails this class's gates "
+            f"too ({codes}).",
+        )
     reasons.append(
         Reason(
             code="baseline_chosen",

@@ -79,6 +79,8 @@ DECISION_REASON_CODES: dict[str, str] = {
     "rollback_failed": "the class's rollback artifact did not load under this runtime",
     "baseline_chosen": "the class gets the approved baseline",
     "baseline_failed": "the baseline itself could not run on this class: the class is held",
+    "baseline_fails_gates": "no candidate qualified and the baseline fails the class's own gates "
+    "too (policy.failing_baseline 'hold'): the class is held",
     "baseline_unmeasured": "the baseline has no current measurement on this class",
     "hold": "the class is held: hosts keep what they run and deploy nothing new",
 }

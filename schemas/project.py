@@ -222,6 +222,12 @@ class Policy(Document):
     allow_emulated: bool = Field(
         default=False, description="Whether emulated cells may qualify a candidate."
     )
+    failing_baseline: Literal["hold", "baseline"] = Field(
+        default="hold",
+        description="What a class gets when no candidate qualifies and the baseline fails the "
+        "class's own gates too (e.g. it lost its accelerator and runs on the CPU over budget): "
+        "'hold' keeps what its hosts run; 'baseline' ships the baseline anyway.",
+    )
     choose: Literal["lowest_p99_upper"] = Field(
         default="lowest_p99_upper",
         description="How to choose among several passing candidates.",

@@ -56,7 +56,7 @@ def test_three_classes_get_the_candidate_and_the_lost_gpu_class_does_not(
         "arm-r5": "candidate",
         "x86-v4": "candidate",
         "x86-v3-1t": "candidate",
-        "gpu-t4": "baseline",
+        "gpu-t4": "hold",
     }
     gpu = signed["entries"]["gpu-t4"]
     assert "provider_fallback" in {r["code"] for r in gpu["reasons"]}
