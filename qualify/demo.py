@@ -257,8 +257,12 @@ def release(
         entry = signed.entries[name]
         served = answer.get("served", "artifact")
         chosen = entry.rollback if served == "rollback" else entry.artifact
-        what = f"{chosen.name} ({chosen.digest[:19]})" if chosen else "nothing (hold)"
-        echo(f"  {name}: exit {code}: runs {what}. {entry.summary}")
+        what = (
+            f"runs {chosen.name} ({chosen.digest[:19]})"
+            if chosen
+            else "hold: its hosts keep what they run"
+        )
+        echo(f"  {name}: exit {code}: {what}. {entry.summary}")
     with Store.open(db_path, read_only=True) as db:
         path = write_qualification_report(
             loaded, db, workdir / "report.html", now=now, pubkey=workdir / "release.pub"

@@ -59,11 +59,21 @@ def test_fallback_within_the_allowance_still_qualifies() -> None:
     assert fleet.decide()["arm"].decision == "candidate"
 
 
-def test_class_whose_expected_provider_ran_no_node_gets_baseline() -> None:
+def test_class_whose_expected_provider_ran_no_node_is_held_when_the_baseline_fails_too() -> None:
     fleet = one_class(expected="CUDAExecutionProvider", fallback_allowance=100)
     fleet.qualify("arm", fallback_nodes=10, expected_nodes=0)
+    assert fleet.decide()["arm"].decision == "hold"
+    assert {"expected_provider_missing", "baseline_fails_gates", "hold"} <= codes(fleet)
+
+
+def test_policy_can_ship_the_baseline_to_a_class_whose_baseline_fails_its_gates() -> None:
+    fleet = one_class(expected="CUDAExecutionProvider", fallback_allowance=100)
+    fleet.project = fleet.project.model_copy(
+        update={"policy": fleet.project.policy.model_copy(update={"failing_baseline": "baseline"})}
+    )
+    fleet.qualify("arm", fallback_nodes=10, expected_nodes=0)
     assert fleet.decide()["arm"].decision == "baseline"
-    assert "expected_provider_missing" in codes(fleet)
+    assert "baseline_fails_gates" not in codes(fleet)
 
 
 def test_class_whose_p99_upper_bound_exceeds_the_budget_gets_baseline() -> None:
@@ -85,8 +95,9 @@ def test_budget_tightened_after_the_run_is_honoured() -> None:
     fleet.qualify("arm", p99_upper_ms=42.0)  # the runner said pass under 80 ms
     tighter = make_project({"arm": class_spec(1, p99_ms=41.0)})
     fleet.project = tighter
-    assert fleet.decide()["arm"].decision == "baseline"
-    assert "p99_insufficient" in codes(fleet)
+    # The scripted baseline misses the tightened budget too, so the class is held.
+    assert fleet.decide()["arm"].decision == "hold"
+    assert {"p99_insufficient", "baseline_fails_gates"} <= codes(fleet)
 
 
 def test_class_whose_candidate_breaks_parity_gets_baseline() -> None:
@@ -330,8 +341,8 @@ def _previous_pointing_at(fleet: Fleet, label: str) -> Manifest:
 def test_empty_placement_is_no_evidence_the_expected_provider_ran() -> None:
     fleet = one_class()
     fleet.qualify("arm", fallback_nodes=0, expected_nodes=0)
-    assert fleet.decide()["arm"].decision == "baseline"
-    assert "expected_provider_missing" in codes(fleet)
+    assert fleet.decide()["arm"].decision == "hold"
+    assert {"expected_provider_missing", "baseline_fails_gates"} <= codes(fleet)
 
 
 def test_every_reason_code_a_decision_uses_is_documented() -> None:
