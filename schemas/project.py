@@ -7,6 +7,7 @@ paths and turns validation errors into messages that point at lines.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 from typing import Annotated, Literal
@@ -18,6 +19,7 @@ from schemas.base import Document, Precision
 
 __all__ = [
     "DEFAULT_TOLERANCES",
+    "KNOWN_PROVIDERS",
     "ArtifactSpec",
     "Artifacts",
     "Budgets",
@@ -33,6 +35,38 @@ __all__ = [
     "Tolerance",
     "Workload",
 ]
+
+KNOWN_PROVIDERS: frozenset[str] = frozenset(
+    {
+        # onnxruntime.get_all_providers() of 1.32, plus names of builds it does not list.
+        "ACLExecutionProvider",
+        "ArmNNExecutionProvider",
+        "AzureExecutionProvider",
+        "CANNExecutionProvider",
+        "CPUExecutionProvider",
+        "CUDAExecutionProvider",
+        "CoreMLExecutionProvider",
+        "DmlExecutionProvider",
+        "DnnlExecutionProvider",
+        "JsExecutionProvider",
+        "MIGraphXExecutionProvider",
+        "NnapiExecutionProvider",
+        "NvTensorRTRTXExecutionProvider",
+        "OpenVINOExecutionProvider",
+        "QNNExecutionProvider",
+        "ROCMExecutionProvider",
+        "RknpuExecutionProvider",
+        "SNPEExecutionProvider",
+        "TensorrtExecutionProvider",
+        "VSINPUExecutionProvider",
+        "VitisAIExecutionProvider",
+        "WebGpuExecutionProvider",
+        "WebNNExecutionProvider",
+        "XnnpackExecutionProvider",
+    }
+)
+"""Execution-provider names onnxruntime knows; any other name is a spelling mistake that
+onnxruntime would only warn about before running everything on the CPU."""
 
 Dtype = Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"]
 
@@ -289,8 +323,10 @@ class ProviderSpec(Document):
         default_factory=dict, description="Options per provider name."
     )
     expected: str = Field(
-        default="CPUExecutionProvider",
-        description="The provider that must actually execute the nodes; others count as fallback.",
+        default="",
+        description="The provider that must actually execute the nodes; others count as "
+        "fallback. Defaults to the first requested provider, so a class that asks for CUDA is "
+        "judged on CUDA, never silently on the CPU it falls back to.",
     )
     fallback_allowance: int = Field(
         default=0, ge=0, description="Nodes allowed off the expected provider."
@@ -305,6 +341,22 @@ class ProviderSpec(Document):
         description="Set session.disable_cpu_ep_fallback: session creation fails instead of "
         "silently falling back to the CPU.",
     )
+
+    @model_validator(mode="after")
+    def _known_providers(self) -> ProviderSpec:
+        for name in [*self.execution_providers, *self.provider_options]:
+            if name not in KNOWN_PROVIDERS:
+                close = difflib.get_close_matches(name, sorted(KNOWN_PROVIDERS), n=1)
+                hint = f"did you mean {close[0]!r}?" if close else "see onnxruntime's provider list"
+                raise ValueError(f"unknown execution provider {name!r}; {hint}")
+        if not self.expected:
+            object.__setattr__(self, "expected", self.execution_providers[0])
+        elif self.expected not in self.execution_providers:
+            raise ValueError(
+                f"expected provider {self.expected!r} is not among the requested "
+                f"execution_providers {self.execution_providers}; add it there or change 'expected'"
+            )
+        return self
 
 
 class Budgets(Document):

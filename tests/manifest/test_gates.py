@@ -99,3 +99,14 @@ def test_a_pass_means_every_gate_held(
     verdict, _ = judge(cell, cls)
     if verdict == "pass":
         assert upper <= 80 and fallback == 0 and rss <= 512 and parity
+
+
+def test_class_requesting_cuda_without_expected_fails_when_every_node_ran_on_the_cpu() -> None:
+    cell, cpu_class = candidate_cell(fallback_nodes=0, expected_nodes=10)
+    assert set(cell.placement.nodes_per_provider) == {"CPUExecutionProvider"}  # type: ignore[union-attr]
+    cuda = cpu_class.provider.model_validate(
+        {"execution_providers": ["CUDAExecutionProvider", "CPUExecutionProvider"]}
+    )
+    verdict, why = codes(cell, cpu_class.model_copy(update={"provider": cuda}))
+    assert verdict == "fail"
+    assert {"expected_provider_missing", "provider_fallback"} <= set(why)

@@ -489,3 +489,32 @@ def test_any_names_survive_a_dump_and_parse(
         },
     )
     assert parse_project(dump_project(project)) == project
+
+
+# --- providers: no silent fallback by default -----------------------------------------------
+
+
+def test_class_requesting_cuda_without_expected_is_judged_on_cuda(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "provider: {execution_providers: [CPUExecutionProvider], intra_op_threads: 2}",
+        "provider: {execution_providers: [CUDAExecutionProvider, CPUExecutionProvider]}",
+    )
+    provider = load_project(write_tree(tmp_path, text)).project.host_classes["arm-r5"].provider
+    assert provider.expected == "CUDAExecutionProvider"
+
+
+def test_misspelt_provider_is_a_load_error_with_a_suggestion(tmp_path: Path) -> None:
+    text = VALID.replace("[CPUExecutionProvider]", "[CPUExecutionprovider]")
+    message = load_error(write_tree(tmp_path, text))
+    assert f":{line_of(text, 'CPUExecutionprovider')}:" in message
+    assert "host_classes.arm-r5.provider" in message
+    assert "unknown execution provider 'CPUExecutionprovider'" in message
+    assert "did you mean 'CPUExecutionProvider'?" in message
+
+
+def test_expected_provider_must_be_one_of_the_requested(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "intra_op_threads: 2}", "intra_op_threads: 2, expected: CUDAExecutionProvider}"
+    )
+    message = load_error(write_tree(tmp_path, text))
+    assert "expected provider 'CUDAExecutionProvider' is not among the requested" in message
