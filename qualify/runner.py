@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from qualify.errors import QualifyError
+from qualify.procfs import hwm_kb
 from schemas.cell import PeakRssSource
 
-__all__ = ["WorkerOutcome", "probe_runtime", "run_worker"]
+__all__ = ["WorkerOutcome", "hwm_kb", "probe_runtime", "run_worker"]
 
 STDERR_TAIL = 2000
 
@@ -90,18 +91,6 @@ def _provider_lines(stderr: str) -> list[str]:
         if "onnxruntime" in line and ("[W:" in line or "[E:" in line or "Warning" in line):
             keep.append(line.strip()[:500])
     return keep[:50]
-
-
-def hwm_kb(pid: int | str = "self") -> int | None:
-    """``VmHWM`` (peak resident set of the current memory image) of a process, in KiB."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def child_peak_rss_mb(

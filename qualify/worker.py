@@ -495,6 +495,12 @@ def _measure(job: dict[str, Any], result: dict[str, Any]) -> None:
         result.setdefault("warnings", []).append(f"profiling pass failed: {exc}")
 
 
+def _third_party_modules() -> list[str]:
+    """Top-level packages outside the standard library loaded in this process, sorted."""
+    top = {name.partition(".")[0] for name in list(sys.modules)}
+    return sorted(n for n in top if n not in sys.stdlib_module_names and not n.startswith("_"))
+
+
 def _write_json(path: str, doc: dict[str, Any]) -> None:
     from schemas.atomic import write_atomic
 
@@ -530,9 +536,12 @@ def main(argv: list[str] | None = None) -> int:
             "message": f"{type(exc).__name__}: {exc}",
             "traceback": traceback.format_exc(limit=5),
         }
-    from qualify.runner import hwm_kb
+    from qualify.procfs import hwm_kb
 
+    # Read the peak before anything else is imported; record what was loaded when it was read,
+    # so a reader (and a test) can tell the model's memory from the interpreter's.
     result["vm_hwm_kb"] = hwm_kb()
+    result["imported_at_peak"] = _third_party_modules()
     _write_json(job["result_path"], result)
     return 0
 

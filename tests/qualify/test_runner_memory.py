@@ -24,8 +24,8 @@ def test_nothing_trustworthy_is_reported_as_not_measured() -> None:
     assert child_peak_rss_mb(200_000, 200_000, None) == (None, None)
 
 
-def test_a_big_parent_does_not_inflate_a_small_childs_peak(tmp_path: Path) -> None:
-    """A parent holding ~400 MB runs a real worker; the worker's peak must stay well below."""
+def _worker_in_a_big_parent(tmp_path: Path) -> list[object]:
+    """A parent holding ~400 MB runs a real worker on a small model."""
     from tests.models import build
 
     model = build("identity_mlp", tmp_path)
@@ -42,12 +42,27 @@ job = {{"mode": "check", "artifact_path": str(model),
                       "expected": "CPUExecutionProvider"}},
         "inputs_path": {str(tmp_path / "in.npz")!r}, "inputs": {{"x": {{"source": "recorded"}}}}}}
 out = run_worker(job, Path({str(tmp_path / "w")!r}), timeout_s=120)
-print(json.dumps([out.error_code, out.peak_rss_mb, out.peak_rss_source, float(ballast[0])]))
+print(json.dumps([out.error_code, out.peak_rss_mb, out.peak_rss_source,
+                  out.result.get("imported_at_peak"), float(ballast[0])]))
 """
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
-    error, peak, source, _ = json.loads(done.stdout)
+    found: list[object] = json.loads(done.stdout)
+    return found
+
+
+def test_a_big_parent_does_not_inflate_a_small_childs_peak(tmp_path: Path) -> None:
+    error, peak, source, _, _ = _worker_in_a_big_parent(tmp_path)
     assert error is None
     assert source == "vmhwm"
     assert 20 < peak < 300, peak
+
+
+def test_the_child_reads_its_peak_with_only_numpy_and_onnxruntime_loaded(tmp_path: Path) -> None:
+    error, _, _, imported, _ = _worker_in_a_big_parent(tmp_path)
+    assert error is None
+    assert isinstance(imported, list)
+    # Our own light packages may be there; pydantic, pandas, pyarrow, duckdb and the like not.
+    assert set(imported) - {"qualify", "schemas"} <= {"numpy", "onnxruntime"}, imported
+    assert {"numpy", "onnxruntime"} <= set(imported)
