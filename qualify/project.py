@@ -17,7 +17,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,9 +25,10 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from qualify.errors import ProjectError
+from qualify.errors import ArtifactError, ProjectError
+from qualify.graph import ModelSignature, TensorSignature, read_signature
 from schemas.atomic import write_atomic
-from schemas.project import Budgets, Project
+from schemas.project import ArtifactSpec, Budgets, InputSpec, Project, Workload
 
 __all__ = [
     "PROJECT_FILENAME",
@@ -657,9 +658,251 @@ def load_project(path: Path) -> LoadedProject:
         for loc, relpath, npy in checks
         if (problem := _check_file(loaded, doc, loc, relpath, npy=npy)) is not None
     ]
+    problems += _check_lineage(project, doc)
+    if problems:
+        raise _fail(display, doc, problems)
+    problems = _check_models(loaded, doc)
     if problems:
         raise _fail(display, doc, problems)
     return loaded
+
+
+def _check_lineage(project: Project, doc: _Document) -> list[_Problem]:
+    """``derived_from`` must name the baseline or another artifact, never itself."""
+    labels = [project.artifacts.baseline.label, *(c.label for c in project.artifacts.candidates)]
+    found: list[_Problem] = []
+    for i, spec in enumerate(project.artifacts.candidates):
+        parent = spec.derived_from
+        if parent is None or parent == "baseline" or (parent in labels and parent != spec.label):
+            continue
+        loc: Loc = ("artifacts", "candidates", i, "derived_from")
+        close = difflib.get_close_matches(parent, ["baseline", *labels], n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        what = "names the artifact itself" if parent == spec.label else "names no artifact"
+        found.append(
+            _Problem(
+                loc,
+                f"{_show(parent)} {what}",
+                f"{hint}use 'baseline' or one of the artifact names {labels}",
+                doc.mark_for(loc),
+            )
+        )
+    return found
+
+
+def _check_models(loaded: LoadedProject, doc: _Document) -> list[_Problem]:
+    """Every artifact is an ONNX model that takes the workload's inputs and whose outputs the
+    tolerances can apply to."""
+    project = loaded.project
+    specs: list[tuple[str | int, ArtifactSpec]] = [("baseline", project.artifacts.baseline)]
+    specs += [(i, spec) for i, spec in enumerate(project.artifacts.candidates)]
+    problems: list[_Problem] = []
+    signatures: list[tuple[list[str], ModelSignature]] = []
+    for index, spec in specs:
+        loc: Loc = (
+            ("artifacts", index, "path")
+            if index == "baseline"
+            else ("artifacts", "candidates", index, "path")
+        )
+        try:
+            signature = read_signature(loaded.resolve(spec.path))
+        except ArtifactError as exc:
+            problems.append(
+                _Problem(
+                    loc,
+                    str(exc),
+                    "point it at an .onnx model file (export with torch.onnx.export or "
+                    "tf2onnx; check with python -m onnx.checker)",
+                    doc.mark_for(loc),
+                )
+            )
+            continue
+        same = next((labels for labels, sig in signatures if _same_inputs(sig, signature)), None)
+        if same is None:
+            signatures.append(([spec.label], signature))
+        else:
+            same.append(spec.label)
+    if problems:
+        return problems
+    for labels, signature in signatures:
+        label = labels[0] if len(labels) == 1 else f"{labels[0]} (and {', '.join(labels[1:])})"
+        problems += _workload_problems(project.workload, label, signature, doc)
+    if not problems and signatures:
+        problems += _tolerance_problems(project, signatures[0][1], doc)
+    return problems
+
+
+def _same_inputs(a: ModelSignature, b: ModelSignature) -> bool:
+    return (a.inputs, a.optional_inputs) == (b.inputs, b.optional_inputs)
+
+
+def _listing(sigs: Sequence[TensorSignature]) -> str:
+    return "; ".join(s.describe() for s in sigs) or "none"
+
+
+def _workload_problems(
+    workload: Workload, label: str, sig: ModelSignature, doc: _Document
+) -> list[_Problem]:
+    found: list[_Problem] = []
+    real = f"its inputs are: {_listing(sig.inputs)}"
+    names = [s.name for s in (*sig.inputs, *sig.optional_inputs)]
+    renamed = {
+        close[0]
+        for name in workload.inputs
+        if sig.input(name) is None and (close := difflib.get_close_matches(name, names, n=1))
+    }
+    for needed in sig.inputs:
+        if needed.name not in workload.inputs and needed.name not in renamed:
+            loc: Loc = ("workload", "inputs")
+            found.append(
+                _Problem(
+                    loc,
+                    f"{label} needs input {needed.describe()}, which the workload does not feed",
+                    f"add {needed.name!r} under workload.inputs",
+                    doc.mark_for(loc),
+                )
+            )
+    for name, spec in workload.inputs.items():
+        at: Loc = ("workload", "inputs", name)
+        model_input = sig.input(name)
+        if model_input is None:
+            close = difflib.get_close_matches(name, names, n=1)
+            found.append(
+                _Problem(
+                    at,
+                    f"{label} has no input named {name!r}; {real}",
+                    f"rename it to {close[0]!r}" if close else "use the model's input names",
+                    doc.mark_for(at, on_key=True),
+                )
+            )
+            continue
+        if model_input.dtype is not None and model_input.dtype != spec.dtype:
+            found.append(
+                _Problem(
+                    (*at, "dtype"),
+                    f"is {spec.dtype}, but input {name!r} of {label} takes "
+                    f"{model_input.dtype} ({model_input.describe()})",
+                    f"set dtype: {model_input.dtype}",
+                    doc.mark_for((*at, "dtype")),
+                )
+            )
+        found += _shape_problems(workload, label, name, spec, model_input, doc)
+    return found
+
+
+def _shape_problems(
+    workload: Workload,
+    label: str,
+    name: str,
+    spec: InputSpec,
+    model_input: TensorSignature,
+    doc: _Document,
+) -> list[_Problem]:
+    dims = model_input.shape
+    if dims is None:
+        return []
+    at: Loc = ("workload", "inputs", name, "shape")
+    theirs = f"input {name!r} of {label} is {model_input.describe()}"
+    if len(dims) != len(spec.shape):
+        return [
+            _Problem(
+                at,
+                f"{spec.shape} has rank {len(spec.shape)}, but {theirs} (rank {len(dims)})",
+                "give one size per model dimension, the batch axis first",
+                doc.mark_for(at),
+            )
+        ]
+    found: list[_Problem] = []
+    first = 0 if spec.source == "fixed" else 1  # the batch axis is replaced by each batch size
+    for axis in range(first, len(dims)):
+        want = dims[axis]
+        if isinstance(want, int) and spec.shape[axis] != want:
+            fixed = [
+                d if isinstance(d, int) and i >= first else size
+                for i, (d, size) in enumerate(zip(dims, spec.shape, strict=True))
+            ]
+            found.append(
+                _Problem(
+                    at,
+                    f"dimension {axis} is {spec.shape[axis]}, but {theirs}",
+                    f"set shape: {fixed}",
+                    doc.mark_for(at),
+                )
+            )
+            break
+    batch = dims[0]
+    if first == 1 and isinstance(batch, int):
+        wrong = [b for b in workload.batch_sizes if b != batch]
+        if wrong:
+            loc: Loc = ("workload", "batch_sizes")
+            found.append(
+                _Problem(
+                    loc,
+                    f"batch size(s) {wrong} cannot run: {theirs}, a fixed batch axis of {batch}",
+                    f"use batch_sizes: [{batch}], or export the model with a dynamic batch axis",
+                    doc.mark_for(loc),
+                )
+            )
+    return found
+
+
+def _top1_unfit(sig: TensorSignature) -> str | None:
+    """Why arg-max agreement cannot apply to an output, or None when it can."""
+    if sig.dtype is not None and not sig.dtype.startswith(("float", "bfloat")):
+        return f"its elements are {sig.dtype}, not scores"
+    if sig.shape is not None and len(sig.shape) < 2:
+        return f"it has rank {len(sig.shape)}; arg-max agreement needs [samples, ..., classes]"
+    if sig.shape is not None and sig.shape[-1] == 1:
+        return "its last axis has one element, so every arg-max is 0"
+    return None
+
+
+def _tolerance_problems(
+    project: Project, baseline: ModelSignature, doc: _Document
+) -> list[_Problem]:
+    found: list[_Problem] = []
+    outputs = [s.name for s in baseline.outputs]
+    for family, tolerance in project.parity.items():
+        for name, override in tolerance.outputs.items():
+            loc: Loc = ("parity", family, "outputs", name)
+            sig = baseline.output(name)
+            if sig is None:
+                close = difflib.get_close_matches(name, outputs, n=1)
+                found.append(
+                    _Problem(
+                        loc,
+                        f"the baseline has no output named {name!r}; its outputs are: "
+                        f"{_listing(baseline.outputs)}",
+                        f"rename it to {close[0]!r}" if close else "use the model's output names",
+                        doc.mark_for(loc, on_key=True),
+                    )
+                )
+                continue
+            why = _top1_unfit(sig) if override.top1_agreement_min is not None else None
+            if why is not None:
+                at = (*loc, "top1_agreement_min")
+                found.append(
+                    _Problem(
+                        at,
+                        f"cannot apply to output {sig.describe()}: {why}",
+                        "remove it, or set it on an output of class scores",
+                        doc.mark_for(at),
+                    )
+                )
+        if "top1_agreement_min" in tolerance.model_fields_set and all(
+            _top1_unfit(s) is not None for s in baseline.outputs
+        ):
+            at = ("parity", family, "top1_agreement_min")
+            found.append(
+                _Problem(
+                    at,
+                    "cannot apply to any output of the baseline: "
+                    + "; ".join(f"{s.describe()} ({_top1_unfit(s)})" for s in baseline.outputs),
+                    "remove it; max_abs, max_rel and cosine_min apply to every output",
+                    doc.mark_for(at),
+                )
+            )
+    return found
 
 
 def dump_project(project: Project, *, include_defaults: bool = False) -> str:

@@ -34,6 +34,7 @@ __all__ = [
     "OPSET",
     "ModelBuilder",
     "build",
+    "passthrough",
     "build_all",
 ]
 
@@ -252,6 +253,31 @@ MODELS: dict[str, ModelBuilder] = {
     "memory_hog": memory_hog,
 }
 """Every test model by name."""
+
+
+def passthrough(
+    path: Path,
+    shape: list[int | str],
+    *,
+    elem_type: int = TensorProto.FLOAT,
+    input_name: str = INPUT,
+) -> Path:
+    """A valid one-node model (Identity) whose input and output ``y`` have ``shape`` and
+    ``elem_type``, written to ``path``: for checks of what a graph declares, not of numbers."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", [input_name], ["y"], name="identity")],
+        "passthrough",
+        [helper.make_tensor_value_info(input_name, elem_type, shape)],
+        [helper.make_tensor_value_info("y", elem_type, shape)],
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        ir_version=IR_VERSION,
+        producer_name="qualify/tests/models.py",
+    )
+    onnx.checker.check_model(model, full_check=True)
+    return _write(model, path.parent, path.name.removesuffix(".onnx"))
 
 
 def build(name: str, directory: Path) -> Path:

@@ -23,6 +23,7 @@ from qualify.project import (
     write_project,
 )
 from schemas.generate import SCHEMA_DIR
+from tests.models import passthrough
 from schemas.project import (
     Artifacts,
     ArtifactSpec,
@@ -63,13 +64,13 @@ host_classes:
 
 
 def write_tree(root: Path, text: str = VALID, *, files: bool = True) -> Path:
-    """A project folder: the YAML plus dummy artifacts and a recorded input."""
+    """A project folder: the YAML plus two real one-node models and a recorded input."""
     root.mkdir(parents=True, exist_ok=True)
     if files:
         (root / "models").mkdir(exist_ok=True)
         (root / "data").mkdir(exist_ok=True)
-        (root / "models" / "rec-fp32.onnx").write_bytes(b"not really onnx")
-        (root / "models" / "rec-int8.onnx").write_bytes(b"not really onnx either")
+        passthrough(root / "models" / "rec-fp32.onnx", ["N", 3, 8, 8])
+        passthrough(root / "models" / "rec-int8.onnx", ["N", 3, 8, 8])
         np.save(root / "data" / "x.npy", np.zeros((4, 3, 8, 8), dtype=np.float32))
     path = root / PROJECT_FILENAME
     path.write_text(text, encoding="utf-8")
@@ -124,8 +125,7 @@ def test_paths_resolve_against_the_project_file_not_the_working_directory(
 
 def test_absolute_artifact_path_is_allowed_and_kept(tmp_path: Path) -> None:
     shared = tmp_path / "shared" / "base.onnx"
-    shared.parent.mkdir()
-    shared.write_bytes(b"x")
+    passthrough(shared, ["N", 3, 8, 8])
     text = VALID.replace("path: models/rec-fp32.onnx", f"path: {shared}")
     loaded = load_project(write_tree(tmp_path / "proj", text))
     assert loaded.resolve(loaded.project.artifacts.baseline.path) == shared
@@ -518,3 +518,145 @@ def test_expected_provider_must_be_one_of_the_requested(tmp_path: Path) -> None:
     )
     message = load_error(write_tree(tmp_path, text))
     assert "expected provider 'CUDAExecutionProvider' is not among the requested" in message
+
+
+# --- the workload against the model's own graph ---------------------------------------------
+
+
+def test_an_input_name_the_model_does_not_have_lists_its_real_inputs(tmp_path: Path) -> None:
+    text = VALID.replace("    x: {shape:", "    images: {shape:")
+    message = load_error(write_tree(tmp_path, text))
+    line, col = line_of(text, "images:"), column_of(text, "images:")
+    assert (
+        f":{line}:{col}: workload.inputs.images: rec-fp32 (and rec-int8) has no input named 'images'"
+        in message
+    )
+    assert "has no input named 'images'; its inputs are: x float32 [N, 3, 8, 8]" in message
+    assert "needs input x float32 [N, 3, 8, 8]" in message  # no rename: 'images' is far from 'x'
+    assert "rename" not in message
+
+
+def test_a_misspelt_input_name_gets_did_you_mean(tmp_path: Path) -> None:
+    text = VALID.replace("    x: {shape:", "    x_: {shape:")
+    message = load_error(write_tree(tmp_path, text))
+    assert "Fix: rename it to 'x'" in message
+
+
+def test_a_dtype_the_model_does_not_take_names_the_right_one(tmp_path: Path) -> None:
+    path = write_tree(tmp_path)
+    passthrough(tmp_path / "models" / "rec-fp32.onnx", ["N", 3, 8, 8], elem_type=7)  # int64
+    passthrough(tmp_path / "models" / "rec-int8.onnx", ["N", 3, 8, 8], elem_type=7)
+    message = load_error(path)
+    line = line_of(VALID, "x: {shape:")
+    assert f":{line}:" in message
+    assert (
+        "workload.inputs.x.dtype: is float32, but input 'x' of rec-fp32 (and rec-int8) takes int64"
+        in message
+    )
+    assert "Fix: set dtype: int64." in message
+
+
+def test_a_rank_mismatch_is_a_load_error_with_the_model_shape(tmp_path: Path) -> None:
+    text = VALID.replace("shape: [1, 3, 8, 8]", "shape: [1, 192]")
+    message = load_error(write_tree(tmp_path, text))
+    assert (
+        "workload.inputs.x.shape: [1, 192] has rank 2, but input 'x' of rec-fp32 (and rec-int8) is"
+        in message
+    )
+    assert "x float32 [N, 3, 8, 8] (rank 4)" in message
+
+
+def test_a_static_dimension_mismatch_proposes_the_model_shape(tmp_path: Path) -> None:
+    text = VALID.replace("shape: [1, 3, 8, 8]", "shape: [1, 3, 8, 9]")
+    message = load_error(write_tree(tmp_path, text))
+    assert (
+        "workload.inputs.x.shape: dimension 3 is 9, but input 'x' of rec-fp32 (and rec-int8)"
+        in message
+    )
+    assert "Fix: set shape: [1, 3, 8, 8]." in message
+
+
+def test_a_fixed_batch_axis_refuses_other_batch_sizes(tmp_path: Path) -> None:
+    path = write_tree(tmp_path, VALID.replace("batch_sizes: [1]", "batch_sizes: [1, 4]"))
+    passthrough(tmp_path / "models" / "rec-fp32.onnx", [1, 3, 8, 8])
+    message = load_error(path)
+    assert "workload.batch_sizes: batch size(s) [4] cannot run" in message
+    assert "a fixed batch axis of 1" in message
+    assert "Fix: use batch_sizes: [1], or export the model with a dynamic batch axis." in message
+
+
+def test_a_candidate_whose_inputs_differ_from_the_baseline_is_refused(tmp_path: Path) -> None:
+    path = write_tree(tmp_path)
+    passthrough(tmp_path / "models" / "rec-int8.onnx", ["N", 3, 8, 8], input_name="input")
+    message = load_error(path)
+    assert "rec-int8 has no input named 'x'; its inputs are: input float32" in message
+    assert "rec-fp32" not in message
+
+
+def test_empty_and_text_files_are_not_onnx_models(tmp_path: Path) -> None:
+    path = write_tree(tmp_path)
+    (tmp_path / "models" / "rec-fp32.onnx").write_bytes(b"")
+    (tmp_path / "models" / "rec-int8.onnx").write_text("<html>404 Not Found</html>\n")
+    message = load_error(path)
+    assert "artifacts.baseline.path:" in message and "artifacts.candidates[0].path:" in message
+    assert message.count("not an ONNX model") == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.binary(max_size=256))
+def test_random_bytes_as_a_model_never_crash_the_loader(tmp_path_factory, data: bytes) -> None:  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("fuzz")
+    path = write_tree(root)
+    (root / "models" / "rec-int8.onnx").write_bytes(data)
+    with pytest.raises(ProjectError, match=r"artifacts\.candidates\[0\]\.path"):
+        load_project(path)
+
+
+def test_derived_from_must_name_an_artifact(tmp_path: Path) -> None:
+    text = VALID.replace("derived_from: baseline", "derived_from: rec-fp23")
+    message = load_error(write_tree(tmp_path, text))
+    line = line_of(text, "derived_from")
+    assert f":{line}:" in message
+    assert "artifacts.candidates[0].derived_from: 'rec-fp23' names no artifact" in message
+    assert "did you mean 'rec-fp32'?" in message
+
+
+def test_derived_from_itself_is_refused(tmp_path: Path) -> None:
+    text = VALID.replace("derived_from: baseline", "derived_from: rec-int8")
+    assert "names the artifact itself" in load_error(write_tree(tmp_path, text))
+
+
+def test_a_tolerance_for_an_output_the_model_lacks_is_refused(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "parity: {int8: {max_abs: 0.05, cosine_min: 0.99, top1_agreement_min: 0.98}}",
+        "parity: {int8: {max_abs: 0.05, outputs: {logits: {max_abs: 0.1}}}}",
+    )
+    message = load_error(write_tree(tmp_path, text))
+    assert "parity.int8.outputs.logits: the baseline has no output named 'logits'" in message
+    assert "its outputs are: y float32 [N, 3, 8, 8]" in message
+
+
+def test_top1_agreement_on_an_output_it_cannot_apply_to_is_refused(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "parity: {int8: {max_abs: 0.05, cosine_min: 0.99, top1_agreement_min: 0.98}}",
+        "parity: {int8: {max_abs: 0.05, outputs: {y: {top1_agreement_min: 0.98}}}}",
+    ).replace("shape: [1, 3, 8, 8]", "shape: [1, 3, 8, 1]")
+    path = write_tree(tmp_path, text)
+    passthrough(tmp_path / "models" / "rec-fp32.onnx", ["N", 3, 8, 1])
+    passthrough(tmp_path / "models" / "rec-int8.onnx", ["N", 3, 8, 1])
+    np.save(tmp_path / "data" / "x.npy", np.zeros((4, 3, 8, 1), dtype=np.float32))
+    message = load_error(path)
+    assert "parity.int8.outputs.y.top1_agreement_min: cannot apply to output y float32" in message
+    assert "its last axis has one element" in message
+
+
+def test_family_top1_agreement_that_fits_no_output_is_refused(tmp_path: Path) -> None:
+    text = VALID.replace("shape: [1, 3, 8, 8]", "shape: [4]").replace(
+        "source: recorded, file: data/x.npy", "source: fixed, value: 1"
+    )
+    path = write_tree(tmp_path, text)
+    passthrough(tmp_path / "models" / "rec-fp32.onnx", [4])
+    passthrough(tmp_path / "models" / "rec-int8.onnx", [4])
+    message = load_error(path)
+    assert "parity.int8.top1_agreement_min: cannot apply to any output of the baseline" in message
+    assert "rank 1" in message

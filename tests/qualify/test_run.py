@@ -1,6 +1,6 @@
 """End-to-end qualification runs: real models, real onnxruntime subprocesses, a real DuckDB file.
 
-Every fault the runner must survive is a real one: a corrupt file, an unknown op, a future
+Every fault the runner must survive is a real one: an unknown op, a future
 opset, a model that never finishes, one that asks for 8 GiB, a child killed by SIGSEGV, and a
 GPU provider that is not there (onnxruntime silently runs on the CPU).
 """
@@ -36,7 +36,6 @@ def faults_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
         tmp,
         [
             "identity_mlp_perturbed",
-            "corrupt",
             "unknown_op",
             "future_opset",
             "memory_hog",
@@ -64,7 +63,6 @@ def test_every_fault_becomes_an_error_cell_and_the_run_goes_on(faults_run) -> No
     cells = {c.artifact_name: c for c in outcome.bundle.cells}
     assert cells["identity_mlp"].verdict == "pass", cells["identity_mlp"].reasons
     expected = {
-        "corrupt": "load_failed",
         "unknown_op": "load_failed",
         "future_opset": "load_failed",
         "memory_hog": "out_of_memory",
@@ -96,7 +94,7 @@ def test_run_lands_in_the_matrix_and_its_bundle(faults_run) -> None:  # type: ig
     with Store.open(tmp / "m.duckdb") as db:
         rows = db.matrix_rows()
         cells = db.latest_cells()
-    assert len(rows) == len(outcome.bundle.cells) == 8
+    assert len(rows) == len(outcome.bundle.cells) == 7
     assert {c.artifact_digest for c in cells} == {c.artifact_digest for c in outcome.bundle.cells}
     base = next(c for c in cells if c.role == "baseline")
     gate = base.gate_latency
@@ -114,6 +112,16 @@ def test_run_lands_in_the_matrix_and_its_bundle(faults_run) -> None:  # type: ig
     assert (outcome.bundle_path / "run.json").exists()
     assert (outcome.bundle_path / "samples.parquet").exists()
     assert outcome.bundle.run.rollback and outcome.bundle.run.rollback.loaded
+
+
+def test_a_file_that_is_not_onnx_is_refused_at_load_and_nothing_is_stored(tmp_path: Path) -> None:
+    project = write_project(tmp_path, ["corrupt"])
+    with pytest.raises(ProjectError) as caught:
+        qualify_run(load_project(project), "here-cpu", RunOptions(db_path=tmp_path / "m.duckdb"))
+    message = str(caught.value)
+    assert "artifacts.candidates[0].path" in message and "not an ONNX model" in message
+    assert not (tmp_path / "m.duckdb").exists()
+    assert not list(tmp_path.rglob("sha256"))
 
 
 def test_missing_gpu_provider_is_caught_as_fallback(tmp_path: Path) -> None:
