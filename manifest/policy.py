@@ -59,13 +59,12 @@ from schemas.project import (
     Project,
     ProviderSpec,
     RuntimeSpec,
-    Tolerance,
 )
+from schemas.rules import resolve_tolerance, tolerance_failures
 
 __all__ = ["artifact_digests", "decide"]
 
 _Key = tuple[str, str, str]
-_TOL_FIELDS = ("max_abs", "mean_abs", "max_rel", "cosine_min", "top1_agreement_min")
 
 
 def _aware(moment: datetime) -> datetime:
@@ -140,43 +139,14 @@ def _emulated(cell: Cell, runs: Mapping[str, RunRecord]) -> bool:
     return cell.emulated or (run is not None and run.emulated)
 
 
-def _resolve_tolerance(tolerance: Tolerance, name: str) -> OutputTolerance:
-    override = tolerance.outputs.get(name)
-    values: dict[str, float | None] = {}
-    for field in _TOL_FIELDS:
-        own = getattr(override, field) if override is not None else None
-        values[field] = own if own is not None else getattr(tolerance, field)
-    return OutputTolerance(**values)
-
-
-def _tolerance_failures(out: OutputParity, tol: OutputTolerance) -> list[str]:
-    """Checks of one output that fail the tolerance; a null measurement fails a set limit."""
-    found: list[str] = []
-    ceilings = (
-        ("max_abs", out.max_abs, tol.max_abs),
-        ("mean_abs", out.mean_abs, tol.mean_abs),
-        ("max_rel", out.max_rel, tol.max_rel),
+def _measured(out: OutputParity) -> OutputTolerance:
+    return OutputTolerance(
+        max_abs=out.max_abs,
+        mean_abs=out.mean_abs,
+        max_rel=out.max_rel,
+        cosine_min=out.cosine_min,
+        top1_agreement_min=out.top1_agreement,
     )
-    for field, measured, limit in ceilings:
-        if limit is None:
-            continue
-        if measured is None:
-            found.append(f"{out.name} {field} could not be compared")
-        elif not measured <= limit:
-            found.append(f"{out.name} {field} {measured:.3g} > {limit:.3g}")
-    floors = (
-        ("cosine_min", out.cosine_min, tol.cosine_min, False),
-        ("top1_agreement", out.top1_agreement, tol.top1_agreement_min, True),
-    )
-    for field, measured, limit, optional in floors:
-        if limit is None:
-            continue
-        if measured is None:
-            if not optional:
-                found.append(f"{out.name} {field} could not be compared")
-        elif not measured >= limit:
-            found.append(f"{out.name} {field} {measured:.6g} < {limit:.6g}")
-    return found
 
 
 def _parity_reasons(cell: Cell, project: Project, baseline_digest: str | None) -> list[Reason]:
@@ -193,9 +163,9 @@ def _parity_reasons(cell: Cell, project: Project, baseline_digest: str | None) -
         ]
     tolerance = project.tolerance(cell.precision)
     failures = [
-        f
+        f"{out.name} {f}"
         for out in parity.outputs
-        for f in _tolerance_failures(out, _resolve_tolerance(tolerance, out.name))
+        for f in tolerance_failures(_measured(out), resolve_tolerance(tolerance, out.name))
     ]
     if failures:
         return [

@@ -13,8 +13,10 @@ Metrics per output, all over float64 copies of the arrays (``a`` = reference, ``
 - ``cosine_min``: the smallest per-sample cosine similarity, each sample flattened over the axes
   after the first. Two all-zero samples have cosine 1.0; an all-zero sample against a non-zero one
   has 0.0. Clipped to [-1, 1] (rounding can land a hair outside).
-- ``top1_agreement``: for class-score outputs (a floating-point reference of rank 2 whose second
-  axis is longer than 1), the share of rows whose arg-max agrees; None for any other output.
+- ``top1_agreement``: for class-score outputs (a floating-point reference of rank 2 or more whose
+  last axis is longer than 1), the share of positions whose arg-max over the last axis agrees:
+  one per row of [N, classes], one per step of a sequence [N, steps, classes] (a CTC
+  recogniser's per-step labels). None for any other output.
 
 Outputs that cannot be compared fail with a sentence saying why, and every metric is None
 (not measured, never a made-up number); the metric checks are skipped for them, so the one
@@ -23,9 +25,9 @@ output missing from either side, a shape mismatch, and NaN or Inf in either outp
 reference makes every difference meaningless; a non-finite candidate is a broken model). Empty outputs (no rows, or no elements per row) compare vacuously: zero
 differences, cosine 1.0.
 
-Tolerances: each field of ``tolerance.outputs[name]`` wins over the family-level field of the
-same name; a field that is None on both is not checked. ``min_passing`` records the measured
-values: the tightest tolerance that would have passed.
+Tolerances are resolved and applied by `schemas.rules` (the one owner of that rule, shared with
+the policy). ``min_passing`` records the measured values: the tightest tolerance that would have
+passed.
 """
 
 from __future__ import annotations
@@ -37,60 +39,19 @@ import numpy.typing as npt
 
 from schemas.cell import OutputParity, ParityResult
 from schemas.project import OutputTolerance, Tolerance
+from schemas.rules import resolve_tolerance, tolerance_failures
 
-__all__ = ["REL_EPS", "compare_outputs", "resolve_tolerance"]
+__all__ = ["REL_EPS", "compare_outputs"]
 
 REL_EPS = 1e-6
 """Floor of the denominator of the relative error: ``|a - b| / max(|a|, REL_EPS)``."""
 
 _Array = npt.NDArray[np.float64]
-_FIELDS = ("max_abs", "mean_abs", "max_rel", "cosine_min", "top1_agreement_min")
-
-
-def resolve_tolerance(tolerance: Tolerance, name: str) -> OutputTolerance:
-    """The tolerance applied to one output: the per-output override field by field, else the
-    family level.
-
-    Args:
-        tolerance: The precision family's tolerance with its per-output overrides.
-        name: The output name.
-
-    Returns:
-        The resolved tolerance; None fields are not checked.
-    """
-    override = tolerance.outputs.get(name)
-    values: dict[str, float | None] = {}
-    for field in _FIELDS:
-        own = getattr(override, field) if override is not None else None
-        values[field] = own if own is not None else getattr(tolerance, field)
-    return OutputTolerance(**values)
-
-
-def _fmt_pair(measured: float, limit: float) -> tuple[str, str]:
-    """Format two numbers short, but never so short that they print the same."""
-    for digits in (3, 6, 9, 17):
-        a, b = f"{measured:.{digits}g}", f"{limit:.{digits}g}"
-        if a != b:
-            return a, b
-    return repr(measured), repr(limit)
-
-
-def _above(name: str, measured: float | None, limit: float | None) -> str | None:
-    if limit is None or measured is None or not measured > limit:
-        return None
-    a, b = _fmt_pair(measured, limit)
-    return f"{name} {a} > {b}"
-
-
-def _below(name: str, measured: float | None, limit: float | None) -> str | None:
-    if limit is None or measured is None or not measured < limit:
-        return None
-    a, b = _fmt_pair(measured, limit)
-    return f"{name} {a} < {b}"
 
 
 def _is_class_scores(arr: npt.NDArray[np.generic]) -> bool:
-    return bool(np.issubdtype(arr.dtype, np.floating)) and arr.ndim == 2 and arr.shape[1] > 1
+    """Floating-point scores over classes on the last axis: [N, classes] or [N, ..., classes]."""
+    return bool(np.issubdtype(arr.dtype, np.floating)) and arr.ndim >= 2 and arr.shape[-1] > 1
 
 
 def _rows(arr: npt.NDArray[np.generic]) -> _Array:
@@ -178,22 +139,22 @@ def _compare_one(
             max_rel = float(np.max(diff / np.maximum(np.abs(a), REL_EPS)))
             cosine_min = _cosine_min(a, b)
         top1 = None
-        if class_scores:
-            agree = np.argmax(reference, axis=1) == np.argmax(candidate, axis=1)
+        if class_scores:  # one arg-max per position: per row, or per step of a sequence
+            agree = np.argmax(reference, axis=-1) == np.argmax(candidate, axis=-1)
             top1 = float(np.mean(agree)) if agree.size else 1.0
     else:
         failures.append(structural or f"output '{name}' cannot be compared")
         max_abs = mean_abs = max_rel = cosine_min = top1 = None
 
+    measured = OutputTolerance(
+        max_abs=max_abs,
+        mean_abs=mean_abs,
+        max_rel=max_rel,
+        cosine_min=cosine_min,
+        top1_agreement_min=top1,
+    )
     if not failures:  # the worst-case values of an uncomparable output would only repeat it
-        checks = (
-            _above("max_abs", max_abs, tol.max_abs),
-            _above("mean_abs", mean_abs, tol.mean_abs),
-            _above("max_rel", max_rel, tol.max_rel),
-            _below("cosine_min", cosine_min, tol.cosine_min),
-            _below("top1_agreement", top1, tol.top1_agreement_min),
-        )
-        failures.extend(f for f in checks if f is not None)
+        failures.extend(tolerance_failures(measured, tol))
 
     return OutputParity(
         name=name,
@@ -205,13 +166,7 @@ def _compare_one(
         tolerance=tol,
         passed=not failures,
         failures=failures,
-        min_passing=OutputTolerance(
-            max_abs=max_abs,
-            mean_abs=mean_abs,
-            max_rel=max_rel,
-            cosine_min=cosine_min,
-            top1_agreement_min=top1,
-        ),
+        min_passing=measured,
     )
 
 

@@ -136,7 +136,8 @@ class OutputParity(Document):
         description="Smallest per-sample cosine similarity; null if not comparable."
     )
     top1_agreement: float | None = Field(
-        description="Share of samples whose arg-max agrees; null if the output is not class scores."
+        description="Share of positions whose arg-max over the last axis agrees (rows of [N, "
+        "classes], steps of [N, steps, classes]); null if the output is not class scores."
     )
     tolerance: OutputTolerance = Field(description="The tolerance applied.")
     passed: bool = Field(description="Whether every tolerance held.")

@@ -227,7 +227,8 @@ class OutputTolerance(Document):
         default=None,
         ge=0,
         le=1,
-        description="Smallest allowed share of samples whose arg-max agrees (class-score outputs).",
+        description="Smallest allowed share of positions whose arg-max over the last axis agrees "
+        "(class-score outputs of rank 2 or more: per row, or per step of a sequence).",
     )
 
 

@@ -34,8 +34,8 @@ __all__ = [
     "OPSET",
     "ModelBuilder",
     "build",
-    "passthrough",
     "build_all",
+    "passthrough",
 ]
 
 OPSET = 17

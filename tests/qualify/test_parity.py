@@ -12,9 +12,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from qualify import parity
-from qualify.parity import REL_EPS, compare_outputs, resolve_tolerance
+from qualify.parity import REL_EPS, compare_outputs
 from schemas.cell import ParityResult
 from schemas.project import DEFAULT_TOLERANCES, OutputTolerance, Tolerance
+from schemas.rules import resolve_tolerance
 
 DIGEST = "sha256:" + "ab" * 32
 Arrays = dict[str, npt.NDArray[np.generic]]
@@ -259,6 +260,8 @@ def test_all_is_complete() -> None:
         "ParityResult",
         "OutputTolerance",
         "Tolerance",
+        "resolve_tolerance",
+        "tolerance_failures",
     }
     assert public == set(parity.__all__)
 
@@ -268,3 +271,61 @@ def test_uncomparable_output_round_trips_through_json() -> None:
         {"y": np.ones((2, 2))}, {"y": np.ones((2, 3))}, Tolerance(), reference_digest=DIGEST
     )
     assert ParityResult.model_validate_json(result.model_dump_json()) == result
+
+
+def test_sequence_output_fails_when_its_per_step_argmax_agreement_is_below_the_limit() -> None:
+    # A CTC recogniser's [N, steps, classes]: 14% of steps change label, yet each sample's
+    # cosine stays high, which is what let such a candidate pass when only rank 2 was checked.
+    rng = np.random.default_rng(3)
+    ref = rng.normal(size=(8, 50, 12))
+    ref[..., 0] += 4.0  # a dominant blank class, as CTC emits
+    cand = ref.copy()
+    flips = rng.choice(8 * 50, size=56, replace=False)
+    n, t = np.unravel_index(flips, (8, 50))
+    cand[n, t, 0] -= 8.0  # the blank loses its lead on 56 of 400 steps
+    result = compare_outputs(
+        {"logits": ref},
+        {"logits": cand},
+        Tolerance(cosine_min=0.7, top1_agreement_min=0.98),
+        reference_digest=DIGEST,
+    )
+    out = result.outputs[0]
+    assert out.top1_agreement == pytest.approx(1 - 56 / 400)
+    assert out.cosine_min is not None and out.cosine_min > 0.7
+    assert not result.passed
+    assert out.failures == ["top1_agreement 0.86 < 0.98"]
+
+
+def test_a_limit_is_printed_exactly_as_configured() -> None:
+    ref = np.array([[1.0, 0.2], [0.3, 1.0]])
+    cand = np.array([[0.2, 1.0], [0.3, 1.0]])
+    result = compare_outputs(
+        {"p": ref}, {"p": cand}, Tolerance(cosine_min=0.9999), reference_digest=DIGEST
+    )
+    (failure,) = result.outputs[0].failures
+    assert failure.startswith("cosine_min 0.") and failure.endswith(" < 0.9999")
+
+
+def test_a_measured_value_is_never_rounded_onto_or_across_its_limit() -> None:
+    ref = np.array([[1.0, 0.0]])
+    cand = np.array([[1.0, 0.01414]])  # cosine 0.99990004..., just under 0.99991
+    result = compare_outputs(
+        {"p": ref}, {"p": cand}, Tolerance(cosine_min=0.99991), reference_digest=DIGEST
+    )
+    assert result.outputs[0].failures == ["cosine_min 0.9999 < 0.99991"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    measured=st.floats(-1e6, 1e6, allow_nan=False),
+    limit=st.floats(-1e6, 1e6, allow_nan=False),
+)
+def test_shown_values_keep_the_side_of_the_limit_they_were_measured_on(
+    measured: float, limit: float
+) -> None:
+    from schemas.rules import show_pair
+
+    shown, exact = show_pair(measured, limit)
+    assert float(exact) == limit
+    assert (float(shown) > limit) == (measured > limit)
+    assert (float(shown) < limit) == (measured < limit)

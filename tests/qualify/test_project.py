@@ -23,7 +23,6 @@ from qualify.project import (
     write_project,
 )
 from schemas.generate import SCHEMA_DIR
-from tests.models import passthrough
 from schemas.project import (
     Artifacts,
     ArtifactSpec,
@@ -35,6 +34,7 @@ from schemas.project import (
     RuntimeSpec,
     Workload,
 )
+from tests.models import passthrough
 
 VALID = """\
 model: ocr-rec
