@@ -62,7 +62,7 @@ from schemas.project import (
 )
 from schemas.rules import resolve_tolerance, tolerance_failures
 
-__all__ = ["artifact_digests", "decide"]
+__all__ = ["RollbackTarget", "artifact_digests", "decide", "rollback_target"]
 
 _Key = tuple[str, str, str]
 
@@ -206,6 +206,47 @@ class _RollbackState:
     reason: Reason | None
 
 
+@dataclass(frozen=True)
+class RollbackTarget:
+    """What a class's hosts fall back to: the artifact, and the runtime and provider it runs
+    under there."""
+
+    digest: str | None
+    name: str | None
+    runtime: RuntimeSpec
+    provider: ProviderSpec
+
+
+def rollback_target(
+    name: str, cls: HostClass, previous: Manifest | None, baseline: tuple[str | None, str]
+) -> RollbackTarget:
+    """The artifact a class rolls back to: what the latest manifest gave it (its artifact, or
+    for a held class its rollback package), else the baseline.
+
+    The one owner of that rule: the runner proves this artifact loads, the policy writes it into
+    the next manifest's rollback package.
+
+    Args:
+        name: The host class.
+        cls: Its settings in the project file now.
+        previous: The latest published manifest, if any.
+        baseline: The baseline's (digest, label); the digest is None when it is unknown.
+    """
+    entry = previous.signed.entries.get(name) if previous is not None else None
+    if entry is not None and entry.artifact is not None:
+        return RollbackTarget(
+            entry.artifact.digest, entry.artifact.name, entry.runtime, entry.provider
+        )
+    if entry is not None and entry.rollback is not None:
+        return RollbackTarget(
+            entry.rollback.digest,
+            entry.rollback.name,
+            entry.rollback.runtime or entry.runtime,
+            entry.rollback.provider or entry.provider,
+        )
+    return RollbackTarget(baseline[0], baseline[1], cls.runtime, cls.provider)
+
+
 def _rollback(
     name: str,
     cls: HostClass,
@@ -217,16 +258,9 @@ def _rollback(
     current: str,
     allow_emulated: bool,
 ) -> _RollbackState:
-    digest, label = baseline
-    runtime, provider = cls.runtime, cls.provider
-    entry = previous.signed.entries.get(name) if previous is not None else None
-    if entry is not None and entry.artifact is not None:
-        digest, label = entry.artifact.digest, entry.artifact.name
-        runtime, provider = entry.runtime, entry.provider
-    elif entry is not None and entry.rollback is not None:
-        digest, label = entry.rollback.digest, entry.rollback.name
-        runtime = entry.rollback.runtime or entry.runtime
-        provider = entry.rollback.provider or entry.provider
+    target = rollback_target(name, cls, previous, baseline)
+    digest, label = target.digest, target.name
+    runtime, provider = target.runtime, target.provider
     if digest is None:
         return _RollbackState(None, None, runtime, provider, False, None)
 

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from manifest.gates import judge
+from manifest.policy import RollbackTarget, rollback_target
 from matrix.bundle import write_bundle
 from matrix.samples import SAMPLES_SCHEMA, empty_samples
 from matrix.store import Store
@@ -31,6 +32,7 @@ from qualify.errors import HostMismatchError, ProjectError
 from qualify.fingerprint import class_mismatches, take_fingerprint
 from qualify.parity import compare_outputs
 from qualify.project import LoadedProject
+from qualify.release import previous_manifest
 from qualify.runner import WorkerOutcome, probe_runtime, run_worker
 from qualify.stats import percentiles
 from qualify.workload import build_pool
@@ -214,7 +216,6 @@ def qualify_run(
     on_event: EventSink = lambda _msg: None,
     on_worker_start: Callable[[str, int], None] | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
-    rollback_digest: str | None = None,
 ) -> RunOutcome:
     """Qualify every artifact of the project on one host class.
 
@@ -225,8 +226,10 @@ def qualify_run(
         on_event: receives one short line per step (the CLI shows them).
         on_worker_start: called with (artifact label, child pid); tests inject faults with it.
         now: the clock.
-        rollback_digest: the artifact the class currently runs (from the current manifest);
-            defaults to the baseline.
+
+    The rollback check proves what the class's hosts fall back to: the artifact the latest
+    manifest in the matrix gave the class (`manifest.policy.rollback_target`), else the
+    baseline.
 
     Returns:
         The run, already written to the bundle directory and the matrix.
@@ -357,18 +360,9 @@ def qualify_run(
                     )
                 )
 
+        target = _rollback_target(options.db_path, class_name, host_class, stored[0])
         rollback = _rollback_check(
-            rollback_digest or baseline_digest,
-            cells,
-            store,
-            host_class,
-            loaded,
-            inputs_path,
-            work_root,
-        )
-        on_event(
-            f"rollback {rollback.artifact_digest[:19]}: "
-            + ("loads" if rollback.loaded else f"FAILED: {rollback.error}")
+            target, cells, store, host_class, loaded, inputs_path, work_root, on_event
         )
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
@@ -398,25 +392,54 @@ def qualify_run(
     return RunOutcome(bundle=bundle, bundle_path=bundle_path, written=written, samples=samples)
 
 
+def _rollback_target(
+    db_path: Path, class_name: str, host_class: HostClass, baseline: tuple[ArtifactSpec, str, Path]
+) -> RollbackTarget:
+    """What the class falls back to, from the latest manifest recorded in the matrix."""
+    spec, digest, _ = baseline
+    previous = None
+    if db_path.exists():
+        with Store.open(db_path, read_only=True) as db:
+            previous = previous_manifest(db)
+    return rollback_target(class_name, host_class, previous, (digest, spec.label))
+
+
 def _rollback_check(
-    digest: str,
+    target: RollbackTarget,
     cells: list[Cell],
     store: ArtifactStore,
     host_class: HostClass,
     loaded: LoadedProject,
     inputs_path: Path,
     work_root: Path,
-) -> RollbackCheck:
-    """Prove the class's rollback artifact loads and runs one inference under this runtime."""
+    on_event: EventSink,
+) -> RollbackCheck | None:
+    """Prove the class's rollback artifact loads and runs one inference under this runtime;
+    None when its bytes are not on this machine (nothing proven, nothing refuted)."""
+    digest = target.digest
+    label = f"rollback {target.name} ({(digest or '')[:19]})"
+    if digest is None:
+        on_event("rollback: the latest manifest names no rollback artifact; not checked")
+        return None
     for cell in cells:
         if cell.artifact_digest == digest:
             # Measured in this very run: its outcome is the proof (or the refutation).
+            on_event(
+                f"{label}: measured in this run, " + ("loads" if cell.error is None else "FAILED")
+            )
             if cell.error is None:
                 return RollbackCheck(artifact_digest=digest, loaded=True)
             return RollbackCheck(artifact_digest=digest, loaded=False, error=cell.error)
+    if not store.path_of(digest).exists():
+        on_event(
+            f"{label}: not in the artifact store {store.root}, so not checked; add it to the "
+            "project's candidates (or copy it into the store) to prove it loads"
+        )
+        return None
     try:
         path = store.verify(digest)
     except Exception as exc:
+        on_event(f"{label}: FAILED: {exc}")
         return RollbackCheck(artifact_digest=digest, loaded=False, error=str(exc))
     work = work_root / "rollback"
     work.mkdir()
@@ -431,9 +454,11 @@ def _rollback_check(
     )
     outcome = run_worker(job, work, timeout_s=host_class.budgets.timeout_s)
     if outcome.error_code:
+        on_event(f"{label}: FAILED: {outcome.error_code}")
         return RollbackCheck(
             artifact_digest=digest,
             loaded=False,
             error=f"{outcome.error_code}: {outcome.error_message}",
         )
+    on_event(f"{label}: loads")
     return RollbackCheck(artifact_digest=digest, loaded=True)

@@ -875,17 +875,37 @@ def _entry_text(entry: ManifestEntry | None, has_manifest: bool) -> tuple[str, s
     return entry.decision, what, entry.summary
 
 
-def _rollback_entry(entry: ManifestEntry | None) -> tuple[str, Tone]:
+def _rollback_entry(
+    name: str, entry: ManifestEntry | None, runs: Mapping[str, RunRecord]
+) -> tuple[str, Tone]:
+    """The manifest's rollback package, and the runtime that really loaded it (never the
+    class's declared one: a CPU build under emulation proves nothing about a GPU build)."""
     if entry is None or entry.rollback is None:
         return ("no rollback package in the manifest" if entry else "no manifest yet"), "muted"
     rb = entry.rollback
-    proven = "proven to load" if rb.proven_to_load else "NOT proven to load"
-    runtime = rb.runtime or entry.runtime  # null: the entry's own runtime
-    return (
-        f"{rb.name} ({_short(rb.digest)}, {rb.uri}), {proven} under {runtime.package} "
-        f"{runtime.version}",
-        "ok" if rb.proven_to_load else "bad",
-    )
+    declared = rb.runtime or entry.runtime  # null: the entry's own runtime
+    package = f"{rb.name} ({_short(rb.digest)}, {rb.uri})"
+    if not rb.proven_to_load:
+        return (
+            f"{package}, NOT proven to load; hosts run {declared.package} {declared.version}",
+            "bad",
+        )
+    proofs = [
+        run
+        for run in runs.values()
+        if run.host_class == name
+        and run.rollback is not None
+        and run.rollback.artifact_digest == rb.digest
+        and run.rollback.loaded
+    ]
+    proof = max(proofs, key=lambda r: (r.finished_at, r.run_id), default=None)
+    if proof is None:
+        return f"{package}, proven to load by a measured cell", "ok"
+    rt = proof.fingerprint.runtime
+    how = f"onnxruntime {rt.version} ({rt.package or 'package unknown'})"
+    if proof.emulated:
+        how += ", emulated"
+    return f"{package}, proven to load in run {proof.run_id} under {how}", "ok"
 
 
 def _class_view(
@@ -942,7 +962,7 @@ def _class_view(
         )
         if r in runs
     )
-    rollback_text, rollback_tone = _rollback_entry(entry)
+    rollback_text, rollback_tone = _rollback_entry(name, entry, runs)
     budgets_text = ""
     if cls is not None:
         b = cls.budgets

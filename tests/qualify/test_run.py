@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -256,3 +257,50 @@ def test_placement_falls_back_to_the_profiler_on_an_onnxruntime_without_the_api(
     assert by_profiler["nodes_per_provider"] == by_api["nodes_per_provider"]
     assert by_profiler["fallback_nodes"] == 0
     assert not list(tmp_path.glob("place*.json")), "the profile file is removed"
+
+
+@pytest.mark.slow
+def test_after_a_manifest_approves_a_candidate_the_next_run_proves_that_candidate(
+    tmp_path: Path,
+) -> None:
+    import onnx
+
+    from manifest.signing import generate_keypair
+    from qualify.release import generate_manifest
+
+    project = write_project(tmp_path, [])
+    twin = onnx.load(tmp_path / "models" / "identity_mlp.onnx")
+    twin.producer_name = "same numbers, other bytes"  # a candidate that passes every gate
+    onnx.save(twin, tmp_path / "models" / "twin.onnx")
+    text = project.read_text().replace(
+        "  candidates:\n    []", "  candidates:\n    - {path: models/twin.onnx, precision: fp32}"
+    )
+    project.write_text(text)
+    loaded = load_project(project)
+    db_path = tmp_path / "m.duckdb"
+    first = qualify_run(loaded, "here-cpu", RunOptions(db_path=db_path))
+    baseline, twin_cell = first.bundle.cells
+    assert twin_cell.verdict == "pass", twin_cell.reasons
+    assert first.bundle.run.rollback is not None
+    assert first.bundle.run.rollback.artifact_digest == baseline.artifact_digest  # no manifest yet
+
+    key, _ = generate_keypair("release", tmp_path)
+    with Store.open(db_path) as db:
+        made = generate_manifest(
+            loaded,
+            db,
+            release="r1",
+            out=tmp_path / "manifest.json",
+            now=first.bundle.run.finished_at,
+            expires_in=timedelta(days=1),
+            key_path=key,
+        )
+    entry = made.manifest.signed.entries["here-cpu"]
+    assert entry.decision == "candidate", [r.code for r in entry.reasons]
+
+    events: list[str] = []
+    second = qualify_run(loaded, "here-cpu", RunOptions(db_path=db_path), on_event=events.append)
+    assert second.bundle.run.rollback is not None
+    assert second.bundle.run.rollback.artifact_digest == twin_cell.artifact_digest
+    assert second.bundle.run.rollback.loaded
+    assert any(e.startswith("rollback twin (") for e in events), events
