@@ -1,7 +1,8 @@
 """The qualification gates: one pure function that judges a cell against a class's budgets.
 
 Owns the rule "what makes a cell pass": parity, the p99 confidence bound against the budget,
-actual placement on the expected provider, peak memory and cold init. The runner uses it to give
+actual placement on the expected provider, not being measurably slower than the baseline in the
+interleaved A/B (``max_slowdown``), peak memory and cold init. The runner uses it to give
 a fresh cell its verdict; the decision policy uses it again against the class's *current* budgets,
 so a budget tightened after a run is honoured. It does not look at emulation, staleness or the
 rollback check: those are properties of the evidence, not of the measurement, and belong to
@@ -18,6 +19,33 @@ __all__ = ["judge"]
 
 def _fmt(ms: float) -> str:
     return f"{ms:.3g} ms" if ms < 100 else f"{ms:.0f} ms"
+
+
+def _slower_than_baseline(cell: Cell, max_slowdown: float) -> Reason | None:
+    """The candidate's paired ratio to the baseline is above ``max_slowdown`` at p50 or p99
+    with confidence (the lower bound of the median per-round ratio exceeds it)."""
+    found: list[str] = []
+    for result in cell.latency:
+        ratio = result.vs_baseline
+        if ratio is None:
+            continue
+        for metric, point, lower in (
+            ("p50", ratio.p50_ratio, ratio.p50_lower),
+            ("p99", ratio.p99_ratio, ratio.p99_lower),
+        ):
+            if lower is not None and point is not None and lower > max_slowdown:
+                found.append(
+                    f"{metric} x{point:.3g} the baseline's at batch {result.batch_size}, "
+                    f"concurrency {result.concurrency} (at least x{lower:.3g} over "
+                    f"{ratio.rounds} paired rounds, {ratio.confidence:.2%} confidence)"
+                )
+    if not found:
+        return None
+    return Reason(
+        code="slower_than_baseline",
+        message=f"slower than the baseline beyond max_slowdown {max_slowdown!r}: "
+        + "; ".join(found),
+    )
 
 
 def judge(cell: Cell, host_class: HostClass) -> tuple[str, list[Reason]]:
@@ -108,6 +136,10 @@ def judge(cell: Cell, host_class: HostClass) -> tuple[str, list[Reason]]:
                     f"{_fmt(budget)}: p99 {_fmt(gate.p99_ms)}, upper bound {bound}",
                 )
             )
+
+    slower = _slower_than_baseline(cell, budgets.max_slowdown)
+    if slower is not None:
+        fails.append(slower)
 
     if budgets.peak_rss_mb is not None and cell.peak_rss_mb is None:
         unsure.append(

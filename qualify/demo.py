@@ -37,6 +37,14 @@ __all__ = ["demo_project", "run_demo"]
 Echo = Callable[[str], None]
 
 
+SLOWDOWN = 2.0
+"""``max_slowdown`` of the demo's CPU classes. On a 64-input MLP, dynamic int8 is not faster per
+inference than fp32: quantizing each activation costs more than the tiny GEMMs save (the
+interleaved A/B measured p50 1.2 to 1.4 times fp32's on a 2-core Xeon). The demo accepts up to
+twice the baseline's latency so that its story is about parity, placement and rollout; a real
+project sets the slowdown its users can take (the default 1.0: not measurably slower)."""
+
+
 def demo_project(ort_version: str) -> Project:
     """The demo's project: the digits MLP (fp32 baseline, int8 candidate) on four classes.
 
@@ -84,21 +92,27 @@ def demo_project(ort_version: str) -> Project:
                 match=MatchRules(arch="aarch64", cpu_flags=["asimddp"]),
                 runtime=runtime,
                 provider=cpu2,
-                budgets=Budgets(p99_ms=82, peak_rss_mb=512, cold_init_ms=1500),
+                budgets=Budgets(
+                    p99_ms=82, peak_rss_mb=512, cold_init_ms=1500, max_slowdown=SLOWDOWN
+                ),
             ),
             "x86-v4": HostClass(
                 key=HostClassKey(hardware="x86-v4", runtime="ort-r8", provider="cpu-int8"),
                 match=MatchRules(arch="x86_64", cpu_flags=["avx512f", "avx512_vnni"]),
                 runtime=runtime,
                 provider=cpu2,
-                budgets=Budgets(p99_ms=20, peak_rss_mb=512, cold_init_ms=1500),
+                budgets=Budgets(
+                    p99_ms=20, peak_rss_mb=512, cold_init_ms=1500, max_slowdown=SLOWDOWN
+                ),
             ),
             "x86-v3-1t": HostClass(
                 key=HostClassKey(hardware="x86-v3", runtime="ort-r8", provider="cpu-1thread"),
                 match=MatchRules(arch="x86_64", cpu_flags=["avx2", "fma"]),
                 runtime=runtime,
                 provider=cpu1,
-                budgets=Budgets(p99_ms=20, peak_rss_mb=512, cold_init_ms=1500),
+                budgets=Budgets(
+                    p99_ms=20, peak_rss_mb=512, cold_init_ms=1500, max_slowdown=SLOWDOWN
+                ),
             ),
             "gpu-t4": HostClass(
                 key=HostClassKey(hardware="gpu-t4", runtime="ort-r8-cuda", provider="cuda-fp32"),

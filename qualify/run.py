@@ -27,13 +27,14 @@ from manifest.policy import RollbackTarget, rollback_target
 from matrix.bundle import write_bundle
 from matrix.samples import SAMPLES_SCHEMA, empty_samples
 from matrix.store import Store
+from qualify.ab import ConfigEvidence, comparison_confidence, interleave, slowdowns
 from qualify.artifacts import ArtifactStore
 from qualify.errors import HostMismatchError, ProjectError
 from qualify.fingerprint import class_mismatches, take_fingerprint
 from qualify.parity import compare_outputs
 from qualify.project import LoadedProject
 from qualify.release import previous_manifest
-from qualify.runner import WorkerOutcome, probe_runtime, run_worker
+from qualify.runner import ServedWorker, WorkerOutcome, probe_runtime, run_worker
 from qualify.stats import percentiles
 from qualify.workload import build_pool
 from schemas.base import Role
@@ -45,6 +46,7 @@ from schemas.cell import (
     RollbackCheck,
     RunBundle,
     RunRecord,
+    Slowdown,
 )
 from schemas.host import Fingerprint
 from schemas.project import ArtifactSpec, HostClass
@@ -125,43 +127,118 @@ def _job(
 
 
 def _latency_results(
-    outcome: WorkerOutcome, samples_path: Path, confidence: float
-) -> tuple[list[LatencyResult], dict[str, np.ndarray]]:
-    configs = outcome.result.get("configs") or []
-    if not configs or not samples_path.exists():
-        return [], {}
-    raw = dict(np.load(samples_path))
+    evidence: dict[tuple[int, int], ConfigEvidence],
+    outcome: WorkerOutcome,
+    confidence: float,
+    ratios: dict[tuple[int, int], Slowdown],
+) -> list[LatencyResult]:
+    throughput = outcome.result.get("throughput_ips") or {}
     results = []
-    for cfg in configs:
-        key = f"b{cfg['batch_size']}_c{cfg['concurrency']}"
-        ns = raw.get(key)
-        if ns is None or ns.size == 0:
+    for (b, c), ev in evidence.items():
+        ns = ev.samples_ns
+        if ns.size == 0:
             continue
-        ms = ns.astype(np.float64) / 1e6
-        pct = percentiles(ms)
-        # The bounds and decision are those of the worker's last scheduled look (a sequential
-        # test with a Bonferroni-corrected confidence per look), not a fresh look at all samples.
-        lower, upper = cfg.get("p99_lower_ms"), cfg.get("p99_upper_ms")
+        pct = percentiles(ns.astype(np.float64) / 1e6)
+        # The bounds and decision are those of the last scheduled look (a sequential test with
+        # a Bonferroni-corrected confidence per look), not a fresh look at all samples.
+        ips = throughput.get(f"b{b}_c{c}")
         results.append(
             LatencyResult(
-                batch_size=int(cfg["batch_size"]),
-                concurrency=int(cfg["concurrency"]),
-                samples=int(ms.size),
+                batch_size=b,
+                concurrency=c,
+                samples=int(ns.size),
                 p50_ms=float(pct.p50),
                 p90_ms=float(pct.p90),
                 p99_ms=float(pct.p99),
                 max_ms=float(pct.max),
                 mean_ms=float(pct.mean),
-                p99_lower_ms=None if lower is None else float(lower),
-                p99_upper_ms=None if upper is None else float(upper),
+                p99_lower_ms=ev.p99_lower_ms,
+                p99_upper_ms=ev.p99_upper_ms,
                 confidence=confidence,
-                decision=cfg["decision"],
-                stopped=cfg["stopped"],
-                duration_s=float(cfg["duration_s"]),
-                throughput_ips=cfg.get("throughput_ips"),
+                decision=ev.decision,  # type: ignore[arg-type]
+                stopped=ev.stopped,  # type: ignore[arg-type]
+                duration_s=ev.duration_s,
+                throughput_ips=None if ips is None else float(ips),
+                rounds=ev.rounds,
+                vs_baseline=ratios.get((b, c)),
             )
         )
-    return results, raw
+    return results
+
+
+@dataclass
+class _Measured:
+    outcomes: list[WorkerOutcome]
+    evidence: list[dict[tuple[int, int], ConfigEvidence]]
+    host_busy: bool
+
+
+def _interleaved_outcomes(
+    stored: list[tuple[ArtifactSpec, str, Path]],
+    configs: list[tuple[int, int]],
+    host_class: HostClass,
+    loaded: LoadedProject,
+    inputs_path: Path,
+    work_root: Path,
+    fp: Fingerprint,
+    on_event: EventSink,
+    on_worker_start: Callable[[str, int], None] | None,
+) -> _Measured:
+    """Prepare every artifact in its own process, one at a time (cold init, placement and
+    parity alone on the machine), then interleave their latency rounds, then let each finish
+    alone (throughput and profile)."""
+    workers: list[ServedWorker | None] = []
+    outcomes: dict[int, WorkerOutcome] = {}
+    opened: list[ServedWorker] = []
+    try:
+        for index, (spec, digest, stored_path) in enumerate(stored):
+            role = "baseline" if index == 0 else "candidate"
+            on_event(f"{spec.label} ({role}, {digest[:19]}): preparing")
+            work = work_root / f"a{index}"
+            work.mkdir()
+            job = _job(
+                # No re-hash here: ``store.add`` just hashed the copy, and the worker re-hashes
+                # the exact bytes it hands to onnxruntime before loading them.
+                artifact_path=stored_path,
+                digest=digest,
+                host_class=host_class,
+                loaded=loaded,
+                inputs_path=inputs_path,
+                work=work,
+                mode="serve",
+            )
+            worker = ServedWorker(
+                job,
+                work,
+                timeout_s=host_class.budgets.timeout_s,
+                on_start=_bind_label(on_worker_start, spec.label),
+            )
+            opened.append(worker)
+            if worker.ready():
+                workers.append(worker)
+            else:
+                outcomes[index] = worker.finish([])
+                workers.append(None)
+        measured = interleave(
+            workers,
+            configs,
+            loaded.project.workload,
+            host_class.budgets.p99_ms,
+            cores=len(fp.affinity) or fp.cores,
+            on_event=on_event,
+        )
+        wanted = [{"batch_size": b, "concurrency": c} for b, c in configs]
+        for index, live in enumerate(workers):
+            if live is not None:
+                outcomes[index] = live.finish(wanted)
+    finally:
+        for each in opened:
+            each.close()
+    return _Measured(
+        outcomes=[outcomes[i] for i in range(len(stored))],
+        evidence=measured.evidence,
+        host_busy=measured.host_busy,
+    )
 
 
 def _bind_label(
@@ -269,29 +346,30 @@ def qualify_run(
         baseline_outputs: dict[str, np.ndarray] | None = None
         baseline_digest = stored[0][1]
         baseline_error: str | None = None
-        for index, (spec, digest, stored_path) in enumerate(stored):
+        configs = [(b, c) for b in wl.batch_sizes for c in wl.concurrency]
+        outcomes = _interleaved_outcomes(
+            stored,
+            configs,
+            host_class,
+            loaded,
+            inputs_path,
+            work_root,
+            fp,
+            on_event,
+            on_worker_start,
+        )
+        baseline_evidence = outcomes.evidence[0]
+        confidence = comparison_confidence(wl.confidence, len(configs))
+        for index, (spec, digest, _) in enumerate(stored):
             role: Role = "baseline" if index == 0 else "candidate"
-            on_event(f"{spec.label} ({role}, {digest[:19]}): running")
             work = work_root / f"a{index}"
-            work.mkdir()
-            job = _job(
-                # No re-hash here: ``store.add`` just hashed the copy, and the worker re-hashes
-                # the exact bytes it hands to onnxruntime before loading them.
-                artifact_path=stored_path,
-                digest=digest,
-                host_class=host_class,
-                loaded=loaded,
-                inputs_path=inputs_path,
-                work=work,
-                mode="full",
+            outcome = outcomes.outcomes[index]
+            ratios = (
+                slowdowns(outcomes.evidence[index], baseline_evidence, confidence)
+                if index > 0
+                else {}
             )
-            outcome = run_worker(
-                job,
-                work,
-                timeout_s=host_class.budgets.timeout_s,
-                on_start=_bind_label(on_worker_start, spec.label),
-            )
-            latency, raw = _latency_results(outcome, work / "samples.npz", wl.confidence)
+            latency = _latency_results(outcomes.evidence[index], outcome, wl.confidence, ratios)
             reasons: list[Reason] = []
             if outcome.error_code:
                 reasons.append(Reason(code=outcome.error_code, message=outcome.error_message or ""))
@@ -345,8 +423,8 @@ def qualify_run(
             cell = cell.model_copy(update={"verdict": verdict, "reasons": why})
             cells.append(cell)
             on_event(f"{spec.label}: {verdict}" + "".join(f"; {r.code}" for r in why))
-            for key, ns in raw.items():
-                b, c = (int(x[1:]) for x in key.split("_"))
+            for (b, c), ev in outcomes.evidence[index].items():
+                ns = ev.samples_ns
                 sample_tables.append(
                     pa.table(
                         [
@@ -381,7 +459,13 @@ def qualify_run(
         load_avg_before=load_before,
         load_avg_after=list(os.getloadavg()),
         rollback=rollback,
+        host_busy=outcomes.host_busy,
     )
+    if outcomes.host_busy:
+        on_event(
+            "host busy: the load average exceeded the usable cores while measuring; the "
+            "interleaved rounds share the load, but the absolute figures are pessimistic"
+        )
     bundle = RunBundle(run=run, cells=cells)
     samples = pa.concat_tables(sample_tables) if sample_tables else empty_samples()
     bundle_path = write_bundle(bundle, samples, options.bundle_dir or db_dir / "bundles")

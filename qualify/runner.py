@@ -24,7 +24,7 @@ from qualify.errors import QualifyError
 from qualify.procfs import hwm_kb
 from schemas.cell import PeakRssSource
 
-__all__ = ["WorkerOutcome", "hwm_kb", "probe_runtime", "run_worker"]
+__all__ = ["ServedWorker", "WorkerOutcome", "hwm_kb", "probe_runtime", "run_worker"]
 
 STDERR_TAIL = 2000
 
@@ -116,24 +116,9 @@ def child_peak_rss_mb(
     return None, None
 
 
-def run_worker(
-    job: dict[str, Any],
-    workdir: Path,
-    *,
-    timeout_s: float,
-    on_start: Callable[[int], None] | None = None,
-) -> WorkerOutcome:
-    """Run one job in a fresh ``python -m qualify.worker`` and wait for it.
-
-    Args:
-        job: the job document (see ``qualify.worker``); ``result_path`` is set here.
-        workdir: a private directory for the job, result and child output files.
-        timeout_s: wall-clock limit; the child's whole process group is killed past it.
-        on_start: called with the child's pid once started (tests use it to inject faults).
-
-    Returns:
-        The outcome; never raises for anything the child did.
-    """
+def _spawn(
+    job: dict[str, Any], workdir: Path, pass_fds: tuple[int, ...] = (), stdin: Any = None
+) -> tuple[subprocess.Popen[bytes], dict[str, Any], float]:
     workdir.mkdir(parents=True, exist_ok=True)
     job = dict(job, result_path=str(workdir / "result.json"), parent_pid=os.getpid())
     job_path = workdir / "job.json"
@@ -143,32 +128,49 @@ def run_worker(
     with out_path.open("wb") as out, err_path.open("wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "qualify.worker", str(job_path)],
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if stdin is None else stdin,
             stdout=out,
             stderr=err,
             env=_child_env(),
             start_new_session=True,
+            pass_fds=pass_fds,
         )
-    if on_start is not None:
-        on_start(proc.pid)
-    timed_out = False
-    killed_hwm: int | None = None
+    return proc, job, started
+
+
+def _reap(
+    proc: subprocess.Popen[bytes], deadline: float, *, wait: bool = True
+) -> tuple[int, Any, bool, int | None] | None:
+    """Wait for the child until ``deadline`` (monotonic), then kill its group. Returns
+    ``(status, rusage, timed_out, hwm read before the kill)``, or None if ``wait`` is False and
+    it is still running."""
     while True:
         pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
-            break
-        if time.monotonic() - started > timeout_s:
-            timed_out = True
+            return status, rusage, False, None
+        if time.monotonic() > deadline:
             killed_hwm = hwm_kb(proc.pid)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             pid, status, rusage = os.wait4(proc.pid, 0)
-            break
+            return status, rusage, True, killed_hwm
+        if not wait:
+            return None
         time.sleep(0.02)
-    wall = time.monotonic() - started
+
+
+def _outcome(
+    proc: subprocess.Popen[bytes],
+    job: dict[str, Any],
+    workdir: Path,
+    ended: tuple[int, Any, bool, int | None],
+    wall: float,
+    timeout_s: float,
+) -> WorkerOutcome:
+    status, rusage, timed_out, killed_hwm = ended
     # We reaped the child ourselves; tell Popen so it does not warn or wait again.
     proc.returncode = os.waitstatus_to_exitcode(status)
-    stderr = err_path.read_text(encoding="utf-8", errors="replace")
+    stderr = (workdir / "stderr.txt").read_text(encoding="utf-8", errors="replace")
     result_path = Path(job["result_path"])
     result: dict[str, Any] = {}
     if result_path.exists():
@@ -227,3 +229,170 @@ def run_worker(
         stderr=stderr,
         provider_log=_provider_lines(stderr),
     )
+
+
+def run_worker(
+    job: dict[str, Any],
+    workdir: Path,
+    *,
+    timeout_s: float,
+    on_start: Callable[[int], None] | None = None,
+) -> WorkerOutcome:
+    """Run one job in a fresh ``python -m qualify.worker`` and wait for it.
+
+    Args:
+        job: the job document (see ``qualify.worker``); ``result_path`` is set here.
+        workdir: a private directory for the job, result and child output files.
+        timeout_s: wall-clock limit; the child's whole process group is killed past it.
+        on_start: called with the child's pid once started (tests use it to inject faults).
+
+    Returns:
+        The outcome; never raises for anything the child did.
+    """
+    proc, job, started = _spawn(job, workdir)
+    if on_start is not None:
+        on_start(proc.pid)
+    ended = _reap(proc, started + timeout_s)
+    assert ended is not None
+    return _outcome(proc, job, workdir, ended, time.monotonic() - started, timeout_s)
+
+
+class ServedWorker:
+    """One artifact's fresh process kept alive across the rounds of an interleaved A/B.
+
+    The child (``qualify.worker`` in ``serve`` mode) prepares (digest, cold and warm init,
+    placement, parity outputs), says ready, then answers one command per line: ``round`` (timed
+    samples back on a private pipe) and ``finish`` (throughput and profile, then it exits and is
+    reaped like any worker, so its peak RSS comes from ``wait4``). ``timeout_s`` bounds the time
+    spent waiting on this child in total, so other artifacts' rounds do not count against it.
+    Any way the child ends early (error, crash, hang, out of memory) is kept for `finish`,
+    which then returns the same `WorkerOutcome` `run_worker` would.
+    """
+
+    def __init__(
+        self,
+        job: dict[str, Any],
+        workdir: Path,
+        *,
+        timeout_s: float,
+        on_start: Callable[[int], None] | None = None,
+    ) -> None:
+        self._read_fd, write_fd = os.pipe()
+        commands_r, commands_w = os.pipe()
+        try:
+            self._proc, self._job, started = _spawn(
+                dict(job, mode="serve", reply_fd=write_fd),
+                workdir,
+                pass_fds=(write_fd,),
+                stdin=commands_r,
+            )
+        finally:
+            os.close(write_fd)
+            os.close(commands_r)
+        self._commands = os.fdopen(commands_w, "w", encoding="utf-8", buffering=1)
+        self._workdir = workdir
+        self._timeout_s = timeout_s
+        self._spent = 0.0
+        self._started = started
+        self._buffer = b""
+        self._ended: tuple[int, Any, bool, int | None] | None = None
+        self.alive = True
+        if on_start is not None:
+            on_start(self._proc.pid)
+
+    @property
+    def pid(self) -> int:
+        """The child's process id."""
+        return self._proc.pid
+
+    def _read_line(self) -> dict[str, Any] | None:
+        """The child's next reply, or None once it has ended (or used up its time)."""
+        import select
+
+        began = time.monotonic()
+        try:
+            while b"\n" not in self._buffer:
+                left = self._timeout_s - self._spent - (time.monotonic() - began)
+                if left <= 0:
+                    self._stop(kill=True)
+                    return None
+                ready, _, _ = select.select([self._read_fd], [], [], min(left, 0.5))
+                if not ready:
+                    if self._reap_if_done():
+                        return None
+                    continue
+                chunk = os.read(self._read_fd, 1 << 16)
+                if not chunk:  # the child closed its end: it is ending
+                    self._stop(kill=False)
+                    return None
+                self._buffer += chunk
+        finally:
+            self._spent += time.monotonic() - began
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        try:
+            doc: dict[str, Any] = json.loads(line)
+        except ValueError:
+            self._stop(kill=True)
+            return None
+        return doc
+
+    def _reap_if_done(self) -> bool:
+        ended = _reap(self._proc, float("inf"), wait=False)
+        if ended is None:
+            return False
+        self._ended = ended
+        self.alive = False
+        return True
+
+    def _stop(self, *, kill: bool) -> None:
+        """Reap the child: at once if ``kill`` (it used up its time), else within its time."""
+        if self._ended is not None:
+            return
+        left = 0.0 if kill else max(0.0, self._timeout_s - self._spent)
+        began = time.monotonic()
+        self._ended = _reap(self._proc, time.monotonic() + left)
+        self._spent += time.monotonic() - began
+        self.alive = False
+
+    def _send(self, cmd: dict[str, Any]) -> bool:
+        try:
+            self._commands.write(json.dumps(cmd) + "\n")
+            self._commands.flush()
+        except (BrokenPipeError, ValueError):
+            self._stop(kill=False)
+            return False
+        return True
+
+    def ready(self) -> bool:
+        """Wait for the child to finish preparing; False if it ended instead."""
+        reply = self._read_line()
+        return bool(reply and reply.get("ready"))
+
+    def round(self, cmd: dict[str, Any]) -> dict[str, Any] | None:
+        """One timed round; None if the child ended instead of answering."""
+        if not self.alive or not self._send(dict(cmd, cmd="round")):
+            return None
+        reply = self._read_line()
+        if reply is None or "samples_ns" not in reply:
+            self._stop(kill=reply is not None)
+            return None
+        return reply
+
+    def finish(self, configs: list[dict[str, int]]) -> WorkerOutcome:
+        """Ask for throughput and the profile, let the child exit, and reap it."""
+        if self.alive and self._send({"cmd": "finish", "configs": configs}):
+            self._stop(kill=False)
+        self.close()
+        assert self._ended is not None
+        wall = time.monotonic() - self._started
+        return _outcome(self._proc, self._job, self._workdir, self._ended, wall, self._timeout_s)
+
+    def close(self) -> None:
+        """Kill the child if it still runs and release the pipes (safe to call twice)."""
+        if self._ended is None:
+            self._stop(kill=True)
+        with contextlib.suppress(OSError):
+            self._commands.close()
+        with contextlib.suppress(OSError):
+            os.close(self._read_fd)
+        self._read_fd = -1

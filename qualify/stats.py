@@ -29,12 +29,15 @@ __all__ = [
     "AdaptiveP99",
     "P99Decision",
     "Percentiles",
+    "RatioBounds",
     "decide_p99",
     "look_schedule",
     "order_rank",
     "p99_bounds",
+    "paired_ratio",
     "percentiles",
     "quantile_bound_ranks",
+    "rounds_for_median_bound",
 ]
 
 P99Decision = Literal["pass", "fail", "insufficient"]
@@ -448,3 +451,55 @@ class AdaptiveP99:
             ValueError: no samples yet.
         """
         return percentiles(self._buf[: self._n])
+
+
+@dataclass(frozen=True)
+class RatioBounds:
+    """Median of paired per-round ratios with distribution-free bounds (see `paired_ratio`)."""
+
+    rounds: int
+    ratio: float | None
+    lower: float | None
+    upper: float | None
+
+
+def rounds_for_median_bound(confidence: float) -> int:
+    """Fewest paired rounds for which `paired_ratio` has both bounds at ``confidence``: the
+    smallest n with ``0.5 ** n <= 1 - confidence`` (then the extreme ratios are the bounds)."""
+    _check_unit_interval("confidence", confidence, low=0.5)
+    return max(1, math.ceil(math.log(1.0 - confidence) / math.log(0.5) - 1e-9))
+
+
+def paired_ratio(
+    candidate: Sequence[float], baseline: Sequence[float], confidence: float
+) -> RatioBounds:
+    """How much slower a candidate is than a baseline measured in the same rounds.
+
+    Each round gives one ratio ``candidate[i] / baseline[i]`` (a round's p50, or its p99); the
+    result is their median with one-sided distribution-free confidence bounds of the median
+    (`quantile_bound_ranks` at q = 0.5). Rounds interleave the two under the same machine load,
+    so each ratio compares like with like; the median keeps one disturbed round from deciding.
+
+    Args:
+        candidate: The candidate's figure per round.
+        baseline: The baseline's figure in the same rounds (same length, all > 0).
+        confidence: One-sided confidence of each bound.
+
+    Returns:
+        The bounds; ``lower``/``upper`` are None with too few rounds, and everything is None
+        without any.
+
+    Raises:
+        ValueError: lengths differ, or a figure is not finite and positive.
+    """
+    if len(candidate) != len(baseline):
+        raise ValueError(f"{len(candidate)} candidate rounds but {len(baseline)} baseline rounds")
+    c = np.asarray(candidate, dtype=np.float64)
+    b = np.asarray(baseline, dtype=np.float64)
+    if not (np.all(np.isfinite(c)) and np.all(np.isfinite(b)) and np.all(c > 0) and np.all(b > 0)):
+        raise ValueError("every per-round figure must be finite and positive")
+    if c.size == 0:
+        return RatioBounds(0, None, None, None)
+    ratios = c / b
+    lower, upper = _values_at_ranks(ratios, quantile_bound_ranks(int(ratios.size), 0.5, confidence))
+    return RatioBounds(int(ratios.size), float(np.median(ratios)), lower, upper)

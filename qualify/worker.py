@@ -400,7 +400,27 @@ def _kernel_time_per_provider(
     return {name: us / 1000.0 / runs for name, us in sorted(totals.items())}
 
 
-def _measure(job: dict[str, Any], result: dict[str, Any]) -> None:
+class _Prepared:
+    """A loaded, verified session after cold/warm init, placement and parity outputs."""
+
+    def __init__(self, ort: Any, model: bytes, session: Any, pool: dict[str, Any]) -> None:
+        self.ort = ort
+        self.model = model
+        self.session = session
+        self.pool = pool
+        self._feeds: dict[int, list[dict[str, Any]]] = {}
+
+    def feeds(self, job: dict[str, Any], batch_size: int) -> list[dict[str, Any]]:
+        """Sixteen batches of ``batch_size`` rows, built once per size."""
+        if batch_size not in self._feeds:
+            self._feeds[batch_size] = [
+                _batch(self.pool, job, k * batch_size, batch_size) for k in range(16)
+            ]
+        return self._feeds[batch_size]
+
+
+def _prepare(job: dict[str, Any], result: dict[str, Any]) -> _Prepared | None:
+    """Digest check, cold init, placement, warm init and parity outputs; None in check mode."""
     import numpy as np
 
     t_import = time.perf_counter_ns()
@@ -445,7 +465,7 @@ def _measure(job: dict[str, Any], result: dict[str, Any]) -> None:
         except Exception as exc:  # then placement stays unknown, and the verdict says so
             result["warnings"].append(f"placement from the profiler failed: {exc}")
     if job.get("mode") == "check":
-        return
+        return None
 
     # Warm init: a second session in the same process.
     t0 = time.perf_counter_ns()
@@ -470,29 +490,102 @@ def _measure(job: dict[str, Any], result: dict[str, Any]) -> None:
         allow_pickle=False,
         **{n: np.concatenate(v, axis=0) for n, v in collected.items()},
     )
+    return _Prepared(ort, model, session, pool)
 
-    # Latency per (batch size, concurrency), adaptive p99, then a separate throughput pass.
+
+def _profile(prepared: _Prepared, job: dict[str, Any], result: dict[str, Any]) -> None:
+    try:
+        result["kernel_ms_per_provider"] = _kernel_time_per_provider(
+            prepared.ort, prepared.model, job, prepared.feeds(job, 1)
+        )
+    except Exception as exc:  # the profile is extra evidence; its failure is said, not fatal
+        result["kernel_ms_per_provider"] = None
+        result.setdefault("warnings", []).append(f"profiling pass failed: {exc}")
+
+
+def _measure(job: dict[str, Any], result: dict[str, Any]) -> None:
+    """``full`` mode: everything in one go, configs one after another (the bench harness's
+    single-artifact protocol); ``check`` mode stops after the first inference."""
+    import numpy as np
+
+    prepared = _prepare(job, result)
+    if prepared is None:
+        return
     post = _postprocess(job["postprocess"])
     samples: dict[str, Any] = {}
     configs: list[dict[str, Any]] = []
     for cfg in job["configs"]:
         b, c = int(cfg["batch_size"]), int(cfg["concurrency"])
-        feeds = [_batch(pool, job, k * b, b) for k in range(16)]
         try:
-            flat, doc = _latency_config(session, feeds, c, post, job)
+            flat, doc = _latency_config(prepared.session, prepared.feeds(job, b), c, post, job)
         except Exception as exc:
             raise _Failure(classify_exception(exc, "run"), f"{type(exc).__name__}: {exc}") from exc
         samples[f"b{b}_c{c}"] = flat
         configs.append({"batch_size": b, "concurrency": c, **doc})
         result["configs"] = configs
     np.savez(job["samples_path"], allow_pickle=False, **samples)
-    try:
-        result["kernel_ms_per_provider"] = _kernel_time_per_provider(
-            ort, model, job, [_batch(pool, job, k, 1) for k in range(16)]
-        )
-    except Exception as exc:  # the profile is extra evidence; its failure is said, not fatal
-        result["kernel_ms_per_provider"] = None
-        result.setdefault("warnings", []).append(f"profiling pass failed: {exc}")
+    _profile(prepared, job, result)
+
+
+def _round(
+    prepared: _Prepared, job: dict[str, Any], post: Callable[[list[Any]], Any], cmd: dict[str, Any]
+) -> dict[str, Any]:
+    """One timed round of an interleaved A/B: a short warm-up, then ``time_s`` of samples."""
+    b, c = int(cmd["batch_size"]), int(cmd["concurrency"])
+    feeds = prepared.feeds(job, b)
+    session = prepared.session
+    for k in range(int(cmd["warmup"])):
+        session.run(None, feeds[k % len(feeds)])
+    limit_s, most = float(cmd["time_s"]), int(cmd["max_samples"])
+    started = time.perf_counter()
+
+    def should_stop(per_thread: list[list[int]]) -> bool:
+        done = sum(len(x) for x in per_thread)
+        return done >= most or time.perf_counter() - started >= limit_s
+
+    per_thread = _timed_loop(session, feeds, c, post, should_stop, check_every=8)
+    return {
+        "samples_ns": [x for lst in per_thread for x in lst],
+        "duration_s": time.perf_counter() - started,
+    }
+
+
+def _reply(fd: int, doc: dict[str, Any]) -> None:
+    data = (json.dumps(doc) + "\n").encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _serve(job: dict[str, Any], result: dict[str, Any]) -> None:
+    """``serve`` mode: prepare, say ready, then answer the parent's commands one per line on
+    stdin (``round`` -> samples on the reply pipe; ``finish`` -> throughput and the profile, then
+    exit) so that one fresh process per artifact can be measured in rounds interleaved with the
+    others'. Idle between rounds, it blocks on a read and takes no CPU from them."""
+    fd = int(job["reply_fd"])
+    prepared = _prepare(job, result)
+    assert prepared is not None
+    _reply(fd, {"ready": True})
+    post = _postprocess(job["postprocess"])
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        if cmd.get("cmd") == "round":
+            try:
+                _reply(fd, _round(prepared, job, post, cmd))
+            except Exception as exc:
+                code = classify_exception(exc, "run")
+                raise _Failure(code, f"{type(exc).__name__}: {exc}") from exc
+            continue
+        throughput: dict[str, float] = {}
+        for cfg in cmd.get("configs", []):
+            b, c = int(cfg["batch_size"]), int(cfg["concurrency"])
+            throughput[f"b{b}_c{c}"] = _throughput(
+                prepared.session, prepared.feeds(job, b), c, float(job["throughput_s"])
+            )
+        result["throughput_ips"] = throughput
+        _profile(prepared, job, result)
+        return
+    raise _Failure("crashed", "the parent closed the command pipe before 'finish'")
 
 
 def _third_party_modules() -> list[str]:
@@ -521,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     _set_memory_limit(job.get("memory_limit_mb"))
     result: dict[str, Any] = {"pid": os.getpid()}
     try:
-        _measure(job, result)
+        (_serve if job.get("mode") == "serve" else _measure)(job, result)
         result["ok"] = True
     except _Failure as failure:
         result["ok"] = False

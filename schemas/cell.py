@@ -26,8 +26,10 @@ __all__ = [
     "Placement",
     "Reason",
     "RollbackCheck",
+    "RoundFigure",
     "RunBundle",
     "RunRecord",
+    "Slowdown",
 ]
 
 BUNDLE_FORMAT = "qualify-run-bundle/1"
@@ -53,6 +55,8 @@ REASON_CODES: dict[str, str] = {
     "crashed": "the subprocess died without a result",
     "emulated": "measured on a host that does not match the class",
     "baseline_failed": "the baseline could not be run, so parity could not be judged",
+    "slower_than_baseline": "the candidate is measurably slower than the baseline at p50 or p99 "
+    "(the lower bound of the paired ratio is above max_slowdown)",
 }
 
 
@@ -91,6 +95,43 @@ class Placement(Document):
     )
 
 
+class RoundFigure(Document):
+    """One artifact's share of one interleaved round at one latency config."""
+
+    round: int = Field(ge=0, description="Round number, from 0.")
+    position: int = Field(ge=0, description="Where in the round's order it sampled (0 = first).")
+    samples: int = Field(ge=0, description="Timed inferences in this round.")
+    p50_ms: float | None = Field(description="Median of this round; null without samples.")
+    p99_ms: float | None = Field(description="99th percentile of this round; null without samples.")
+    load_avg_1m: float = Field(description="1-minute load average when the round started.")
+    steal_fraction: float | None = Field(
+        description="Share of CPU time stolen by the hypervisor during the round (/proc/stat); "
+        "null where the kernel does not say."
+    )
+
+
+class Slowdown(Document):
+    """Candidate/baseline latency ratio from the paired rounds of an interleaved A/B.
+
+    Each paired round gives one ratio per metric (the candidate's round p50 over the baseline's
+    round p50, likewise p99); the ratio reported is their median and the bounds are
+    distribution-free confidence bounds of that median (order statistics, as for p99), so one
+    round hit by a load spike cannot decide it.
+    """
+
+    rounds: int = Field(ge=0, description="Rounds in which both artifacts sampled.")
+    confidence: float = Field(
+        description="One-sided confidence of each bound, Bonferroni-corrected over p50 and p99 "
+        "and every latency config."
+    )
+    p50_ratio: float | None = Field(description="Median per-round ratio of p50.")
+    p50_lower: float | None = Field(description="Lower bound of it; null with too few rounds.")
+    p50_upper: float | None = Field(description="Upper bound of it; null with too few rounds.")
+    p99_ratio: float | None = Field(description="Median per-round ratio of p99.")
+    p99_lower: float | None = Field(description="Lower bound of it; null with too few rounds.")
+    p99_upper: float | None = Field(description="Upper bound of it; null with too few rounds.")
+
+
 class LatencyResult(Document):
     """Latency at one (batch size, concurrency) with its p99 evidence."""
 
@@ -118,6 +159,13 @@ class LatencyResult(Document):
     duration_s: float = Field(description="Wall time spent sampling.")
     throughput_ips: float | None = Field(
         description="Inferences per second from the separate throughput pass; null if not run."
+    )
+    rounds: list[RoundFigure] = Field(
+        default_factory=list, description="Per-round figures of the interleaved A/B."
+    )
+    vs_baseline: Slowdown | None = Field(
+        default=None,
+        description="For a candidate: its latency relative to the baseline's in the same rounds.",
     )
 
 
@@ -234,6 +282,11 @@ class RunRecord(Document):
     load_avg_before: list[float] = Field(description="1/5/15-minute load average before.")
     load_avg_after: list[float] = Field(description="1/5/15-minute load average after.")
     rollback: RollbackCheck | None = Field(description="Rollback artifact check; null if not run.")
+    host_busy: bool = Field(
+        default=False,
+        description="The 1-minute load average exceeded the usable cores during some round: "
+        "something else competed for the CPUs while measuring.",
+    )
 
 
 class RunBundle(Document):

@@ -184,7 +184,15 @@ class Workload(Document):
     time_cap_s: float = Field(
         default=20.0,
         gt=0,
-        description="Wall-clock cap per latency config; undecided at the cap means 'insufficient'.",
+        description="Sampling time cap per artifact and latency config, summed over its rounds; "
+        "undecided at the cap means 'insufficient'.",
+    )
+    rounds: int = Field(
+        default=10,
+        ge=1,
+        description="Fewest interleaved rounds per latency config: baseline and candidates each "
+        "sample in turn, in alternating order, so that machine load hits all alike (raised "
+        "automatically to the fewest that can bound the candidate/baseline ratio).",
     )
     throughput_s: float = Field(
         default=1.0, gt=0, description="Duration of the separate throughput pass per config."
@@ -372,8 +380,19 @@ class Budgets(Document):
     cold_init_ms: float | None = Field(
         default=None, gt=0, description="Cold init budget: session creation plus first inference."
     )
+    max_slowdown: float = Field(
+        default=1.0,
+        gt=0,
+        description="Largest candidate/baseline latency ratio allowed at p50 and at p99, from "
+        "the paired rounds of the interleaved A/B: a candidate fails when the lower confidence "
+        "bound of the ratio is above it (1.0: it must not be measurably slower than the "
+        "baseline; 1.1 tolerates 10%).",
+    )
     timeout_s: float = Field(
-        default=300.0, gt=0, description="Wall-clock limit of one artifact's subprocess."
+        default=300.0,
+        gt=0,
+        description="Wall-clock limit of one artifact's subprocess, counting only the time spent "
+        "waiting on it (its own rounds of the interleaved A/B, not the others').",
     )
     memory_limit_mb: int = Field(
         default=8192,

@@ -255,6 +255,31 @@ MODELS: dict[str, ModelBuilder] = {
 """Every test model by name."""
 
 
+def padded_mlp(directory: Path, extra: int, name: str = "padded_mlp") -> Path:
+    """``identity_mlp`` with ``extra`` MatMuls by the identity before it: the same numbers
+    (multiplying by I is exact in float32) for measurably more work, the candidate an A/B must
+    call slower. ``extra=0`` is the baseline's graph in other bytes (a different name)."""
+    w1, b1, w2 = _mlp_weights()
+    model = _mlp(w1, b1, w2, name=name)
+    graph = model.graph
+    eye = numpy_helper.from_array(np.eye(FEATURES, dtype=np.float32), "eye")
+    previous = INPUT
+    chain = []
+    for k in range(extra):
+        out = f"pad{k}"
+        chain.append(helper.make_node("MatMul", [previous, "eye"], [out], name=f"pad/{k}"))
+        previous = out
+    if extra:
+        first = graph.node[0]
+        first.input[0] = previous
+        nodes = [*chain, *graph.node]
+        del graph.node[:]
+        graph.node.extend(nodes)
+        graph.initializer.append(eye)
+    onnx.checker.check_model(model, full_check=True)
+    return _write(model, directory, name)
+
+
 def passthrough(
     path: Path,
     shape: list[int | str],

@@ -23,7 +23,7 @@ from matrix.store import Store
 from qualify.errors import HostMismatchError, ProjectError
 from qualify.project import load_project
 from qualify.run import RunOptions, qualify_run
-from tests.models import build
+from tests.models import build, padded_mlp
 from tests.qualify.projects import write_project
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -304,3 +304,54 @@ def test_after_a_manifest_approves_a_candidate_the_next_run_proves_that_candidat
     assert second.bundle.run.rollback.artifact_digest == twin_cell.artifact_digest
     assert second.bundle.run.rollback.loaded
     assert any(e.startswith("rollback twin (") for e in events), events
+
+
+def _ab_project(tmp_path: Path, candidates: dict[str, int]) -> Path:
+    """The small project with candidates built from identity_mlp plus N identity MatMuls."""
+    project = write_project(tmp_path, [])
+    for name, extra in candidates.items():
+        padded_mlp(tmp_path / "models", extra, name)
+    listing = "".join(f"    - {{path: models/{name}.onnx}}\n" for name in candidates)
+    project.write_text(
+        project.read_text().replace("  candidates:\n    []\n", "  candidates:\n" + listing)
+    )
+    return project
+
+
+def test_interleaved_ab_fails_a_slower_candidate_and_passes_a_twin(tmp_path: Path) -> None:
+    project = _ab_project(tmp_path, {"slow": 40, "twin": 0})
+    outcome = qualify_run(load_project(project), "here-cpu", RunOptions(db_path=tmp_path / "m.db"))
+    cells = {c.artifact_name: c for c in outcome.bundle.cells}
+    slow, twin = cells["slow"], cells["twin"]
+    assert slow.verdict == "fail"
+    assert [r.code for r in slow.reasons] == ["slower_than_baseline"]
+    assert "beyond max_slowdown 1.0: p50 x" in slow.reasons[0].message
+    assert twin.verdict == "pass", twin.reasons
+    for cell in (slow, twin):
+        for result in cell.latency:
+            ratio = result.vs_baseline
+            assert ratio is not None and ratio.rounds >= 10
+            assert ratio.p50_lower is not None and ratio.p50_lower <= ratio.p50_ratio  # type: ignore[operator]
+            assert len(result.rounds) >= 10
+            assert {f.position for f in result.rounds} == {0, 1, 2}  # the order alternates
+            assert all(f.samples > 0 and f.load_avg_1m >= 0 for f in result.rounds)
+    assert all(r.vs_baseline is None for r in cells["identity_mlp"].latency)
+    # max_slowdown is re-judged by the policy: a generous one lets the slow candidate through.
+    from manifest.gates import judge
+
+    here = load_project(project).project.host_classes["here-cpu"]
+    budgets = here.budgets.model_copy(update={"max_slowdown": 50.0})
+    generous = here.model_copy(update={"budgets": budgets})
+    assert judge(slow, generous)[0] == "pass"
+
+
+def test_rounds_balance_the_order_and_count_only_their_own_time(tmp_path: Path) -> None:
+    project = _ab_project(tmp_path, {"twin": 0})
+    outcome = qualify_run(load_project(project), "here-cpu", RunOptions(db_path=tmp_path / "m.db"))
+    base, twin = outcome.bundle.cells
+    for b_result, t_result in zip(base.latency, twin.latency, strict=True):
+        by_round = {f.round: f.position for f in b_result.rounds}
+        assert all(by_round[f.round] != f.position for f in t_result.rounds)
+        first = [f.round for f in b_result.rounds if f.position == 0]
+        assert abs(2 * len(first) - len(b_result.rounds)) <= 2  # first in about half the rounds
+        assert b_result.duration_s < 3.0 + 1.0  # the time cap counts its own sampling only
