@@ -128,11 +128,20 @@ def _session_options(ort: Any, job: dict[str, Any], record_placement: bool) -> A
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     }[provider.get("graph_optimization_level", "all")]
     so.graph_optimization_level = level
+    for key, value in provider.get("session_config", {}).items():
+        so.add_session_config_entry(str(key), _option_text(value))
     if provider.get("strict_fallback"):
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     if record_placement:
         so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     return so
+
+
+def _option_text(value: Any) -> str:
+    """onnxruntime takes option values as strings; booleans as 1/0, as its own keys spell them."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
 
 
 def _create(
@@ -144,7 +153,13 @@ def _create(
 ) -> Any:
     provider = job["provider"]
     names = list(provider["execution_providers"])
-    options = [dict(provider.get("provider_options", {}).get(n, {})) for n in names]
+    options = [
+        {
+            str(k): _option_text(v)
+            for k, v in provider.get("provider_options", {}).get(n, {}).items()
+        }
+        for n in names
+    ]
     so = _session_options(ort, job, record_placement)
     if profile_prefix is not None:
         so.enable_profiling = True

@@ -322,14 +322,31 @@ class RuntimeSpec(Document):
     )
 
 
+OptionValue = str | bool | int | float
+"""A provider option or session config value, as YAML writes it."""
+
+_OWN_SESSION_KEYS = {
+    "session.disable_cpu_ep_fallback": "use 'strict_fallback: true' instead",
+    "session.record_ep_graph_assignment_info": "qualify records placement on every run",
+}
+
+
 class ProviderSpec(Document):
     """Execution providers and session options of a class."""
 
     execution_providers: list[str] = Field(
         default=["CPUExecutionProvider"], min_length=1, description="Requested providers, in order."
     )
-    provider_options: dict[str, dict[str, str]] = Field(
-        default_factory=dict, description="Options per provider name."
+    provider_options: dict[str, dict[str, OptionValue]] = Field(
+        default_factory=dict,
+        description="Options per provider name, e.g. {CUDAExecutionProvider: {device_id: 0}}; "
+        "values are JSON scalars, handed to onnxruntime as strings (true/false as 1/0).",
+    )
+    session_config: dict[str, OptionValue] = Field(
+        default_factory=dict,
+        description="onnxruntime session config entries (SessionOptions.add_session_config_entry),"
+        " e.g. {session.x64quantprecision: 1, session.intra_op.allow_spinning: 0}; they change "
+        "numbers and speed, so they count in the settings digest like every provider setting.",
     )
     expected: str = Field(
         default="",
@@ -358,6 +375,13 @@ class ProviderSpec(Document):
                 close = difflib.get_close_matches(name, sorted(KNOWN_PROVIDERS), n=1)
                 hint = f"did you mean {close[0]!r}?" if close else "see onnxruntime's provider list"
                 raise ValueError(f"unknown execution provider {name!r}; {hint}")
+        for key in self.session_config:
+            if not key or any(c.isspace() for c in key):
+                raise ValueError(f"session_config key {key!r} must be a non-empty word")
+            if key in _OWN_SESSION_KEYS:
+                raise ValueError(
+                    f"session_config {key!r} is set by qualify itself; {_OWN_SESSION_KEYS[key]}"
+                )
         if not self.expected:
             object.__setattr__(self, "expected", self.execution_providers[0])
         elif self.expected not in self.execution_providers:

@@ -520,6 +520,34 @@ def test_expected_provider_must_be_one_of_the_requested(tmp_path: Path) -> None:
     assert "expected provider 'CUDAExecutionProvider' is not among the requested" in message
 
 
+def test_session_config_and_scalar_provider_options_load_and_count_in_the_digest(
+    tmp_path: Path,
+) -> None:
+    plain = load_project(write_tree(tmp_path / "a")).project.host_classes["arm-r5"]
+    text = VALID.replace(
+        "intra_op_threads: 2}",
+        "intra_op_threads: 2, session_config: {session.x64quantprecision: 1, "
+        "session.intra_op.allow_spinning: false}, "
+        "provider_options: {CPUExecutionProvider: {arena_extend_strategy: kSameAsRequested}}}",
+    )
+    tuned = load_project(write_tree(tmp_path / "b", text)).project.host_classes["arm-r5"]
+    assert tuned.provider.session_config == {
+        "session.x64quantprecision": 1,
+        "session.intra_op.allow_spinning": False,
+    }
+    assert tuned.settings_digest() != plain.settings_digest()
+
+
+def test_session_config_keys_qualify_sets_itself_are_refused(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "intra_op_threads: 2}",
+        "intra_op_threads: 2, session_config: {session.disable_cpu_ep_fallback: 1}}",
+    )
+    message = load_error(write_tree(tmp_path, text))
+    assert "'session.disable_cpu_ep_fallback' is set by qualify itself" in message
+    assert "strict_fallback: true" in message
+
+
 # --- the workload against the model's own graph ---------------------------------------------
 
 

@@ -355,3 +355,18 @@ def test_rounds_balance_the_order_and_count_only_their_own_time(tmp_path: Path) 
         first = [f.round for f in b_result.rounds if f.position == 0]
         assert abs(2 * len(first) - len(b_result.rounds)) <= 2  # first in about half the rounds
         assert b_result.duration_s < 3.0 + 1.0  # the time cap counts its own sampling only
+
+
+def test_session_config_entries_reach_the_session(tmp_path: Path) -> None:
+    project = write_project(tmp_path, [])
+    text = project.read_text().replace(
+        "provider: {execution_providers: [CPUExecutionProvider], intra_op_threads: 1}",
+        "provider: {execution_providers: [CPUExecutionProvider], intra_op_threads: 1, "
+        "session_config: {session.graph_optimizations_loop_level: not-a-number}}",
+    )
+    project.write_text(text)
+    outcome = qualify_run(load_project(project), "here-cpu", RunOptions(db_path=tmp_path / "m.db"))
+    (cell,) = outcome.bundle.cells
+    assert cell.verdict == "error"
+    assert [r.code for r in cell.reasons] == ["load_failed"]
+    assert "stoi" in (cell.error or "")  # onnxruntime parsed the entry and refused its value
