@@ -15,7 +15,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-__all__ = ["HostFacts", "flag_spellings", "match_failures", "read_host_facts"]
+__all__ = [
+    "ISA_FEATURES",
+    "HostFacts",
+    "flag_spellings",
+    "isa_summary",
+    "match_failures",
+    "read_host_facts",
+    "required_isa",
+]
 
 
 class HostFacts(NamedTuple):
@@ -102,6 +110,52 @@ def read_host_facts(proc: Path = Path("/proc"), providers: Iterable[str] = ()) -
     )
 
 
+# CPU flags that change int8/fp16 numerics or kernels, by normalised ISA feature name.
+_ISA_FLAGS: dict[str, dict[str, str]] = {
+    "x86_64": {
+        "avx2": "avx2",
+        "avx512f": "avx512f",
+        "avx512vnni": "avx512_vnni",
+        "avxvnni": "avx_vnni",
+        "amxtile": "amx",
+        "amxint8": "amx",
+        "f16c": "f16c",
+    },
+    "aarch64": {
+        "asimddp": "asimddp",
+        "i8mm": "i8mm",
+        "sve": "sve",
+        "fphp": "fp16",
+        "asimdhp": "fp16",
+    },
+}
+ISA_FEATURES: tuple[str, ...] = tuple(
+    sorted({name for table in _ISA_FLAGS.values() for name in table.values()})
+)
+"""Every normalised ISA feature name a match rule may require."""
+
+
+def isa_summary(arch: str, flags: Iterable[str]) -> list[str]:
+    """The ISA features among a host's CPU flags that change int8/fp16 numerics, normalised
+    (avx2, avx512f, avx512_vnni, avx_vnni, amx, f16c on x86; asimddp, i8mm, sve, fp16 on ARM),
+    sorted. Empty for an architecture it does not know."""
+    table = _ISA_FLAGS.get(arch, {})
+    return sorted({table[k] for f in flags if (k := f.lower().replace("_", "")) in table})
+
+
+def required_isa(rules: Mapping[str, Any]) -> list[str]:
+    """The ISA features a class's match rules require: its ``isa`` list and every required CPU
+    flag that is an ISA feature, normalised, sorted."""
+    arch = rules.get("arch")
+    flags = list(rules.get("cpu_flags") or [])
+    tables = [_ISA_FLAGS[arch]] if arch in _ISA_FLAGS else list(_ISA_FLAGS.values())
+    found = set(rules.get("isa") or [])
+    for flag in flags:
+        key = flag.lower().replace("_", "")
+        found.update(t[key] for t in tables if key in t)
+    return sorted(found)
+
+
 def flag_spellings(flag: str) -> set[str]:
     """Both spellings of a CPU flag: ``avx512_vnni`` and ``avx512vnni`` name the same feature."""
     flag = flag.strip().lower()
@@ -124,7 +178,7 @@ def match_failures(facts: HostFacts, rules: Mapping[str, Any]) -> list[str]:
 
     Args:
         facts: the host.
-        rules: the class's ``match`` mapping (keys: arch, cpu_flags, cpu_model, min_cores,
+        rules: the class's ``match`` mapping (keys: arch, cpu_flags, isa, cpu_model, min_cores,
             min_memory_mb, accelerator); missing or null keys are not checked.
 
     Returns:
@@ -137,6 +191,12 @@ def match_failures(facts: HostFacts, rules: Mapping[str, Any]) -> list[str]:
     missing = [f for f in rules.get("cpu_flags") or [] if not _has_flag(facts.cpu_flags, f)]
     if missing:
         failures.append(f"cpu_flags: host lacks {', '.join(missing)}")
+    wanted_isa = rules.get("isa") or []
+    if wanted_isa:
+        have = set(isa_summary(facts.arch, facts.cpu_flags))
+        lacking = [f for f in wanted_isa if f not in have]
+        if lacking:
+            failures.append(f"isa: host lacks {', '.join(lacking)}")
     model = rules.get("cpu_model")
     if model and (facts.cpu_model is None or model.lower() not in facts.cpu_model.lower()):
         failures.append(f"cpu_model: host CPU is {facts.cpu_model!r}, class needs {model!r}")

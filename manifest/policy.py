@@ -326,6 +326,7 @@ def _evidence(cell: Cell, cls: HostClass, emulated: bool) -> Evidence:
         verdict=cell.verdict,
         measured_at=_time(cell.measured_at),
         emulated=emulated,
+        isa_mismatch=list(cell.isa_mismatch),
         p99_us=_us(gate.p99_ms) if gate else None,
         p99_upper_us=_us(gate.p99_upper_ms) if gate else None,
         p99_budget_us=round(cls.budgets.p99_ms * 1000),

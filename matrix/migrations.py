@@ -247,6 +247,18 @@ MIGRATIONS: tuple[Migration, ...] = (
         name="telemetry events and the telemetry files ingested",
         statements=(_TELEMETRY, _TELEMETRY_FILES),
     ),
+    Migration(
+        version=3,
+        name="cells.isa_mismatch (numerics from another ISA) and the matrix view showing it",
+        statements=(
+            "DROP VIEW matrix",
+            "ALTER TABLE cells ADD COLUMN isa_mismatch VARCHAR[]",
+            # Cells from before: what the cell document says (empty: it did not know).
+            "UPDATE cells SET isa_mismatch = coalesce("
+            "CAST(json_extract(cell, '$.isa_mismatch') AS VARCHAR[]), [])",
+            _MATRIX_VIEW.replace("emulated, measured_at", "emulated, isa_mismatch, measured_at"),
+        ),
+    ),
 )
 
 LATEST_VERSION: int = MIGRATIONS[-1].version

@@ -169,6 +169,7 @@ _CELLS_SCHEMA = pa.schema(
         ("throughput_ips", pa.float64()),
         ("error", pa.string()),
         ("cell", pa.string()),
+        ("isa_mismatch", pa.list_(pa.string())),
     ]
 )
 
@@ -270,6 +271,7 @@ def _cell_row(cell: Cell) -> dict[str, Any]:
         "throughput_ips": gate.throughput_ips if gate else None,
         "error": cell.error,
         "cell": cell.model_dump_json(),
+        "isa_mismatch": list(cell.isa_mismatch),
     }
 
 

@@ -179,6 +179,8 @@ def print_matrix(rows: list[dict[str, Any]], console: Console | None = None) -> 
             if budget is not None:
                 p99 += f"/{_ms(budget)} ms"
             flags = " emulated" if r.get("emulated") else ""
+            if r.get("isa_mismatch"):
+                flags += " other-ISA"
             fb = r.get("fallback_nodes")
             fb_text = f" fb={fb}" if fb else ""
             values.append(f"[{style}]{r['verdict']}[/] {p99}{fb_text}{flags}")

@@ -16,11 +16,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from manifest.hostmatch import HostFacts, match_failures, read_host_facts
+from manifest.hostmatch import (
+    HostFacts,
+    isa_summary,
+    match_failures,
+    read_host_facts,
+    required_isa,
+)
 from schemas.host import EpDevice, Fingerprint, RuntimeIdentity
 from schemas.project import HostClass
 
-__all__ = ["class_mismatches", "facts_of", "take_fingerprint"]
+__all__ = ["class_mismatches", "facts_of", "isa_mismatch", "take_fingerprint"]
 
 
 def take_fingerprint(
@@ -47,6 +53,7 @@ def take_fingerprint(
         arch=facts.arch,
         cpu_model=facts.cpu_model,
         cpu_flags=sorted(facts.cpu_flags),
+        isa=isa_summary(facts.arch, facts.cpu_flags),
         cores=os.cpu_count() or 1,
         affinity=affinity,
         memory_mb=facts.memory_mb,
@@ -88,3 +95,17 @@ def class_mismatches(fp: Fingerprint, host_class: HostClass) -> list[str]:
             f"runtime.build_info: host build is {have.build_info!r}, class needs {want.build_info!r}"
         )
     return failures
+
+
+def isa_mismatch(fp: Fingerprint, host_class: HostClass) -> list[str]:
+    """How the measuring host's ISA differs from what the class's hosts have: each required ISA
+    feature it lacks, and a different architecture. Empty when its numerics are the class's.
+    """
+    rules = host_class.match.model_dump()
+    found: list[str] = []
+    arch = rules.get("arch")
+    if arch and arch != fp.arch:
+        found.append(f"arch {fp.arch}, class {arch}")
+    have = set(fp.isa or isa_summary(fp.arch, fp.cpu_flags))
+    found += [f"no {feature}" for feature in required_isa(rules) if feature not in have]
+    return found

@@ -30,7 +30,7 @@ from matrix.store import Store
 from qualify.ab import ConfigEvidence, comparison_confidence, interleave, slowdowns
 from qualify.artifacts import ArtifactStore
 from qualify.errors import HostMismatchError, ProjectError
-from qualify.fingerprint import class_mismatches, take_fingerprint
+from qualify.fingerprint import class_mismatches, isa_mismatch, take_fingerprint
 from qualify.parity import compare_outputs
 from qualify.project import LoadedProject
 from qualify.release import previous_manifest
@@ -347,6 +347,9 @@ def qualify_run(
         baseline_digest = stored[0][1]
         baseline_error: str | None = None
         configs = [(b, c) for b in wl.batch_sizes for c in wl.concurrency]
+        numerics_from = isa_mismatch(fp, host_class)
+        if numerics_from:
+            on_event("numerics from another ISA: " + "; ".join(numerics_from))
         outcomes = _interleaved_outcomes(
             stored,
             configs,
@@ -407,6 +410,8 @@ def qualify_run(
                 verdict="error" if outcome.error_code else "insufficient",
                 reasons=reasons,
                 emulated=emulated,
+                isa=fp.isa,
+                isa_mismatch=numerics_from,
                 measured_at=now(),
                 settings_digest=settings,
                 runtime_version=outcome.result.get("runtime_version") or fp.runtime.version,

@@ -673,6 +673,8 @@ def _compare(
         marks = []
         if _emulated(cell, runs):
             marks.append("emulated")
+        if cell.isa_mismatch:
+            marks.append("numerics from another ISA (" + "; ".join(cell.isa_mismatch) + ")")
         if settings is not None and cell.settings_digest != settings:
             marks.append("stale")
         return (", ".join(marks), "warn") if marks else ("current", "")

@@ -227,6 +227,16 @@ class Cell(Document):
     verdict: Verdict = Field(description="pass, fail, insufficient or error.")
     reasons: list[Reason] = Field(default_factory=list, description="Why, with evidence.")
     emulated: bool = Field(description="Measured on a host that does not match the class.")
+    isa: list[str] | None = Field(
+        default=None,
+        description="ISA features of the host that measured it (int8/fp16 numerics depend on "
+        "them); null in cells older than this field.",
+    )
+    isa_mismatch: list[str] = Field(
+        default_factory=list,
+        description="How that ISA differs from what the class's hosts have (a required feature "
+        "missing, another architecture): non-empty means numerics from another ISA.",
+    )
     measured_at: datetime = Field(description="When the artifact's subprocess finished (UTC).")
     settings_digest: str = Field(description="Digest of the class's runtime and provider settings.")
     runtime_version: str | None = Field(description="onnxruntime version that ran it.")

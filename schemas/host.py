@@ -42,6 +42,11 @@ class Fingerprint(Document):
     arch: str = Field(description="Machine architecture (platform.machine()).")
     cpu_model: str | None = Field(description="CPU model name from /proc/cpuinfo; null if unknown.")
     cpu_flags: list[str] = Field(description="CPU flags (x86 'flags' or ARM 'Features'), sorted.")
+    isa: list[str] = Field(
+        default_factory=list,
+        description="The ISA features among the flags that change int8/fp16 numerics, normalised "
+        "(manifest.hostmatch.isa_summary); empty in fingerprints older than this field.",
+    )
     cores: int = Field(description="Logical CPUs (os.cpu_count()).")
     affinity: list[int] = Field(description="CPUs this process may run on.")
     memory_mb: int | None = Field(description="Total memory from /proc/meminfo; null if unknown.")

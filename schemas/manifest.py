@@ -129,6 +129,11 @@ class Evidence(Document):
     verdict: Verdict = Field(description="The runner's verdict for the cell.")
     measured_at: str = Field(pattern=_TIME_PATTERN, description="When it was measured (UTC).")
     emulated: bool = Field(description="Measured on a host that does not match the class.")
+    isa_mismatch: list[str] = Field(
+        default_factory=list,
+        description="Numerics from another ISA: how the measuring host's ISA differs from the "
+        "class's (empty: the same).",
+    )
     p99_us: int | None = Field(
         description="p99 point estimate of the gating latency config, integer microseconds."
     )

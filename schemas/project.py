@@ -289,6 +289,11 @@ class HostClassKey(Document):
         return (self.hardware, self.runtime, self.provider)
 
 
+IsaFeature = Literal[
+    "amx", "asimddp", "avx2", "avx512_vnni", "avx512f", "avx_vnni", "f16c", "fp16", "i8mm", "sve"
+]
+
+
 class MatchRules(Document):
     """Rules a host must satisfy to belong to the class."""
 
@@ -297,6 +302,13 @@ class MatchRules(Document):
         default_factory=list,
         description="CPU flags that must all be present (both spellings are accepted: "
         "avx512_vnni / avx512vnni).",
+    )
+    isa: list[IsaFeature] = Field(
+        default_factory=list,
+        description="ISA features (normalised names) the hosts must have, those that change "
+        "int8/fp16 numerics: avx2, avx512f, avx512_vnni, avx_vnni, amx, f16c (x86); asimddp, "
+        "i8mm, sve, fp16 (ARM). A cell measured on a host without them is marked 'numerics from "
+        "another ISA'.",
     )
     cpu_model: str | None = Field(
         default=None, description="Substring the CPU model name must contain."

@@ -370,3 +370,21 @@ def test_session_config_entries_reach_the_session(tmp_path: Path) -> None:
     assert cell.verdict == "error"
     assert [r.code for r in cell.reasons] == ["load_failed"]
     assert "stoi" in (cell.error or "")  # onnxruntime parsed the entry and refused its value
+
+
+def test_an_emulated_cell_from_another_isa_says_so_everywhere(tmp_path: Path) -> None:
+    loaded = load_project(write_project(tmp_path, []))
+    outcome = qualify_run(
+        loaded, "elsewhere", RunOptions(db_path=tmp_path / "m.duckdb", emulate=True)
+    )
+    (cell,) = outcome.bundle.cells
+    assert cell.isa is not None and cell.isa == outcome.bundle.run.fingerprint.isa
+    import platform
+
+    if platform.machine() != "aarch64":
+        assert cell.isa_mismatch == [f"arch {platform.machine()}, class aarch64", "no asimddp"]
+    with Store.open(tmp_path / "m.duckdb", read_only=True) as db:
+        (row,) = db.matrix_rows()
+    assert row["isa_mismatch"] == cell.isa_mismatch
+    here = qualify_run(loaded, "here-cpu", RunOptions(db_path=tmp_path / "m.duckdb"))
+    assert here.bundle.cells[0].isa_mismatch == []  # a matching host measures the class's ISA
