@@ -177,23 +177,15 @@ def _parity_reasons(cell: Cell, project: Project, baseline_digest: str | None) -
     return []
 
 
-def _missing_measurements(cell: Cell, cls: HostClass) -> list[Reason]:
-    found: list[Reason] = []
-    if cls.budgets.peak_rss_mb is not None and cell.peak_rss_mb is None:
-        found.append(
-            Reason(
-                code="peak_rss_missing",
-                message=f"peak memory was not measured; the budget is {cls.budgets.peak_rss_mb:g} MB",
-            )
-        )
-    if cls.budgets.cold_init_ms is not None and cell.cold_init_ms is None:
-        found.append(
-            Reason(
-                code="cold_init_missing",
-                message=f"cold init was not measured; the budget is {_ms(cls.budgets.cold_init_ms)}",
-            )
-        )
-    return found
+def _one_per_code(reasons: Sequence[Reason]) -> list[Reason]:
+    """Each code once, in first-seen order; the messages of a repeated code joined, so an entry
+    that cites two candidates failing parity says both under one ``parity_failed``."""
+    merged: dict[str, list[str]] = {}
+    for reason in reasons:
+        messages = merged.setdefault(reason.code, [])
+        if reason.message not in messages:
+            messages.append(reason.message)
+    return [Reason(code=code, message="; ".join(messages)) for code, messages in merged.items()]
 
 
 @dataclass(frozen=True)
@@ -376,8 +368,10 @@ def _candidate_reasons(
     found.extend(_parity_reasons(cell, project, baseline_digest))
     _, gate_reasons = judge(cell, cls)
     for reason in gate_reasons:
-        if reason.code == "baseline_failed":
-            continue  # judge's word for missing parity; _parity_reasons already said it
+        if reason.code in ("baseline_failed", "parity_failed"):
+            # Parity is re-judged above against the *current* tolerance (_parity_reasons);
+            # judge's copy is the runner's, under the tolerance of the day it ran.
+            continue
         if reason.code == "expected_provider_missing" and cell.placement is None:
             reason = Reason(code="placement_missing", message=reason.message)
         found.append(reason)
@@ -391,7 +385,6 @@ def _candidate_reasons(
                 "was not shown to execute",
             )
         )
-    found.extend(_missing_measurements(cell, cls))
     if rollback.reason is not None:
         found.append(rollback.reason)
     return found
@@ -452,7 +445,7 @@ def _decide_class(
             rollback_runtime=rollback.runtime,
             rollback_provider=rollback.provider,
             evidence=evidence,
-            reasons=reasons,
+            reasons=_one_per_code(reasons),
             summary=summary,
             run_ids=sorted(looked),
         )

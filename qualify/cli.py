@@ -137,7 +137,7 @@ def matrix_show(db_path: Path, project_path: Path, fmt: str) -> None:
     from qualify.project import load_project
 
     _require_db(db_path)
-    with Store.open(db_path) as db:
+    with Store.open(db_path, read_only=True) as db:  # showing never writes, nor migrates
         rows = db.matrix_rows()
     project = load_project(project_path).project if project_path.exists() else None
     rows = with_budgets(rows, project)
@@ -186,7 +186,7 @@ def matrix_export(out_dir: Path, db_path: Path) -> None:
     from matrix.store import Store
 
     _require_db(db_path)
-    with Store.open(db_path) as db:
+    with Store.open(db_path, read_only=True) as db:
         paths = db.export_parquet(out_dir)
     for p in paths:
         click.echo(str(p))

@@ -14,6 +14,7 @@ from pydantic import Field
 from schemas.base import Digest, Document, Precision, Role, Verdict
 from schemas.host import Fingerprint
 from schemas.project import HostClassKey, OutputTolerance
+from schemas.reasons import CELL_CODES, REASONS
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -37,27 +38,8 @@ BUNDLE_FORMAT = "qualify-run-bundle/1"
 PeakRssSource = Literal["wait4", "vmhwm", "vmhwm-before-kill"]
 """How a peak RSS was measured (see ``qualify.runner.child_peak_rss_mb``)."""
 
-REASON_CODES: dict[str, str] = {
-    "parity_failed": "outputs differ from the baseline beyond the tolerance",
-    "p99_over_budget": "the p99 lower confidence bound is above the budget",
-    "p99_insufficient": "not enough samples to decide p99 against the budget",
-    "provider_fallback": "nodes ran on a provider other than the expected one",
-    "expected_provider_missing": "the expected provider executed no node",
-    "peak_rss_over_budget": "peak resident memory above the budget",
-    "cold_init_over_budget": "cold init above the budget",
-    "peak_rss_missing": "peak memory was not measured although the class has a budget",
-    "cold_init_missing": "cold init was not measured although the class has a budget",
-    "digest_mismatch": "the artifact's bytes do not match its digest",
-    "load_failed": "the runtime refused the model (corrupt file, unsupported opset or op)",
-    "run_failed": "inference raised an error",
-    "timeout": "the subprocess exceeded its wall-clock limit",
-    "out_of_memory": "the subprocess exceeded its memory limit",
-    "crashed": "the subprocess died without a result",
-    "emulated": "measured on a host that does not match the class",
-    "baseline_failed": "the baseline could not be run, so parity could not be judged",
-    "slower_than_baseline": "the candidate is measurably slower than the baseline at p50 or p99 "
-    "(the lower bound of the paired ratio is above max_slowdown)",
-}
+REASON_CODES: dict[str, str] = {code: REASONS[code] for code in CELL_CODES}
+"""The codes of a cell's reasons and their meanings (from `schemas.reasons`)."""
 
 
 class Reason(Document):

@@ -19,6 +19,7 @@ from pydantic import Field
 from schemas.base import Digest, Document, Role, Verdict
 from schemas.cell import Reason
 from schemas.project import HostClassKey, MatchRules, Policy, ProviderSpec, RuntimeSpec
+from schemas.reasons import DECISION_CODES, REASONS
 
 __all__ = [
     "CLASS_DOCUMENT_TYPE",
@@ -52,38 +53,7 @@ Decision = Literal["candidate", "baseline", "hold"]
 _TIME_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
 _HEX64 = r"^[0-9a-f]{64}$"
 
-DECISION_REASON_CODES: dict[str, str] = {
-    "candidate_passed": "the candidate passed every gate on this class's exact key",
-    "candidate_not_chosen": "the candidate passed, but another one has a lower p99 upper bound",
-    "no_candidates": "the project lists no candidate artifact",
-    "no_candidate_cell": "the candidate was never measured on this class's key",
-    "no_evidence": "the class has no measurement at all: the policy for unknown classes applies",
-    "stale": "the class's runtime or provider settings changed since the cell was measured",
-    "emulated": "measured on a host that does not match the class, and the policy forbids it",
-    "verdict_not_pass": "the runner's own verdict for the cell was not 'pass'",
-    "parity_missing": "no parity result against the baseline",
-    "parity_reference_mismatch": "parity was measured against another baseline than this one",
-    "parity_failed": "outputs differ from the baseline beyond the tolerance",
-    "p99_missing": "no latency was measured",
-    "p99_insufficient": "the p99 upper confidence bound is unknown or does not decide the budget",
-    "p99_over_budget": "the p99 upper confidence bound is above the class's current budget",
-    "placement_missing": "actual node placement was not recorded",
-    "expected_provider_missing": "the expected provider executed no node",
-    "provider_fallback": "more nodes ran off the expected provider than the class allows",
-    "peak_rss_missing": "peak memory was not measured but the class has a budget",
-    "peak_rss_over_budget": "peak resident memory above the class's current budget",
-    "cold_init_missing": "cold init was not measured but the class has a budget",
-    "cold_init_over_budget": "cold init above the class's current budget",
-    "run_missing": "the run record the cell belongs to was not supplied",
-    "rollback_unchecked": "the run did not check that the class's rollback artifact loads",
-    "rollback_failed": "the class's rollback artifact did not load under this runtime",
-    "baseline_chosen": "the class gets the approved baseline",
-    "baseline_failed": "the baseline itself could not run on this class: the class is held",
-    "baseline_fails_gates": "no candidate qualified and the baseline fails the class's own gates "
-    "too (policy.failing_baseline 'hold'): the class is held",
-    "baseline_unmeasured": "the baseline has no current measurement on this class",
-    "hold": "the class is held: hosts keep what they run and deploy nothing new",
-}
+DECISION_REASON_CODES: dict[str, str] = {code: REASONS[code] for code in DECISION_CODES}
 """Reason codes of a decision. Several can apply; ``message`` gives the evidence."""
 
 

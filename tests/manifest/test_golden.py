@@ -92,3 +92,15 @@ def test_golden_key_is_the_committed_test_key() -> None:
         envelope.key_id(envelope.parse_public_pem(pub))
         == json.loads((GOLDEN / "manifest.json").read_bytes())["signatures"][0]["keyid"]
     )
+
+
+def test_every_reason_code_appears_once_per_entry() -> None:
+    import json
+
+    from schemas.manifest import DECISION_REASON_CODES
+
+    document = json.loads((GOLDEN / "manifest.json").read_text())
+    for name, entry in document["signed"]["entries"].items():
+        codes = [r["code"] for r in entry["reasons"]]
+        assert len(codes) == len(set(codes)), (name, codes)
+        assert set(codes) <= set(DECISION_REASON_CODES), (name, codes)

@@ -1,0 +1,87 @@
+"""Every reason code qualify writes, each with one meaning, owned once.
+
+A cell's reasons (the runner's gates, `manifest.gates`) and a manifest entry's reasons (the
+decision policy, `manifest.policy`) share one vocabulary: a code the policy repeats from the
+gates means the same in both, and the README, the report's glossary and the JSON Schemas all
+read their wording from here. `schemas.cell.REASON_CODES` and
+`schemas.manifest.DECISION_REASON_CODES` are the two views of this table.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CELL_CODES", "DECISION_CODES", "REASONS"]
+
+REASONS: dict[str, str] = {
+    # Gates on a measured cell (manifest.gates), repeated by the policy where they apply.
+    "parity_failed": "outputs differ from the baseline beyond the tolerance",
+    "p99_over_budget": "the p99 lower confidence bound is above the class's budget",
+    "p99_insufficient": "the samples do not decide p99 against the budget (no upper bound "
+    "within it, no lower bound above it)",
+    "provider_fallback": "more nodes ran off the expected provider than the class allows",
+    "expected_provider_missing": "the expected provider executed no node",
+    "peak_rss_over_budget": "peak resident memory above the class's budget",
+    "cold_init_over_budget": "cold init above the class's budget",
+    "peak_rss_missing": "peak memory was not measured although the class has a budget",
+    "cold_init_missing": "cold init was not measured although the class has a budget",
+    "slower_than_baseline": "the candidate is measurably slower than the baseline at p50 or p99 "
+    "(the lower bound of the paired ratio is above max_slowdown)",
+    "baseline_failed": "the baseline could not run on this class, so a candidate's parity "
+    "cannot be judged (and the class is held)",
+    # How a subprocess ended (qualify.runner).
+    "digest_mismatch": "the artifact's bytes do not match its digest",
+    "load_failed": "the runtime refused the model (unsupported opset or op, bad graph)",
+    "run_failed": "inference raised an error",
+    "timeout": "the subprocess exceeded its wall-clock limit",
+    "out_of_memory": "the subprocess exceeded its memory limit",
+    "crashed": "the subprocess died without a result",
+    # The decision policy (manifest.policy).
+    "candidate_passed": "the candidate passed every gate on this class's exact key",
+    "candidate_not_chosen": "the candidate passed, but another one has a lower p99 upper bound",
+    "no_candidates": "the project lists no candidate artifact",
+    "no_candidate_cell": "the candidate was never measured on this class's key",
+    "no_evidence": "the class has no measurement at all: the policy for unknown classes applies",
+    "stale": "the class's runtime or provider settings changed since the cell was measured",
+    "emulated": "measured on a host that does not match the class, and the policy forbids it",
+    "verdict_not_pass": "the runner's own verdict for the cell was not 'pass'",
+    "parity_missing": "no parity result against the baseline",
+    "parity_reference_mismatch": "parity was measured against another baseline than this one",
+    "placement_missing": "actual node placement was not recorded",
+    "run_missing": "the run record the cell belongs to was not supplied",
+    "rollback_unchecked": "the run did not check that the class's rollback artifact loads",
+    "rollback_failed": "the class's rollback artifact did not load under this runtime",
+    "baseline_chosen": "the class gets the approved baseline",
+    "baseline_fails_gates": "no candidate qualified and the baseline fails the class's own gates "
+    "too (policy.failing_baseline 'hold'): the class is held",
+    "baseline_unmeasured": "the baseline has no current measurement on this class",
+    "hold": "the class is held: hosts keep what they run and deploy nothing new",
+}
+"""Code -> meaning, for every reason qualify writes anywhere."""
+
+CELL_CODES: tuple[str, ...] = (
+    "parity_failed",
+    "p99_over_budget",
+    "p99_insufficient",
+    "provider_fallback",
+    "expected_provider_missing",
+    "peak_rss_over_budget",
+    "cold_init_over_budget",
+    "peak_rss_missing",
+    "cold_init_missing",
+    "slower_than_baseline",
+    "baseline_failed",
+    "digest_mismatch",
+    "load_failed",
+    "run_failed",
+    "timeout",
+    "out_of_memory",
+    "crashed",
+)
+"""Codes a cell's reasons may carry."""
+
+DECISION_CODES: tuple[str, ...] = tuple(
+    code
+    for code in REASONS
+    if code not in ("digest_mismatch", "load_failed", "run_failed", "timeout", "out_of_memory")
+    and code != "crashed"
+)
+"""Codes a manifest entry's reasons may carry: the gates the policy re-applies and its own."""
