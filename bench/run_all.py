@@ -44,7 +44,7 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parent.parent
 
-ORDER = ("harness_vs_loadgen", "ab", "resolve", "report", "telemetry")
+ORDER = ("harness_vs_loadgen", "ab", "memory", "resolve", "report", "telemetry")
 """Known benchmarks, in the order their sections appear."""
 DEFAULT_TIMEOUT_S = 600.0
 """Per benchmark; the whole of ``make bench`` should stay under ~10 minutes on 2 cores."""

@@ -8,7 +8,7 @@ inflate the very number being read (the demo fp32 peak read 77 MB instead of 59 
 
 from __future__ import annotations
 
-__all__ = ["cpu_times", "hwm_kb"]
+__all__ = ["cpu_times", "hwm_kb", "reset_hwm"]
 
 
 def hwm_kb(pid: int | str = "self") -> int | None:
@@ -25,6 +25,21 @@ def hwm_kb(pid: int | str = "self") -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def reset_hwm() -> bool:
+    """Reset this process's ``VmHWM`` to its current RSS (``echo 5 > /proc/self/clear_refs``,
+    Linux 4.0+), so that a later read sees only peaks from now on.
+
+    Returns:
+        True if the kernel took it.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as fh:
+            fh.write("5")
+    except OSError:
+        return False
+    return True
 
 
 def cpu_times() -> tuple[int, int] | None:

@@ -241,6 +241,10 @@ def _interleaved_outcomes(
     )
 
 
+def _mb(kib: object) -> float | None:
+    return kib / 1024.0 if isinstance(kib, int) and kib > 0 else None
+
+
 def _bind_label(
     hook: Callable[[str, int], None] | None, label: str
 ) -> Callable[[int], None] | None:
@@ -419,6 +423,8 @@ def qualify_run(
                 warm_init_ms=outcome.result.get("warm_init_ms"),
                 peak_rss_mb=outcome.peak_rss_mb,
                 peak_rss_source=outcome.peak_rss_source,
+                import_rss_mb=_mb(outcome.result.get("import_hwm_kb")),
+                import_ms=outcome.result.get("import_ms"),
                 placement=_placement(outcome),
                 latency=latency,
                 parity=parity,

@@ -98,19 +98,21 @@ def child_peak_rss_mb(
 ) -> tuple[float | None, PeakRssSource | None]:
     """The child's peak RSS, honest about what Linux can tell.
 
-    ``ru_maxrss`` from ``os.wait4`` catches every peak, but Linux folds the pre-exec memory
-    image into it: a child forked from a 200 MB parent reports at least ~200 MB whatever it used
-    after exec. So: ``wait4``'s value when it exceeds the parent's own peak (read after reaping;
-    then it can only be the child's); else the child's ``VmHWM`` (its post-exec image, read by the child
-    at exit or by the parent just before a timeout kill); else None (not measurable).
+    The child's own ``VmHWM`` comes first (its post-exec image, read by the child at exit or by
+    the parent just before a timeout kill): the worker resets it after the warm-init session it
+    creates only to time a second load, so it is the peak of *serving* the model, what a host
+    would see. Else ``ru_maxrss`` from ``os.wait4``, which catches every peak but has Linux fold
+    the pre-exec image in (a child forked from a 200 MB parent reports at least ~200 MB): only
+    when it exceeds the parent's own peak (read after reaping; then it can only be the child's).
+    Else None (not measurable).
 
     Returns:
         ``(peak MB or None, source)``.
     """
-    if parent_hwm_kb is not None and ru_maxrss_kb > parent_hwm_kb:
-        return ru_maxrss_kb / 1024.0, "wait4"
     if child_hwm_kb is not None:
         return child_hwm_kb / 1024.0, "vmhwm"
+    if parent_hwm_kb is not None and ru_maxrss_kb > parent_hwm_kb:
+        return ru_maxrss_kb / 1024.0, "wait4"
     if parent_hwm_kb is None:
         return ru_maxrss_kb / 1024.0, "wait4"
     return None, None

@@ -236,6 +236,14 @@ class Cell(Document):
         "the pre-exec image); vmhwm-before-kill: VmHWM read just before a timeout kill; null "
         "when not measured, or recorded by a qualify that did not say.",
     )
+    import_rss_mb: float | None = Field(
+        default=None,
+        description="The subprocess's peak RSS (VmHWM) with numpy and onnxruntime imported and no "
+        "model loaded: the interpreter's share of peak_rss_mb; null if not read.",
+    )
+    import_ms: float | None = Field(
+        default=None, description="Time to import numpy and onnxruntime in the subprocess."
+    )
     placement: Placement | None = Field(description="Actual node placement; null if not loaded.")
     latency: list[LatencyResult] = Field(
         default_factory=list, description="One result per (batch size, concurrency)."

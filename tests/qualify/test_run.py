@@ -336,6 +336,10 @@ def test_interleaved_ab_fails_a_slower_candidate_and_passes_a_twin(tmp_path: Pat
             assert {f.position for f in result.rounds} == {0, 1, 2}  # the order alternates
             assert all(f.samples > 0 and f.load_avg_1m >= 0 for f in result.rounds)
     assert all(r.vs_baseline is None for r in cells["identity_mlp"].latency)
+    for cell in cells.values():  # the interpreter's share is recorded beside the peak
+        assert cell.import_rss_mb is not None and cell.peak_rss_mb is not None
+        assert 0 < cell.import_rss_mb < cell.peak_rss_mb
+        assert cell.import_ms is not None and cell.import_ms > 0
     # max_slowdown is re-judged by the policy: a generous one lets the slow candidate through.
     from manifest.gates import judge
 
