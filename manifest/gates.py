@@ -21,6 +21,24 @@ def _fmt(ms: float) -> str:
     return f"{ms:.3g} ms" if ms < 100 else f"{ms:.0f} ms"
 
 
+def _more_evidence(samples: int, duration_s: float, stopped: str) -> str:
+    """What would decide it: the samples and seconds, and the setting that gives them. A p99
+    that sits near the budget needs more samples the nearer it is; four times the samples
+    halves the width of the bound's rank interval, so that is the step proposed."""
+    want = max(4 * samples, 662)
+    rate = samples / duration_s if duration_s > 0 else None
+    if stopped == "max_samples":
+        return f"raise workload.max_samples to {want} or more"
+    if rate is None:
+        return f"allow about {want} samples (workload.time_cap_s, workload.max_samples)"
+    seconds = want / rate
+    return (
+        f"sampling stopped at the time cap after {duration_s:.3g} s ({rate:,.0f} samples/s); "
+        f"about {want} samples would take {seconds:.3g} s: set workload.time_cap_s to "
+        f"{max(1, round(seconds * 1.2))} (and max_samples >= {want})"
+    )
+
+
 def _slower_than_baseline(cell: Cell, max_slowdown: float) -> Reason | None:
     """The candidate's paired ratio to the baseline is above ``max_slowdown`` at p50 or p99
     with confidence (the lower bound of the median per-round ratio exceeds it)."""
@@ -133,7 +151,8 @@ def judge(cell: Cell, host_class: HostClass) -> tuple[str, list[Reason]]:
                 Reason(
                     code="p99_insufficient",
                     message=f"{gate.samples} samples ({where}) do not decide p99 against "
-                    f"{_fmt(budget)}: p99 {_fmt(gate.p99_ms)}, upper bound {bound}",
+                    f"{_fmt(budget)}: p99 {_fmt(gate.p99_ms)}, upper bound {bound}; "
+                    + _more_evidence(gate.samples, gate.duration_s, gate.stopped),
                 )
             )
 

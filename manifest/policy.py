@@ -357,6 +357,15 @@ def _candidate_reasons(
         found.append(
             Reason(code="emulated", message=f"run {cell.run_id} ran on a host that does not match")
         )
+    run = runs.get(cell.run_id)
+    if run is not None and run.host_busy and project.policy.busy_host == "refuse":
+        found.append(
+            Reason(
+                code="host_busy",
+                message=f"run {cell.run_id} measured on a host whose load average exceeded its "
+                "cores, and policy.busy_host is 'refuse'",
+            )
+        )
     if cell.verdict != "pass":
         codes = ", ".join(r.code for r in cell.reasons) or "no reason recorded"
         found.append(

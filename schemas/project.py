@@ -271,6 +271,12 @@ class Policy(Document):
         "class's own gates too (e.g. it lost its accelerator and runs on the CPU over budget): "
         "'hold' keeps what its hosts run; 'baseline' ships the baseline anyway.",
     )
+    busy_host: Literal["allow", "refuse"] = Field(
+        default="allow",
+        description="Evidence from a run flagged host_busy (its load average exceeded the usable "
+        "cores while measuring): 'allow' uses it (the interleaved rounds shared the load "
+        "fairly), 'refuse' does not let such a run qualify a candidate.",
+    )
     choose: Literal["lowest_p99_upper"] = Field(
         default="lowest_p99_upper",
         description="How to choose among several passing candidates.",

@@ -42,6 +42,8 @@ REASONS: dict[str, str] = {
     "no_evidence": "the class has no measurement at all: the policy for unknown classes applies",
     "stale": "the class's runtime or provider settings changed since the cell was measured",
     "emulated": "measured on a host that does not match the class, and the policy forbids it",
+    "host_busy": "the run's host was busier than its cores while measuring, and the policy "
+    "refuses such evidence (policy.busy_host 'refuse')",
     "verdict_not_pass": "the runner's own verdict for the cell was not 'pass'",
     "parity_missing": "no parity result against the baseline",
     "parity_reference_mismatch": "parity was measured against another baseline than this one",

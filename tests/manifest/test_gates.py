@@ -110,3 +110,19 @@ def test_class_requesting_cuda_without_expected_fails_when_every_node_ran_on_the
     verdict, why = codes(cell, cpu_class.model_copy(update={"provider": cuda}))
     assert verdict == "fail"
     assert {"expected_provider_missing", "provider_fallback"} <= set(why)
+
+
+def test_an_insufficient_p99_says_what_would_decide_it_and_which_setting_gives_it() -> None:
+    cell, cls = candidate_cell(p99_ms=79, p99_upper_ms=85, p99_lower_ms=70)
+    gate = cell.gate_latency
+    assert gate is not None
+    timed = gate.model_copy(update={"stopped": "time_cap", "duration_s": 10.0, "samples": 700})
+    capped = gate.model_copy(update={"stopped": "max_samples", "samples": 700})
+    for result, setting in ((timed, "set workload.time_cap_s to 48"), (capped, "max_samples")):
+        _, reasons = judge(cell.model_copy(update={"latency": [result]}), cls)
+        (reason,) = reasons
+        assert reason.code == "p99_insufficient"
+        assert "2800 samples" in reason.message or "2800 or more" in reason.message
+        assert setting in reason.message
+    _, reasons = judge(cell.model_copy(update={"latency": [timed]}), cls)
+    assert "(70 samples/s)" in reasons[0].message and "would take 40 s" in reasons[0].message

@@ -353,3 +353,15 @@ def test_every_reason_code_a_decision_uses_is_documented() -> None:
     fleet.qualify("arm", fallback_nodes=2, peak_rss_mb=None, cold_init_ms=9000.0, verdict="fail")
     used = codes(fleet)
     assert used <= set(DECISION_REASON_CODES) | set(REASON_CODES)
+
+
+def test_a_busy_host_run_qualifies_unless_the_policy_refuses_it() -> None:
+    fleet = one_class()
+    run = fleet.qualify("arm")
+    fleet.runs[run] = fleet.runs[run].model_copy(update={"host_busy": True})
+    assert fleet.decide()["arm"].decision == "candidate"  # the default allows it
+    policy = fleet.project.policy.model_copy(update={"busy_host": "refuse"})
+    fleet.project = fleet.project.model_copy(update={"policy": policy})
+    d = fleet.decide()["arm"]
+    assert d.decision == "baseline"
+    assert "host_busy" in {r.code for r in d.reasons}
