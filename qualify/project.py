@@ -736,6 +736,13 @@ def _same_inputs(a: ModelSignature, b: ModelSignature) -> bool:
     return (a.inputs, a.optional_inputs) == (b.inputs, b.optional_inputs)
 
 
+def _unknown_name(doc: _Document, loc: Loc, what: str, name: str, known: list[str]) -> _Problem:
+    """A name the model does not have, marked on its key, with 'rename it to' the closest."""
+    close = difflib.get_close_matches(name, known, n=1)
+    fix = f"rename it to {close[0]!r}" if close else "use the model's names listed"
+    return _Problem(loc, what, fix, doc.mark_for(loc, on_key=True))
+
+
 def _listing(sigs: Sequence[TensorSignature]) -> str:
     return "; ".join(s.describe() for s in sigs) or "none"
 
@@ -766,14 +773,8 @@ def _workload_problems(
         at: Loc = ("workload", "inputs", name)
         model_input = sig.input(name)
         if model_input is None:
-            close = difflib.get_close_matches(name, names, n=1)
             found.append(
-                _Problem(
-                    at,
-                    f"{label} has no input named {name!r}; {real}",
-                    f"rename it to {close[0]!r}" if close else "use the model's input names",
-                    doc.mark_for(at, on_key=True),
-                )
+                _unknown_name(doc, at, f"{label} has no input named {name!r}; {real}", name, names)
             )
             continue
         if model_input.dtype is not None and model_input.dtype != spec.dtype:
@@ -867,16 +868,11 @@ def _tolerance_problems(
             loc: Loc = ("parity", family, "outputs", name)
             sig = baseline.output(name)
             if sig is None:
-                close = difflib.get_close_matches(name, outputs, n=1)
-                found.append(
-                    _Problem(
-                        loc,
-                        f"the baseline has no output named {name!r}; its outputs are: "
-                        f"{_listing(baseline.outputs)}",
-                        f"rename it to {close[0]!r}" if close else "use the model's output names",
-                        doc.mark_for(loc, on_key=True),
-                    )
+                what = (
+                    f"the baseline has no output named {name!r}; its outputs are: "
+                    f"{_listing(baseline.outputs)}"
                 )
+                found.append(_unknown_name(doc, loc, what, name, outputs))
                 continue
             why = _top1_unfit(sig) if override.top1_agreement_min is not None else None
             if why is not None:
