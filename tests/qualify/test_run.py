@@ -322,6 +322,14 @@ def test_interleaved_ab_fails_a_slower_candidate_and_passes_a_twin(tmp_path: Pat
     project = _ab_project(tmp_path, {"slow": 40, "twin": 0})
     outcome = qualify_run(load_project(project), "here-cpu", RunOptions(db_path=tmp_path / "m.db"))
     cells = {c.artifact_name: c for c in outcome.bundle.cells}
+    if cells["twin"].verdict != "pass":
+        # The contract is "a twin passes in at least 19 of 20 runs" (bench/ab.py measures it:
+        # 0 false alarms in 20), so one false alarm is allowed its second run; two in a row
+        # (chance <= 1 in 400 at that rate) fail the test.
+        outcome = qualify_run(
+            load_project(project), "here-cpu", RunOptions(db_path=tmp_path / "m.db")
+        )
+        cells = {c.artifact_name: c for c in outcome.bundle.cells}
     slow, twin = cells["slow"], cells["twin"]
     assert slow.verdict == "fail"
     assert [r.code for r in slow.reasons] == ["slower_than_baseline"]
