@@ -110,6 +110,11 @@ def read_host_facts(proc: Path = Path("/proc"), providers: Iterable[str] = ()) -
     )
 
 
+def _canonical(flag: str) -> str:
+    """One spelling per CPU flag: lower case, no underscores (avx512_vnni -> avx512vnni)."""
+    return flag.strip().lower().replace("_", "")
+
+
 # CPU flags that change int8/fp16 numerics or kernels, by normalised ISA feature name.
 _ISA_FLAGS: dict[str, dict[str, str]] = {
     "x86_64": {
@@ -140,7 +145,7 @@ def isa_summary(arch: str, flags: Iterable[str]) -> list[str]:
     (avx2, avx512f, avx512_vnni, avx_vnni, amx, f16c on x86; asimddp, i8mm, sve, fp16 on ARM),
     sorted. Empty for an architecture it does not know."""
     table = _ISA_FLAGS.get(arch, {})
-    return sorted({table[k] for f in flags if (k := f.lower().replace("_", "")) in table})
+    return sorted({table[k] for f in flags if (k := _canonical(f)) in table})
 
 
 def required_isa(rules: Mapping[str, Any]) -> list[str]:
@@ -151,22 +156,21 @@ def required_isa(rules: Mapping[str, Any]) -> list[str]:
     tables = [_ISA_FLAGS[arch]] if arch in _ISA_FLAGS else list(_ISA_FLAGS.values())
     found = set(rules.get("isa") or [])
     for flag in flags:
-        key = flag.lower().replace("_", "")
+        key = _canonical(flag)
         found.update(t[key] for t in tables if key in t)
     return sorted(found)
 
 
 def flag_spellings(flag: str) -> set[str]:
     """Both spellings of a CPU flag: ``avx512_vnni`` and ``avx512vnni`` name the same feature."""
-    flag = flag.strip().lower()
-    return {flag, flag.replace("_", "")}
+    return {flag.strip().lower(), _canonical(flag)}
 
 
 @functools.lru_cache(maxsize=4)
 def _searchable(flags: frozenset[str]) -> frozenset[str]:
     # The host's flags in both spellings, built once per host rather than once per rule checked
     # (detection checks every class of the manifest).
-    return flags | {f.lower().replace("_", "") for f in flags}
+    return flags | {_canonical(f) for f in flags}
 
 
 def _has_flag(flags: frozenset[str], wanted: str) -> bool:

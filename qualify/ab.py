@@ -23,7 +23,13 @@ import numpy as np
 
 from qualify.procfs import cpu_times
 from qualify.runner import ServedWorker
-from qualify.stats import AdaptiveP99, look_schedule, paired_ratio, rounds_for_median_bound
+from qualify.stats import (
+    AdaptiveP99,
+    look_schedule,
+    paired_ratio,
+    percentiles,
+    rounds_for_median_bound,
+)
 from schemas.cell import RoundFigure, Slowdown
 from schemas.project import Workload
 
@@ -103,13 +109,13 @@ def _steal(before: tuple[int, int] | None, after: tuple[int, int] | None) -> flo
 def _figure(
     ns: np.ndarray, index: int, position: int, load: float, steal: float | None
 ) -> RoundFigure:
-    ms = ns.astype(np.float64) / 1e6
+    pct = percentiles(ns.astype(np.float64) / 1e6) if ns.size else None
     return RoundFigure(
         round=index,
         position=position,
-        samples=int(ms.size),
-        p50_ms=float(np.percentile(ms, 50)) if ms.size else None,
-        p99_ms=float(np.percentile(ms, 99)) if ms.size else None,
+        samples=int(ns.size),
+        p50_ms=pct.p50 if pct else None,  # observed samples, as every qualify percentile
+        p99_ms=pct.p99 if pct else None,
         load_avg_1m=load,
         steal_fraction=steal,
     )
@@ -153,7 +159,7 @@ def interleave(
     busy = False
     for config in configs:
         b, c = config
-        live = [i for i, w in enumerate(workers) if w is not None and w.alive]
+        live = {i: w for i, w in enumerate(workers) if w is not None and w.alive}
         trackers = {
             i: AdaptiveP99(
                 budget_ms=budget_p99_ms,
@@ -169,9 +175,8 @@ def interleave(
         while True:
             active = [
                 i
-                for i in live
-                if workers[i] is not None
-                and workers[i].alive  # type: ignore[union-attr]
+                for i, w in live.items()
+                if w.alive
                 and trackers[i].n < workload.max_samples
                 and evidence[i][config].duration_s < workload.time_cap_s
             ]
@@ -180,8 +185,7 @@ def interleave(
                 break
             order = _order(active, index)
             for position, i in enumerate(order):
-                worker = workers[i]
-                assert worker is not None
+                worker = live[i]
                 ev = evidence[i][config]
                 load = os.getloadavg()[0]
                 busy = busy or load > cores

@@ -139,7 +139,9 @@ def matrix_show(db_path: Path, project_path: Path, fmt: str) -> None:
     _require_db(db_path)
     with Store.open(db_path, read_only=True) as db:  # showing never writes, nor migrates
         rows = db.matrix_rows()
-    project = load_project(project_path).project if project_path.exists() else None
+    project = (
+        load_project(project_path, check_models=False).project if project_path.exists() else None
+    )
     rows = with_budgets(rows, project)
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2, default=str))
@@ -210,7 +212,7 @@ def matrix_stale(db_path: Path, project_path: Path, since: str, as_json: bool) -
     from qualify.project import load_project
     from qualify.telemetry import render_stale, run_stale
 
-    project = load_project(project_path).project
+    project = load_project(project_path, check_models=False).project
     _require_db(db_path)
     items = run_stale(db_path, project, now=datetime.now(UTC), since=since)
     if as_json:
@@ -502,7 +504,7 @@ def report_cmd(
     from qualify.project import load_project
     from qualify.reporting import write_qualification_report
 
-    loaded = load_project(project_path)
+    loaded = load_project(project_path, check_models=False)
     _require_db(db_path)
     with Store.open(db_path, read_only=True) as db:
         path = write_qualification_report(

@@ -598,11 +598,14 @@ def _check_file(
     return None
 
 
-def load_project(path: Path) -> LoadedProject:
+def load_project(path: Path, *, check_models: bool = True) -> LoadedProject:
     """Read, validate and check a project file.
 
     Args:
         path: The project file. Paths inside it are resolved against its folder.
+        check_models: Also parse every artifact's graph and check the workload and tolerances
+            against it (this reads each model file whole). Commands that only read the matrix
+            (``matrix show``, ``matrix stale``, ``report``) pass False.
 
     Returns:
         The validated project with its absolute path and folder.
@@ -661,7 +664,7 @@ def load_project(path: Path) -> LoadedProject:
     problems += _check_lineage(project, doc)
     if problems:
         raise _fail(display, doc, problems)
-    problems = _check_models(loaded, doc)
+    problems = _check_models(loaded, doc) if check_models else []
     if problems:
         raise _fail(display, doc, problems)
     return loaded

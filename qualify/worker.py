@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from qualify.procfs import hwm_kb, reset_hwm
+
 __all__ = ["classify_exception", "main", "probe"]
 
 OOM_MARKERS = ("bad_alloc", "failed to allocate", "out of memory", "cannot allocate memory")
@@ -451,8 +453,6 @@ class _Prepared:
 
 def _prepare(job: dict[str, Any], result: dict[str, Any]) -> _Prepared | None:
     """Digest check, cold init, placement, warm init and parity outputs; None in check mode."""
-    from qualify.procfs import hwm_kb, reset_hwm
-
     t_numpy = time.perf_counter_ns()
     import numpy as np
 
@@ -536,8 +536,6 @@ def _prepare(job: dict[str, Any], result: dict[str, Any]) -> _Prepared | None:
 
 
 def _profile(prepared: _Prepared, job: dict[str, Any], result: dict[str, Any]) -> None:
-    from qualify.procfs import hwm_kb
-
     # The profiled pass builds its own session beside the served one, which no host does: the
     # peak reported is the one reached before it (see main).
     result["hwm_before_profile_kb"] = hwm_kb()
@@ -676,12 +674,10 @@ def main(argv: list[str] | None = None) -> int:
             "message": f"{type(exc).__name__}: {exc}",
             "traceback": traceback.format_exc(limit=5),
         }
-    from qualify.procfs import hwm_kb
-
-    # Read the peak before anything else is imported; record what was loaded when it was read,
-    # so a reader (and a test) can tell the model's memory from the interpreter's.
     # The peak of serving the model: the high-water mark before the profiling session (or now),
-    # and before the warm-init session, each a second session only the harness creates.
+    # and before the warm-init session, each a second session only the harness creates. Record
+    # what was loaded when it was read, so a reader (and a test) can tell the model's memory
+    # from the interpreter's.
     peak = result.get("hwm_before_profile_kb") or hwm_kb()
     before_warm = result.get("hwm_before_warm_kb")
     result["vm_hwm_kb"] = max(peak, before_warm) if peak is not None and before_warm else peak
