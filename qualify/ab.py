@@ -24,11 +24,13 @@ import numpy as np
 from qualify.procfs import cpu_times
 from qualify.runner import ServedWorker
 from qualify.stats import (
+    AUTO_TIME_CAP_FLOOR_S,
     AdaptiveP99,
     look_schedule,
     paired_ratio,
     percentiles,
     rounds_for_median_bound,
+    time_cap,
 )
 from schemas.cell import RoundFigure, Slowdown
 from schemas.project import Workload
@@ -61,6 +63,8 @@ class ConfigEvidence:
     p99_upper_ms: float | None = None
     stopped: str = "time_cap"
     duration_s: float = 0.0
+    time_cap_s: float = AUTO_TIME_CAP_FLOOR_S
+    """Its sampling time cap: ``workload.time_cap_s``, else adapted after the first round."""
 
     @property
     def samples_ns(self) -> np.ndarray:
@@ -93,11 +97,11 @@ def needed_rounds(workload: Workload, configs: int) -> int:
     )
 
 
-def _slice_s(workload: Workload, rounds: int) -> float:
+def _slice_s(cap_s: float, rounds: int) -> float:
     """Sampling time per artifact per round: a quarter of the time cap spread over the minimum
     rounds, kept between 50 ms and 1 s (short enough to interleave finely, long enough that a
     round holds many samples of a fast model)."""
-    return min(1.0, max(0.05, workload.time_cap_s / (4 * rounds)))
+    return min(1.0, max(0.05, cap_s / (4 * rounds)))
 
 
 def _steal(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
@@ -154,7 +158,7 @@ def interleave(
         The evidence; a worker that dies mid-way keeps what it had measured.
     """
     minimum = needed_rounds(workload, len(configs))
-    slice_s = _slice_s(workload, minimum)
+    slice_s = _slice_s(time_cap(workload.time_cap_s, workload.min_samples, None), minimum)
     evidence: list[dict[Config, ConfigEvidence]] = [{} for _ in workers]
     busy = False
     for config in configs:
@@ -170,7 +174,9 @@ def interleave(
             for i in live
         }
         for i in live:
-            evidence[i][config] = ConfigEvidence()
+            evidence[i][config] = ConfigEvidence(
+                time_cap_s=time_cap(workload.time_cap_s, workload.min_samples, None)
+            )
         index = 0
         while True:
             active = [
@@ -178,7 +184,7 @@ def interleave(
                 for i, w in live.items()
                 if w.alive
                 and trackers[i].n < workload.max_samples
-                and evidence[i][config].duration_s < workload.time_cap_s
+                and evidence[i][config].duration_s < evidence[i][config].time_cap_s
             ]
             decided = all(trackers[i].decision != "insufficient" for i in active)
             if not active or (decided and index >= minimum):
@@ -197,7 +203,7 @@ def interleave(
                         "warmup": workload.warmup
                         if index == 0
                         else min(workload.warmup, ROUND_WARMUP),
-                        "time_s": min(slice_s, workload.time_cap_s - ev.duration_s),
+                        "time_s": min(slice_s, ev.time_cap_s - ev.duration_s),
                         # Spread max_samples over the minimum rounds, so that a fast model
                         # still gets every round it needs for the paired comparison.
                         "max_samples": min(
@@ -214,6 +220,9 @@ def interleave(
                 ev.rounds.append(_figure(ns, index, position, load, _steal(before, cpu_times())))
                 if ns.size:
                     trackers[i].add(ns.astype(np.float64) / 1e6)
+                if index == 0:  # the cap adapts to the rate this artifact showed
+                    rate = ns.size / ev.duration_s if ev.duration_s > 0 else None
+                    ev.time_cap_s = time_cap(workload.time_cap_s, workload.min_samples, rate)
             index += 1
         for i in live:
             ev, tracker = evidence[i][config], trackers[i]

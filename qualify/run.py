@@ -158,6 +158,7 @@ def _latency_results(
                 decision=ev.decision,  # type: ignore[arg-type]
                 stopped=ev.stopped,  # type: ignore[arg-type]
                 duration_s=ev.duration_s,
+                time_cap_s=ev.time_cap_s,
                 throughput_ips=None if ips is None else float(ips),
                 rounds=ev.rounds,
                 vs_baseline=ratios.get((b, c)),

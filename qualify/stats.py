@@ -2,8 +2,8 @@
 
 Owns the one percentile definition every part of qualify uses (`percentiles`), the binomial
 order-statistic confidence bounds of a quantile (`quantile_bound_ranks`, `p99_bounds`), the p99
-decision against a budget (`decide_p99`) and its incremental form for the runner's adaptive
-sampling loop (`AdaptiveP99`). Does not time anything, read files or pick budgets: samples and
+decision against a budget (`decide_p99`), its incremental form for the runner's adaptive
+sampling loop (`AdaptiveP99`) and how long that loop may sample (`time_cap`). Does not time anything, read files or pick budgets: samples and
 budgets are arguments. Imported inside the runner subprocess, so it imports only the standard
 library and numpy.
 
@@ -26,6 +26,8 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "AUTO_TIME_CAP_CEILING_S",
+    "AUTO_TIME_CAP_FLOOR_S",
     "AdaptiveP99",
     "P99Decision",
     "Percentiles",
@@ -38,6 +40,7 @@ __all__ = [
     "percentiles",
     "quantile_bound_ranks",
     "rounds_for_median_bound",
+    "time_cap",
 ]
 
 P99Decision = Literal["pass", "fail", "insufficient"]
@@ -503,3 +506,34 @@ def paired_ratio(
     ratios = c / b
     lower, upper = _values_at_ranks(ratios, quantile_bound_ranks(int(ratios.size), 0.5, confidence))
     return RatioBounds(int(ratios.size), float(np.median(ratios)), lower, upper)
+
+
+AUTO_TIME_CAP_FLOOR_S = 20.0
+"""The adaptive time cap's least value: what a fast model gets (it decides long before)."""
+AUTO_TIME_CAP_CEILING_S = 300.0
+"""The adaptive time cap's greatest value, so that a very slow model cannot stall a run; past
+it the verdict is ``insufficient`` and says which ``time_cap_s`` would decide it."""
+_AUTO_TIME_CAP_SAMPLES = 4
+"""The adaptive cap allows this many times ``min_samples`` at the measured rate: a p99 near its
+budget needs more than the minimum, and four times the samples halve the bound's rank width."""
+
+
+def time_cap(configured: float | None, min_samples: int, samples_per_s: float | None) -> float:
+    """The sampling time cap of one artifact at one latency config.
+
+    Args:
+        configured: ``workload.time_cap_s``; when set it is the cap, whatever the model.
+        min_samples: ``workload.min_samples``.
+        samples_per_s: The rate measured in the first round (or the warm-up); None, or not
+            positive, when nothing was measured yet.
+
+    Returns:
+        The configured cap; else the time for ``4 * min_samples`` at the measured rate, kept
+        between `AUTO_TIME_CAP_FLOOR_S` and `AUTO_TIME_CAP_CEILING_S` (the floor without a rate).
+    """
+    if configured is not None:
+        return float(configured)
+    if samples_per_s is None or not samples_per_s > 0:
+        return AUTO_TIME_CAP_FLOOR_S
+    wanted = _AUTO_TIME_CAP_SAMPLES * min_samples / samples_per_s
+    return min(AUTO_TIME_CAP_CEILING_S, max(AUTO_TIME_CAP_FLOOR_S, wanted))

@@ -367,11 +367,17 @@ def _latency_config(
     """Warm up, sample until the p99 evidence decides (or a cap), then measure throughput."""
     import numpy as np
 
-    from qualify.stats import AdaptiveP99, look_schedule
+    from qualify.stats import AdaptiveP99, look_schedule, time_cap
 
-    for k in range(int(job["warmup"])):
+    warmup = int(job["warmup"])
+    t0 = time.perf_counter()
+    for k in range(warmup):
         session.run(None, feeds[k % len(feeds)])
+    warm_s = time.perf_counter() - t0
     min_n, max_n = int(job["min_samples"]), int(job["max_samples"])
+    # One thread's warm-up rate, times the threads: the adaptive cap needs only its order.
+    rate = warmup * concurrency / warm_s if warmup and warm_s > 0 else None
+    cap = time_cap(job["time_cap_s"], min_n, rate)
     tracker = AdaptiveP99(
         budget_ms=float(job["budget_p99_ms"]),
         confidence=float(job["confidence"]),
@@ -380,7 +386,6 @@ def _latency_config(
     )
     seen = [0] * concurrency
     started = time.perf_counter()
-    cap = float(job["time_cap_s"])
     stopped = "time_cap"
 
     def should_stop(per_thread: list[list[int]]) -> bool:
@@ -405,6 +410,7 @@ def _latency_config(
     return flat, {
         "stopped": stopped,
         "duration_s": duration,
+        "time_cap_s": cap,
         "throughput_ips": ips,
         "decision": tracker.decision,
         "p99_lower_ms": tracker.bounds[0],

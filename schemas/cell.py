@@ -139,6 +139,11 @@ class LatencyResult(Document):
         description="Why sampling stopped."
     )
     duration_s: float = Field(description="Wall time spent sampling.")
+    time_cap_s: float | None = Field(
+        default=None,
+        description="The sampling time cap applied (workload.time_cap_s, else adapted to the "
+        "measured rate); null in cells recorded before it was kept.",
+    )
     throughput_ips: float | None = Field(
         description="Inferences per second from the separate throughput pass; null if not run."
     )

@@ -181,11 +181,12 @@ class Workload(Document):
     max_samples: int = Field(
         default=20000, gt=0, description="Sampling stops here even if the bound has not decided."
     )
-    time_cap_s: float = Field(
-        default=20.0,
+    time_cap_s: float | None = Field(
+        default=None,
         gt=0,
         description="Sampling time cap per artifact and latency config, summed over its rounds; "
-        "undecided at the cap means 'insufficient'.",
+        "undecided at the cap means 'insufficient'. Unset, it adapts to the model: time for four "
+        "times min_samples at the rate measured in the first round, between 20 s and 300 s.",
     )
     rounds: int = Field(
         default=10,
