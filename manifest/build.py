@@ -246,12 +246,16 @@ def write_manifest(doc: Mapping[str, Any] | bytes, path: Path) -> None:
 def write_per_class(
     doc: Mapping[str, Any], key: Ed25519PrivateKey, directory: Path
 ) -> dict[str, Path]:
-    """Sign and write one document per class into ``directory`` (``envelope.class_filename``).
+    """Publish one signed document per class, all at once, into ``directory``.
 
-    Each file is written to a temporary name, all are synced once, then each is renamed into
-    place: a host never reads a half-written file, and the cost is not one fsync per class.
-    Documents of classes no longer in the manifest are removed, so a retired class cannot keep
-    resolving from an old document.
+    The layout is TUF's consistent snapshot: every version's documents live in their own
+    directory ``v<version>/`` (``envelope.class_filename`` names), and one small pointer file,
+    ``current`` (``v<version>``), says which set is published. The set is written into a
+    temporary directory, synced, renamed to ``v<version>``, and only then is the pointer
+    replaced atomically: a host reads one whole set or the one before, never a mix, and a kill at
+    any point leaves the published set as it was. The set before stays, for hosts that read the
+    pointer just before it moved; older sets, left-over temporary directories of processes that
+    ended, and documents of the flat layout (``<class>.json`` beside ``current``) are removed.
 
     Args:
         doc: the manifest (signed document or its ``signed`` part).
@@ -259,43 +263,93 @@ def write_per_class(
         directory: created if missing.
 
     Returns:
-        class name -> path written.
+        class name -> path written (inside ``v<version>/``).
 
     Raises:
-        BuildError: a class name that cannot be a file name.
+        BuildError: a class name that cannot be a file name, or this version already published
+            with other content.
     """
+    signed_part = doc.get("signed", doc)
+    version = int(signed_part["version"])
+    name = f"v{version}"
     directory.mkdir(parents=True, exist_ok=True)
+    final = directory / name
+    work = Path(tempfile.mkdtemp(dir=directory, prefix=f".{name}.partial-{os.getpid()}-"))
     written: dict[str, Path] = {}
-    pending: list[tuple[str, Path]] = []
     kid = key_id(key)  # derived from the key once, not once per class
     try:
-        for name, signed in per_class_documents(doc).items():
+        for cls, signed in per_class_documents(doc).items():
             try:
-                filename = envelope.class_filename(name)
+                filename = envelope.class_filename(cls)
             except ValueError as exc:
-                raise BuildError(f"class '{name[:60]}': {exc}") from exc
-            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".class.", suffix=".tmp")
-            with os.fdopen(fd, "wb") as fh:
+                raise BuildError(f"class '{cls[:60]}': {exc}") from exc
+            with open(work / filename, "wb") as fh:
                 fh.write(sign_encoded(signed, key, keyid=kid)[1])
-            os.chmod(tmp, 0o644)
-            pending.append((tmp, directory / filename))
-            written[name] = directory / filename
-        os.sync()
-        for tmp, final in pending:
-            os.replace(tmp, final)
+            written[cls] = final / filename
+        os.chmod(work, 0o755)
+        os.sync()  # every document on disk before any name points at them
+        if final.exists():
+            raise BuildError(
+                f"{final}: version {version} is already published there; per-class sets are "
+                "never rewritten (generate a new version)"
+            )
+        os.rename(work, final)
     except BaseException:
-        for tmp, _ in pending:
-            Path(tmp).unlink(missing_ok=True)
+        _remove_tree(work)
         raise
-    keep = {p.name for p in written.values()}
-    for old in directory.glob("*.json"):
-        if old.name not in keep:
-            old.unlink(missing_ok=True)
+    write_atomic(directory / envelope.CURRENT_POINTER, name + "\n")
+    _prune_per_class(directory, keep={name, f"v{version - 1}"})
     return written
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _is_signed_document(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(len(b'{"signatures":')) == b'{"signatures":'
+    except OSError:
+        return False
+
+
+def _prune_per_class(directory: Path, keep: set[str]) -> None:
+    """Remove what no reader may need: older sets, flat-layout documents, and the temporary
+    directories and files of writers that are no longer running."""
+    import re
+
+    for entry in directory.iterdir():
+        name = entry.name
+        if entry.is_dir() and re.fullmatch(r"v[0-9]+", name):
+            if name not in keep:
+                _remove_tree(entry)
+        elif partial := re.fullmatch(r"\.v[0-9]+\.partial-([0-9]+)-.*", name):
+            if not _pid_alive(int(partial.group(1))):
+                _remove_tree(entry)
+        elif entry.is_file() and name.startswith(".class.") and name.endswith(".tmp"):
+            entry.unlink(missing_ok=True)  # the flat layout's temporary files
+        elif entry.is_file() and name.endswith(".json") and _is_signed_document(entry):
+            entry.unlink(missing_ok=True)  # the flat layout's documents, no longer read
 
 
 def load_manifest(raw: bytes | Path, *, source: str | None = None) -> Manifest:
     """Parse and validate a manifest (its signature is not checked here: ``signing.verify``).
+
+    Only the canonical layout is read (``envelope.split_envelope``), with the same parser as
+    ``resolve-artifact``.
 
     Args:
         raw: the file's bytes, or its path.
@@ -314,8 +368,14 @@ def load_manifest(raw: bytes | Path, *, source: str | None = None) -> Manifest:
         except OSError as exc:
             raise MalformedError(f"{source}: cannot read ({exc.strerror})") from exc
     source = source or "manifest"
+    if len(raw) > envelope.MAX_BYTES:
+        raise MalformedError(f"{source}: larger than the {envelope.MAX_BYTES}-byte limit")
+    # The layout and the parser every reader uses (resolve-artifact included), so that a file
+    # cannot read one way here and another way on a host.
+    signatures, signed_bytes = envelope.split_envelope(raw, source)
+    signed = envelope.parse_signed(signed_bytes, source)
     try:
-        return Manifest.model_validate_json(raw)
+        return Manifest.model_validate({"signed": signed, "signatures": signatures})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(document)"

@@ -19,10 +19,14 @@ Choices, fixed here for both sides:
 * **Public key files** are PEM ``SubjectPublicKeyInfo`` (what ``openssl pkey -pubout`` writes);
   the 44-byte DER of an Ed25519 key has a fixed 12-byte prefix, so it is read without ASN.1.
 * **Signatures** are hex of the 64-byte Ed25519 signature over the canonical bytes of ``signed``.
-* A document is **written** as the canonical bytes of the whole envelope. Then the signed bytes
-  are a verbatim slice of the file (``"signatures"`` sorts before ``"signed"``), and a reader
-  checks the signature on that slice and parses once. A file laid out otherwise (re-indented by
-  hand) still verifies, by re-encoding ``signed``: the slower path of python-tuf.
+* A document is **written** as the canonical bytes of the whole envelope, and that is the only
+  layout a reader accepts (`split_envelope`). The signed bytes are then a verbatim slice of the
+  file (``"signatures"`` sorts before ``"signed"``): a reader checks the signature on that slice
+  and parses it once, after the check. Nothing else is parsed before it, and every reader
+  (``resolve-artifact``, ``manifest verify``/``show``, the report) parses the same verified
+  bytes with the same parser, so no two can read one file differently. A re-indented copy is
+  refused, not re-encoded: re-encoding hostile bytes before the signature check was 12 s and
+  half a gigabyte for a 62 MB file, and a second parser is a second answer.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import base64
 import json
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from manifest._batch import paused_gc
 from manifest.errors import (
@@ -42,6 +46,7 @@ from manifest.errors import (
     MalformedError,
     RollbackError,
     SignatureError,
+    ValidityError,
 )
 
 if TYPE_CHECKING:
@@ -49,10 +54,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLASS_TYPE",
+    "CURRENT_POINTER",
     "FORMAT",
     "MANIFEST_TYPE",
     "MAX_BYTES",
+    "MAX_SIGNATURES",
+    "MAX_VERSION",
+    "POINTER_RE",
     "TIME_RE",
+    "Verified",
     "check_envelope",
     "check_signed",
     "class_filename",
@@ -60,9 +70,14 @@ __all__ = [
     "encode_envelope",
     "format_time",
     "key_id",
+    "loads_strict",
     "parse_public_pem",
+    "parse_signed",
     "parse_time",
     "public_pem",
+    "sha256_hex",
+    "split_envelope",
+    "verify_envelope",
     "verify_signature",
 ]
 
@@ -78,7 +93,22 @@ CLASS_TYPE = "qualify-class-manifest"
 MAX_BYTES = 64 * 1024 * 1024
 """Largest document a reader accepts by default (a 100,000-class manifest is ~40 MB)."""
 
-TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+TIME_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
+"""The time format; use it with ``fullmatch`` (ASCII digits only, no trailing newline)."""
+
+CURRENT_POINTER = "current"
+"""The file of a per-class directory naming its published set, ``v<version>`` (see
+``manifest.build.write_per_class``)."""
+POINTER_RE = re.compile(r"v[0-9]{1,19}\n?")
+
+MAX_SIGNATURES = 16
+"""Most signatures a document may carry: more are refused before any is checked."""
+_MAX_SIGNATURES_BYTES = 16 * 1024
+MAX_VERSION = 2**63 - 1
+"""Largest ``version`` accepted (a 64-bit integer, as the matrix stores it)."""
+_HEAD = b'{"signatures":'
+_SIGNED = b',"signed":{'
+_HEX = re.compile(r"[0-9a-f]{1,256}")
 
 _SPKI_PREFIX = bytes.fromhex("302a300506032b6570032100")
 _PEM_BEGIN = "-----BEGIN PUBLIC KEY-----"
@@ -199,20 +229,19 @@ def parse_time(text: str) -> datetime:
     """
     from datetime import UTC, datetime
 
-    if not TIME_RE.match(text):
-        raise ValueError(f"{text!r} is not a time of the form YYYY-MM-DDTHH:MM:SSZ")
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    if not TIME_RE.fullmatch(text):
+        raise ValueError(f"{text[:40]!r} is not a time of the form YYYY-MM-DDTHH:MM:SSZ")
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError as exc:  # 2026-13-45T99:00:00Z has the form but is no time
+        raise ValueError(f"{text!r} is not a valid time ({exc})") from exc
 
 
 def key_id(public_raw: bytes) -> str:
     """The key id of an Ed25519 public key: hex sha256 of its 32 raw bytes."""
     # cryptography's SHA-256, not hashlib: resolve-artifact loads cryptography anyway, and
     # hashlib's OpenSSL would cost a second library load at every service start.
-    from cryptography.hazmat.primitives import hashes
-
-    digest = hashes.Hash(hashes.SHA256())
-    digest.update(public_raw)
-    return digest.finalize().hex()
+    return sha256_hex(public_raw)
 
 
 def public_pem(public_raw: bytes) -> str:
@@ -284,79 +313,110 @@ def class_filename(name: str) -> str:
     return filename
 
 
-def _fast_split(raw: bytes) -> tuple[Any, bytes] | None:
-    """(signatures, signed bytes) of a file laid out canonically, else None."""
-    head = b'{"signatures":'
-    if not raw.startswith(head):
-        return None
-    text_end = raw.find(b',"signed":{', len(head))
-    if text_end < 0:
-        return None
+def _bad_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def loads_strict(data: bytes) -> Any:
+    """``json.loads`` that refuses NaN/Infinity and turns a nesting too deep for the parser
+    (RecursionError) into ValueError: what a reader must do with bytes it has not chosen."""
     try:
-        signatures = json.loads(raw[len(head) : text_end])
-    except ValueError:
-        return None
-    body = raw[:-1] if raw.endswith(b"\n") else raw
-    if not body.endswith(b"}"):
-        return None
-    return signatures, body[text_end + len(b',"signed":') : -1]
+        return json.loads(data, parse_constant=_bad_constant)
+    except RecursionError as exc:
+        raise ValueError("nested too deeply") from exc
 
 
-def _peek(signed_bytes: bytes, name: str) -> dict[str, Any] | None:
-    """A manifest's signed part with only ``name``'s entry parsed, or None to parse it all.
+def split_envelope(raw: bytes, source: str = "manifest") -> tuple[list[dict[str, str]], bytes]:
+    """The signatures and the signed bytes of a document in the canonical layout.
 
-    Works on verified canonical bytes, whose layout is known: top-level keys sorted, so
-    ``"created"`` comes before ``"entries"`` and every other top-level key after it, and each
-    entry is an object whose first key is ``"artifact"``. Anything unexpected returns None and
-    the caller parses the whole document, so this is only ever a shortcut, never a different
-    answer: the entry found must also name itself ``name``.
+    The only layout accepted is the one ``qualify manifest generate`` writes, the canonical bytes
+    of the whole envelope (``{"signatures":[...],"signed":{...}}``, an optional final newline).
+    Before the signature is checked, nothing but the signatures list is parsed, and that list is
+    bounded (`MAX_SIGNATURES`, hex key ids and signatures only), so no size, nesting or count
+    of hostile bytes costs more than reading them; the signed part is parsed only once verified.
+
+    Raises:
+        MalformedError: any other layout (re-indented, reordered, edited), or signatures that
+            are not a short list of ``{"keyid": hex, "sig": hex}``.
     """
-    start = signed_bytes.find(b',"entries":{')
-    tail = signed_bytes.rfind(b'},"expires":"')
-    if start < 0 or tail < start:
-        return None
-    key = json.dumps(name, ensure_ascii=False).encode("utf-8")
-    pos = signed_bytes.find(key + b':{"artifact":', start, tail)
-    if pos < 0 or signed_bytes[pos - 1 : pos] not in (b"{", b","):
-        return None
+    body = raw[:-1] if raw.endswith(b"\n") else raw
+    if not (body.startswith(_HEAD) and body.endswith(b"}")):
+        what = "empty" if not raw.strip() else "not in the canonical layout"
+        raise MalformedError(
+            f'{source}: {what}: a signed document starts with {{"signatures": and is '
+            "distributed byte for byte as 'qualify manifest generate' wrote it (a re-indented "
+            "or edited copy is refused; publish the generated file itself)"
+        )
+    end = body.find(_SIGNED, len(_HEAD), len(_HEAD) + _MAX_SIGNATURES_BYTES)
+    if end < 0:
+        raise MalformedError(
+            f"{source}: no 'signed' object after a signatures list of at most "
+            f"{_MAX_SIGNATURES_BYTES} bytes ({MAX_SIGNATURES} signatures); not a manifest "
+            "written by 'qualify manifest generate'"
+        )
+    segment = body[len(_HEAD) : end]
     try:
-        head = json.loads(signed_bytes[:start] + b"}")
-        rest = json.loads(b"{" + signed_bytes[tail + 2 :])
-        text = signed_bytes[pos + len(key) + 1 : tail + 1].decode("utf-8")
-        entry, _ = json.JSONDecoder().raw_decode(text)
-    except ValueError:
-        return None
-    if not (isinstance(head, dict) and isinstance(rest, dict) and isinstance(entry, dict)):
-        return None
-    if entry.get("host_class") != name:
-        return None
-    return {**head, **rest, "entries": {name: entry}}
+        signatures = loads_strict(segment)
+    except ValueError as exc:
+        raise MalformedError(f"{source}: the signatures list is not JSON ({exc})") from exc
+    if (
+        not isinstance(signatures, list)
+        or len(signatures) > MAX_SIGNATURES
+        or not all(
+            isinstance(s, dict)
+            and set(s) == {"keyid", "sig"}
+            and isinstance(s["keyid"], str)
+            and isinstance(s["sig"], str)
+            and _HEX.fullmatch(s["keyid"])
+            and _HEX.fullmatch(s["sig"])
+            for s in signatures
+        )
+        or encode_canonical(signatures) != segment
+    ):
+        raise MalformedError(
+            f"{source}: 'signatures' must be a canonical list of at most {MAX_SIGNATURES} "
+            "{keyid, sig} objects in lowercase hex"
+        )
+    return signatures, body[end + len(_SIGNED) - 1 : -1]
 
 
-def check_envelope(
-    raw: bytes,
-    public_raw: bytes,
-    *,
-    source: str = "manifest",
-    max_bytes: int = MAX_BYTES,
-    only_class: str | None = None,
-) -> dict[str, Any]:
-    """Check a document's size, shape and signature; return its ``signed`` part.
+def parse_signed(signed_bytes: bytes, source: str = "manifest") -> dict[str, Any]:
+    """Parse the ``signed`` part (after its signature was checked, or for display).
+
+    Raises:
+        MalformedError: not a JSON object (invalid UTF-8, NaN, nesting too deep included).
+    """
+    try:
+        signed = loads_strict(signed_bytes)
+    except ValueError as exc:
+        raise MalformedError(f"{source}: the signed part is not JSON ({exc})") from exc
+    if not isinstance(signed, dict):
+        raise MalformedError(f"{source}: 'signed' is not an object")
+    return signed
+
+
+class Verified(NamedTuple):
+    """A document whose signature by the trusted key was checked."""
+
+    signed: dict[str, Any]
+    """The ``signed`` object, parsed from the verified bytes."""
+    digest: str
+    """Hex sha256 of the signed bytes: two documents with it equal say the same thing."""
+
+
+def verify_envelope(
+    raw: bytes, public_raw: bytes, *, source: str = "manifest", max_bytes: int = MAX_BYTES
+) -> Verified:
+    """Check a document's size, layout and signature; parse its ``signed`` part.
 
     Args:
         raw: the file's bytes (read at most ``max_bytes + 1`` of them).
         public_raw: the trusted Ed25519 public key, 32 raw bytes.
         source: where the bytes came from, for messages (a path).
         max_bytes: the largest document accepted.
-        only_class: for a whole manifest laid out canonically, parse only this class's entry
-            (the signature still covers every byte); ``entries`` then holds that entry alone,
-            or every entry when the shortcut does not apply.
-
-    Returns:
-        The ``signed`` object, parsed.
 
     Raises:
-        MalformedError: too large, not JSON, or not ``{"signed": {...}, "signatures": [...]}``.
+        MalformedError: too large, not the canonical layout, or the signed part not an object.
         SignatureError: no signature by the trusted key id, or it does not verify.
     """
     if len(raw) > max_bytes:
@@ -364,31 +424,7 @@ def check_envelope(
             f"{source}: larger than the {max_bytes}-byte limit; refusing to parse it "
             "(raise --max-bytes if the fleet really is that large, or use per-class documents)"
         )
-    signed: Any = None
-    split = _fast_split(raw)
-    if split is not None:
-        signatures, signed_bytes = split
-    else:
-        try:
-            doc = json.loads(raw)
-        except ValueError as exc:
-            raise MalformedError(f"{source}: not JSON ({exc})") from exc
-        if not isinstance(doc, dict) or set(doc) != {"signed", "signatures"}:
-            raise MalformedError(
-                f"{source}: expected an object with exactly 'signed' and 'signatures'"
-            )
-        signed, signatures = doc["signed"], doc["signatures"]
-        if not isinstance(signed, dict):
-            raise MalformedError(f"{source}: 'signed' is not an object")
-        try:
-            signed_bytes = encode_canonical(signed)
-        except CanonicalError as exc:
-            raise MalformedError(f"{source}: {exc}") from exc
-    if not isinstance(signatures, list) or not all(
-        isinstance(s, dict) and isinstance(s.get("keyid"), str) and isinstance(s.get("sig"), str)
-        for s in signatures
-    ):
-        raise MalformedError(f"{source}: 'signatures' is not a list of {{keyid, sig}} objects")
+    signatures, signed_bytes = split_envelope(raw, source)
     trusted = key_id(public_raw)
     mine = [s for s in signatures if s["keyid"] == trusted]
     if not mine:
@@ -402,16 +438,23 @@ def check_envelope(
             f"{source}: the signature by key {trusted[:16]} does not match the signed content "
             "(the file was changed after signing)"
         )
-    if signed is None and only_class is not None:
-        signed = _peek(signed_bytes, only_class)
-    if signed is None:
-        try:
-            signed = json.loads(signed_bytes)
-        except ValueError as exc:
-            raise MalformedError(f"{source}: the signed part is not JSON ({exc})") from exc
-    if not isinstance(signed, dict):
-        raise MalformedError(f"{source}: 'signed' is not an object")
-    return signed
+    return Verified(parse_signed(signed_bytes, source), sha256_hex(signed_bytes))
+
+
+def check_envelope(
+    raw: bytes, public_raw: bytes, *, source: str = "manifest", max_bytes: int = MAX_BYTES
+) -> dict[str, Any]:
+    """`verify_envelope`'s ``signed`` object alone."""
+    return verify_envelope(raw, public_raw, source=source, max_bytes=max_bytes).signed
+
+
+def sha256_hex(data: bytes) -> str:
+    """Hex sha256 of ``data``, with cryptography's hash (loaded anyway for the signature)."""
+    from cryptography.hazmat.primitives import hashes
+
+    digest = hashes.Hash(hashes.SHA256())
+    digest.update(data)
+    return digest.finalize().hex()
 
 
 def _hex_verifies(public_raw: bytes, sig_hex: str, data: bytes) -> bool:
@@ -429,6 +472,7 @@ def check_signed(
     min_version: int = 0,
     expected_class: str | None = None,
     source: str = "manifest",
+    max_validity_s: float | None = None,
 ) -> None:
     """Check a verified ``signed`` part: type, format, expiry, version and class name.
 
@@ -441,10 +485,14 @@ def check_signed(
         min_version: the last version this host accepted; a lower one is refused.
         expected_class: for a per-class document, the class it was read for.
         source: where it came from, for messages.
+        max_validity_s: refuse a document that expires further than this after ``now`` (a
+            signer's clock or key gone wrong would otherwise pin hosts for years).
 
     Raises:
-        MalformedError: unknown type or format, or a field of the wrong type.
+        MalformedError: unknown type or format, a field of the wrong type, a version above
+            `MAX_VERSION`, or an ``expires`` that is not a real time.
         ExpiredError: ``expires`` is not after ``now``.
+        ValidityError: ``expires`` is more than ``max_validity_s`` after ``now``.
         RollbackError: ``version`` is lower than ``min_version``.
         ClassMismatchError: a per-class document of another class.
     """
@@ -459,11 +507,18 @@ def check_signed(
             f"{FORMAT!r} (upgrade it)"
         )
     version = signed.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise MalformedError(f"{source}: signed.version must be an integer >= 1, found {version!r}")
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= MAX_VERSION:
+        shown = repr(version) if not isinstance(version, int) else f"{version:.3e}"
+        raise MalformedError(
+            f"{source}: signed.version must be an integer from 1 to 2**63-1, found {shown[:40]}"
+        )
     expires = signed.get("expires")
-    if not isinstance(expires, str) or not TIME_RE.match(expires):
-        raise MalformedError(f"{source}: signed.expires {expires!r} is not YYYY-MM-DDTHH:MM:SSZ")
+    try:
+        if not isinstance(expires, str):
+            raise ValueError(f"{expires!r:.40} is not a string")
+        until = parse_time(expires)
+    except ValueError as exc:
+        raise MalformedError(f"{source}: signed.expires: {exc}") from exc
     if kind == MANIFEST_TYPE:
         if not isinstance(signed.get("entries"), dict):
             raise MalformedError(f"{source}: signed.entries is not an object")
@@ -486,3 +541,11 @@ def check_signed(
         raise ExpiredError(
             f"{source}: expired at {expires} (now {now}); generate and sign a fresh manifest"
         )
+    if max_validity_s is not None:
+        ahead = (until - parse_time(now)).total_seconds()
+        if ahead > max_validity_s:
+            raise ValidityError(
+                f"{source}: expires at {expires}, {ahead / 86400:.0f} days from now, more than "
+                f"the {max_validity_s / 86400:g} days this host accepts (a signer clock or key "
+                "gone wrong?); generate it with a shorter --expires"
+            )

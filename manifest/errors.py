@@ -16,6 +16,8 @@ maps these errors to them). Standard library only: ``resolve-artifact`` imports 
         ├── SignatureError         no valid signature by the trusted key
         ├── ExpiredError           past its ``expires``
         ├── RollbackError          ``version`` lower than the one this host last accepted
+        ├── ForkError              the version this host accepted, with different content
+        ├── ValidityError          valid for longer than the host's policy allows
         ├── ClassMismatchError     a per-class document read under another class's name
         └── DigestMismatchError    a local artifact's sha256 is not the manifest's
 """
@@ -28,12 +30,14 @@ __all__ = [
     "ClassMismatchError",
     "DigestMismatchError",
     "ExpiredError",
+    "ForkError",
     "KeyFileError",
     "MalformedError",
     "ManifestError",
     "PolicyError",
     "RollbackError",
     "SignatureError",
+    "ValidityError",
     "VerificationError",
 ]
 
@@ -86,6 +90,19 @@ class RollbackError(VerificationError):
     """The document's ``version`` is lower than the version this host last accepted."""
 
     code = "rollback"
+
+
+class ForkError(VerificationError):
+    """The document has the version this host last accepted but different signed bytes: two
+    releases under one version, a sign of a compromised key or a forked release."""
+
+    code = "forked"
+
+
+class ValidityError(VerificationError):
+    """The document's ``expires`` lies further ahead than the host's policy allows."""
+
+    code = "validity_too_long"
 
 
 class ClassMismatchError(VerificationError):

@@ -1,44 +1,59 @@
 """``resolve-artifact``: on a host, which artifact does this host run? Standard library only.
 
 Owns the host side of a release: read a manifest (or this class's per-class document), check it
-(size, Ed25519 signature by the trusted key, type, expiry, a version not lower than the last one
-this host accepted, the class name of a per-class document), keep the last-known-good copy, find
-this host's class, check the host's runtime can run the answer, and print it. Does not own the
-checks themselves (``manifest.envelope``) or the match rules (``manifest.hostmatch``).
+(size, layout, Ed25519 signature by the trusted key, type, expiry and validity, a version not
+lower than the highest this host ever accepted and, at that version, the same bytes), keep the
+last-known-good copy, find this host's class, check the host's runtime can run the answer and
+that its URI is one a host may fetch, and print it. Does not own the checks themselves
+(``manifest.envelope``) or the match rules (``manifest.hostmatch``).
 
 It runs at every service start on every host, so it imports the standard library plus
 ``cryptography`` (lazily, for the signature), never pydantic, click, duckdb, pandas, pyarrow,
-jinja2 or onnxruntime; a test runs it in a subprocess and looks at ``sys.modules``.
+jinja2 or onnxruntime; a test runs it in a subprocess and looks at ``sys.modules``. Every byte
+it reads is hostile until verified: files are read bounded and only if regular, nothing but a
+bounded signatures list is parsed before the signature check, and no input (nesting, huge or
+non-finite numbers, lone surrogates, control characters) ends in a traceback: ``main`` maps
+every failure to an exit code below.
 
 Usage::
 
-    resolve-artifact --manifest PATH [--host-class NAME] [--pubkey K] [--state-dir DIR]
+    resolve-artifact --manifest PATH [--host-class NAME] [--pubkey K] [--state-dir DIR | --no-state]
                      [--verify-file PATH] [--json] [--runtime PKG==VER] [--providers A,B]
-                     [--emit-telemetry FILE] [--host-id ID] [--max-bytes N]
+                     [--emit-telemetry FILE] [--host-id ID] [--max-bytes N] [--grace-days D]
+                     [--max-validity-days D] [--uri-schemes https,s3,...]
 
 ``--manifest`` is a manifest file, one per-class document, or a directory of per-class documents
-(then ``--host-class`` picks ``DIR/<class>.json``). ``--pubkey`` defaults to ``$QUALIFY_PUBKEY``;
-``--state-dir`` to ``$QUALIFY_STATE_DIR`` (without one, there is no rollback protection across
-runs and no last-known-good). ``--emit-telemetry FILE`` (or ``$QUALIFY_TELEMETRY``) appends one
-``qualify-telemetry/1`` event for the answer (``manifest.telemetry``): class, served digest, the
-requested providers this host has, runtime revision and manifest version; a failure to append
-warns on stderr and never changes the exit code. The ``--json`` answer's ``providers`` lists the
-served artifact's execution providers that this host has, in order (empty on hold).
+(then ``--host-class`` picks ``DIR/<current>/<class>.json``, where the file ``DIR/current`` names
+the published set, or ``DIR/<class>.json`` in the flat layout of earlier releases).
+``--pubkey`` defaults to ``$QUALIFY_PUBKEY``. ``--state-dir`` defaults to
+``$QUALIFY_STATE_DIR``, else ``$XDG_STATE_HOME/qualify/resolve`` (``~/.local/state/...``); when
+none is writable it says so on stderr and runs without rollback protection across runs.
+``--emit-telemetry FILE`` (or ``$QUALIFY_TELEMETRY``) appends one ``qualify-telemetry/1`` event
+for the answer (``manifest.telemetry``): class, served digest, the requested providers this host
+has, runtime revision and manifest version; a failure to append warns on stderr and never
+changes the exit code. The ``--json`` answer's ``providers`` lists the served artifact's
+execution providers that this host has, in order (empty on hold).
 
 Exit codes:
 
 * 0 resolved: the artifact's URI is printed (with ``--json``, an object).
-* 2 usage error, or this host's class is unknown (not in the manifest, or no/several matches).
+* 2 usage error (one line on stderr), or this host's class is unknown (not in the manifest, or
+  no/several matches).
 * 3 the class is on hold: deploy nothing new.
-* 4 verification failed and there is no usable last-known-good manifest, or ``--verify-file``
-  does not match the digest.
+* 4 verification failed and there is no usable last-known-good manifest, ``--verify-file``
+  does not match the digest, or an internal error (said on stderr; failing closed).
 * 5 no compatible artifact: neither the entry's artifact nor its rollback can run on this
   host's runtime and providers.
+* 6 resolved, from a last-known-good manifest that has expired but is within ``--grace-days``
+  (default 7) of its expiry: the URI is printed as for 0; service wrappers should alert.
 
-When the manifest fails a check, the last-known-good manifest in the state directory is used
-instead and stderr says why. The last-known-good is used even if it has expired since (with a
-warning): it is the newest manifest this host ever verified, so an attacker gains nothing by
-forcing it, and refusing it would stop every service start once releases stop flowing.
+State: the rollback floor is the highest version among every record the state directory keeps
+(``state.json`` and the last-known-good's own verified version), so deleting, truncating or
+replacing one file does not lower it; both are written atomically, and only a document that was
+verified *and* resolved for this host becomes the last-known-good. A document with the version
+this host accepted but other bytes is refused (two releases under one version). When the
+manifest fails a check, the last-known-good is used instead and stderr says why; once it has
+expired it is served with exit 6 for the grace period, then refused (exit 4).
 
 How the host's runtime is found without importing onnxruntime: ``--runtime PKG==VER`` (or
 ``$QUALIFY_RUNTIME``), else the first ``onnxruntime*.dist-info`` directory on ``sys.path`` of the
@@ -52,8 +67,11 @@ works; providers linked into the core library (CoreML, XNNPACK, Azure) are not s
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
+import stat
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -61,20 +79,28 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from manifest import envelope
-from manifest.errors import ExpiredError, KeyFileError, VerificationError
+from manifest.errors import ForkError, KeyFileError, MalformedError, VerificationError
 
 __all__ = [
+    "DEFAULT_GRACE_DAYS",
+    "DEFAULT_MAX_VALIDITY_DAYS",
+    "DEFAULT_URI_SCHEMES",
     "EXIT_HOLD",
     "EXIT_INCOMPATIBLE",
     "EXIT_RESOLVED",
+    "EXIT_STALE",
     "EXIT_UNKNOWN",
     "EXIT_USAGE",
     "EXIT_VERIFY",
     "PROVIDER_LIBRARIES",
+    "Accepted",
     "HostRuntime",
     "Outcome",
+    "default_state_dir",
     "detect_runtime",
+    "encode_state",
     "main",
+    "parse_state",
     "requirement_failures",
     "resolve",
 ]
@@ -85,9 +111,20 @@ EXIT_UNKNOWN = 2
 EXIT_HOLD = 3
 EXIT_VERIFY = 4
 EXIT_INCOMPATIBLE = 5
+EXIT_STALE = 6
 
 STATE_FILE = "state.json"
 LKG_FILE = "last-known-good.json"
+_STATE_BYTES = 4096
+
+DEFAULT_GRACE_DAYS = 7.0
+"""How long after its expiry a last-known-good is still served (exit 6)."""
+DEFAULT_MAX_VALIDITY_DAYS = 400.0
+"""A manifest expiring further ahead is refused (``qualify manifest generate`` caps at 366)."""
+DEFAULT_URI_SCHEMES = ("https", "s3", "gs", "az", "oci", "file")
+"""Artifact URI schemes a host may be told to fetch; ``http`` and the rest need
+``--uri-schemes``."""
+_MAX_URI = 4096
 
 PROVIDER_LIBRARIES: dict[str, str] = {
     "cuda": "CUDAExecutionProvider",
@@ -123,7 +160,11 @@ class Outcome(NamedTuple):
     answer: dict[str, Any] | None
     messages: list[str]
     accepted: bytes | None
-    accepted_version: int | None
+    """The document to keep as last-known-good: verified and resolved for this host."""
+    record: Accepted | None
+    """``accepted``'s state record."""
+    floor: Accepted | None
+    """The highest record this host now has (what ``state.json`` should say)."""
 
 
 class _Refused(Exception):
@@ -249,35 +290,109 @@ def requirement_failures(
     return found
 
 
-def _read_bounded(path: Path, max_bytes: int) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read(max_bytes + 1)
-
-
-def _accept(
-    raw: bytes,
-    public_raw: bytes,
-    *,
-    now: str,
-    min_version: int,
-    host_class: str | None,
-    max_bytes: int,
-    source: str,
-) -> dict[str, Any]:
-    signed = envelope.check_envelope(
-        raw, public_raw, source=source, max_bytes=max_bytes, only_class=host_class
-    )
-    envelope.check_signed(
-        signed, now=now, min_version=min_version, expected_class=host_class, source=source
-    )
-    return signed
-
-
 def _entries(signed: Mapping[str, Any]) -> dict[str, Any]:
     if signed["type"] == envelope.CLASS_TYPE:
         return {signed["host_class"]: signed["entry"]}
     entries: dict[str, Any] = signed["entries"]
     return entries
+
+
+def _read_bounded(path: Path, max_bytes: int) -> bytes:
+    """At most ``max_bytes + 1`` bytes of a regular file (a FIFO, device or directory is refused
+    without blocking on it, so ``/dev/zero`` or a named pipe cannot stall a service start)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        chunks: list[bytes] = []
+        left = max_bytes + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+class Accepted(NamedTuple):
+    """What this host accepted, as ``state.json`` keeps it: the rollback floor and the identity
+    of the document at that version (two documents of one version must be the same bytes)."""
+
+    version: int
+    kind: str | None
+    """``signed.type``; None in a state written before it was kept."""
+    host_class: str | None
+    """The class of a per-class document; None for a whole manifest."""
+    digest: str | None
+    """Hex sha256 of the signed bytes; None in a state written before it was kept."""
+
+
+def _record(verified: envelope.Verified) -> Accepted:
+    signed = verified.signed
+    kind = signed["type"]
+    cls = signed.get("host_class") if kind == envelope.CLASS_TYPE else None
+    return Accepted(signed["version"], kind, cls, verified.digest)
+
+
+def parse_state(data: bytes) -> Accepted:
+    """The record in a ``state.json``'s bytes.
+
+    Raises:
+        ValueError: not the object `encode_state` writes (NaN, ``1e400``, a huge or non-integer
+            version, nesting too deep: all refused, never trusted as a floor).
+    """
+    if len(data) > _STATE_BYTES:
+        raise ValueError(f"larger than {_STATE_BYTES} bytes")
+    doc = envelope.loads_strict(data)
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    version = doc.get("version")
+    if type(version) is not int or not 1 <= version <= envelope.MAX_VERSION:
+        raise ValueError(f"version {str(version)[:40]!r} is not an integer from 1 to 2**63-1")
+    kind, cls, digest = doc.get("type"), doc.get("host_class"), doc.get("signed_sha256")
+    return Accepted(
+        version,
+        kind if kind in (envelope.MANIFEST_TYPE, envelope.CLASS_TYPE) else None,
+        cls if isinstance(cls, str) else None,
+        digest if isinstance(digest, str) else None,
+    )
+
+
+def encode_state(record: Accepted) -> bytes:
+    """The bytes of a ``state.json`` for ``record``."""
+    return envelope.encode_canonical(
+        {
+            "format": 1,
+            "version": record.version,
+            "type": record.kind,
+            "host_class": record.host_class,
+            "signed_sha256": record.digest,
+        }
+    )
+
+
+def _floor(records: Sequence[Accepted | None], accepted_version: int) -> Accepted | None:
+    """The highest record this host keeps (one with an identity wins a tie)."""
+    known = [r for r in records if r is not None]
+    if accepted_version and not any(r.version >= accepted_version for r in known):
+        known.append(Accepted(accepted_version, None, None, None))
+    if not known:
+        return None
+    return max(known, key=lambda r: (r.version, r.digest is not None))
+
+
+def _check_fork(verified: envelope.Verified, floor: Accepted | None, source: str) -> None:
+    if floor is None or floor.digest is None or verified.signed["version"] != floor.version:
+        return
+    mine = _record(verified)
+    if (mine.kind, mine.host_class) == (floor.kind, floor.host_class) and (
+        mine.digest != floor.digest
+    ):
+        raise ForkError(
+            f"{source}: version {floor.version} differs from the version {floor.version} this "
+            "host already accepted (two releases under one version: a compromised key or a "
+            "forked release?); publish a new version, never re-sign an old one"
+        )
 
 
 def _find_class(
@@ -294,14 +409,19 @@ def _find_class(
             )
         if entry.get("host_class", host_class) != host_class:
             raise _Refused(
-                EXIT_VERIFY, f"entry {host_class!r} names class {entry.get('host_class')!r}"
+                EXIT_VERIFY, f"entry {host_class!r} names class {_show(entry.get('host_class'))}"
             )
         return host_class, entry
     if facts is None:
         raise _Refused(EXIT_UNKNOWN, "no --host-class and host detection is off")
     from manifest.hostmatch import match_failures
 
-    host = facts()
+    try:
+        host = facts()
+    except Exception as exc:  # /proc unreadable, a sandbox: say so, do not guess
+        raise _Refused(
+            EXIT_UNKNOWN, f"cannot read this host's facts ({exc}); pass --host-class NAME"
+        ) from exc
     matches = [
         name
         for name, entry in entries.items()
@@ -315,22 +435,63 @@ def _find_class(
             f"this host matches none of the {len(entries)} classes of manifest version "
             f"{signed['version']}; pass --host-class NAME",
         )
-    raise _Refused(
-        EXIT_UNKNOWN,
-        f"this host matches several classes ({', '.join(sorted(matches))}); pass --host-class",
-    )
+    shown = ", ".join(_show(m) for m in sorted(matches)[:10])
+    raise _Refused(EXIT_UNKNOWN, f"this host matches several classes ({shown}); pass --host-class")
 
 
-def _pointer(art: Any) -> dict[str, Any] | None:
+def _show(value: Any, limit: int = 120) -> str:
+    """A value from a document, safe on one terminal line: control characters escaped, cut."""
+    text = value if isinstance(value, str) else repr(value)
+    text = text.encode("unicode_escape", "backslashreplace").decode("ascii")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _pointer(art: Any, schemes: Sequence[str], what: str) -> dict[str, Any]:
+    """``{digest, uri}`` of an artifact reference, checked: a sha256 digest and a URI of an
+    allowed scheme, printable ASCII (what a host will fetch and load)."""
     if not isinstance(art, dict):
-        return None
-    return {"digest": art.get("digest"), "uri": art.get("uri")}
+        raise _Refused(EXIT_VERIFY, f"{what} is not an object")
+    digest, uri = art.get("digest"), art.get("uri")
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        raise _Refused(EXIT_VERIFY, f"{what}: digest {_show(digest)} is not sha256:<64 hex>")
+    if (
+        not isinstance(uri, str)
+        or not 0 < len(uri) <= _MAX_URI
+        or not all("!" <= ch <= "~" for ch in uri)
+    ):
+        raise _Refused(
+            EXIT_VERIFY, f"{what}: uri {_show(uri)} is not a URI (printable ASCII, no spaces)"
+        )
+    scheme, sep, _ = uri.partition(":")
+    if not sep or scheme.lower() not in schemes:
+        raise _Refused(
+            EXIT_VERIFY,
+            f"{what}: uri {_show(uri)} has scheme {_show(scheme if sep else '')}, not one of "
+            f"{', '.join(schemes)} (allow more with --uri-schemes)",
+        )
+    return {"digest": digest, "uri": uri}
 
 
 def _usable(provider: Mapping[str, Any], host: HostRuntime) -> list[str]:
     """The requirement's execution providers this host has, in the order they are requested."""
     wanted = provider.get("execution_providers") or []
-    return [str(p) for p in wanted if p in host.providers]
+    return [str(p) for p in wanted if isinstance(p, str) and p in host.providers]
+
+
+def _reasons(entry: Mapping[str, Any]) -> list[dict[str, str]]:
+    found = entry.get("reasons")
+    if not isinstance(found, list):
+        return []
+    return [
+        {"code": r["code"], "message": r["message"]}
+        for r in found
+        if isinstance(r, dict)
+        and isinstance(r.get("code"), str)
+        and isinstance(r.get("message"), str)
+    ]
 
 
 def _answer(
@@ -339,57 +500,93 @@ def _answer(
     entry: Mapping[str, Any],
     host: HostRuntime,
     notes: list[dict[str, str]],
+    schemes: Sequence[str],
 ) -> tuple[int, dict[str, Any], list[str]]:
     messages: list[str] = []
-    reasons = list(entry.get("reasons") or []) + notes
+    reasons = _reasons(entry) + notes
     decision = entry.get("decision")
     rollback = entry.get("rollback")
     answer: dict[str, Any] = {
         "host_class": host_class,
         "decision": decision,
         "artifact": None,
-        "rollback": _pointer(rollback),
+        "rollback": None,
         "manifest_version": signed["version"],
         "release": signed.get("release"),
         "served": None,
         "providers": [],
         "reasons": reasons,
     }
+    if rollback is not None:
+        answer["rollback"] = _pointer(rollback, schemes, f"entry {host_class!r}: rollback")
     if decision == "hold":
-        messages.append(f"class {host_class!r} is on hold: {entry.get('summary', '')}")
+        messages.append(f"class {host_class!r} is on hold: {_show(entry.get('summary', ''), 300)}")
         return EXIT_HOLD, answer, messages
     artifact = entry.get("artifact")
     if decision not in ("candidate", "baseline") or not isinstance(artifact, dict):
         raise _Refused(
-            EXIT_VERIFY, f"entry {host_class!r} has no artifact for decision {decision!r}"
+            EXIT_VERIFY, f"entry {host_class!r} has no artifact for decision {_show(decision)}"
         )
+    pointer = _pointer(artifact, schemes, f"entry {host_class!r}: artifact")
     provider = entry.get("provider") or {}
     failures = requirement_failures(host, entry.get("runtime") or {}, provider)
     if not failures:
-        answer["artifact"], answer["served"] = _pointer(artifact), "artifact"
+        answer["artifact"], answer["served"] = pointer, "artifact"
         answer["providers"] = _usable(provider, host)
         return EXIT_RESOLVED, answer, messages
     why = "; ".join(failures)
-    reasons.append({"code": "runtime_incompatible", "message": f"{artifact.get('name')}: {why}"})
+    name = _show(artifact.get("name"))
+    reasons.append({"code": "runtime_incompatible", "message": f"{name}: {why}"})
     if isinstance(rollback, dict):
+        rb_name = _show(rollback.get("name"))
         rb_provider = rollback.get("provider") or provider
         rb_failures = requirement_failures(
             host, rollback.get("runtime") or entry.get("runtime") or {}, rb_provider
         )
         if not rb_failures:
             messages.append(
-                f"{decision} {artifact.get('name')} cannot run here ({why}); answering with "
-                f"rollback {rollback.get('name')}"
+                f"{decision} {name} cannot run here ({why}); answering with rollback {rb_name}"
             )
-            reasons.append(
-                {"code": "served_rollback", "message": f"rollback {rollback.get('name')} fits"}
-            )
-            answer["artifact"], answer["served"] = _pointer(rollback), "rollback"
+            reasons.append({"code": "served_rollback", "message": f"rollback {rb_name} fits"})
+            answer["artifact"], answer["served"] = answer["rollback"], "rollback"
             answer["providers"] = _usable(rb_provider, host)
             return EXIT_RESOLVED, answer, messages
-        why += f"; rollback {rollback.get('name')}: {'; '.join(rb_failures)}"
+        why += f"; rollback {rb_name}: {'; '.join(rb_failures)}"
     messages.append(f"no compatible artifact for class {host_class!r}: {why}")
     return EXIT_INCOMPATIBLE, answer, messages
+
+
+def _decide(
+    verified: envelope.Verified,
+    host_class: str | None,
+    facts: Callable[[], Any] | None,
+    host: HostRuntime,
+    notes: list[dict[str, str]],
+    schemes: Sequence[str],
+) -> tuple[int, dict[str, Any], list[str]]:
+    """The answer a verified, checked document gives this host.
+
+    Raises:
+        _Refused: EXIT_UNKNOWN (the class is not found: the document is fine, the host is not
+            in it) or EXIT_VERIFY (the document says something a host must not act on).
+    """
+    try:
+        name, entry = _find_class(verified.signed, host_class, facts)
+        return _answer(verified.signed, name, entry, host, notes, schemes)
+    except _Refused:
+        raise
+    except Exception as exc:  # a verified document breaking an assumption: refused, no crash
+        raise _Refused(
+            EXIT_VERIFY, f"unexpected content ({type(exc).__name__}: {_show(str(exc))})"
+        ) from exc
+
+
+def _entry_shape(signed: Mapping[str, Any], source: str) -> None:
+    """The type, format, version and class checks of ``check_signed``, expiry aside."""
+    envelope.check_signed(signed, now=_BEFORE_TIME, source=source)
+
+
+_BEFORE_TIME = "0001-01-01T00:00:00Z"
 
 
 def resolve(
@@ -401,12 +598,23 @@ def resolve(
     host_class: str | None = None,
     facts: Callable[[], Any] | None = None,
     accepted_version: int = 0,
+    accepted: Accepted | None = None,
     last_known_good: bytes | None = None,
     max_bytes: int = envelope.MAX_BYTES,
     source: str = "manifest",
     read_error: str | None = None,
+    grace_s: float = DEFAULT_GRACE_DAYS * 86400,
+    max_validity_s: float | None = DEFAULT_MAX_VALIDITY_DAYS * 86400,
+    uri_schemes: Sequence[str] = DEFAULT_URI_SCHEMES,
 ) -> Outcome:
     """Decide the answer for this host: the core of ``resolve-artifact``, with no I/O.
+
+    The answer comes only from a document whose signature verified, parsed once from the
+    verified bytes. The rollback floor is the highest version among every record the host
+    keeps (``accepted`` from ``state.json``, the last-known-good's own version), so deleting or
+    replacing one of them does not lower it; a document at the floor's version must be the
+    same bytes (else `ForkError`). A document is kept as the new last-known-good only when it
+    was verified *and* resolved for this host.
 
     Args:
         raw: the manifest's bytes (``None`` when it could not be read: see ``read_error``).
@@ -415,98 +623,208 @@ def resolve(
         host: this host's runtime and providers.
         host_class: the class to resolve for; ``None`` detects it with ``facts``.
         facts: returns this host's ``hostmatch.HostFacts`` (called only for detection).
-        accepted_version: the last version this host accepted.
+        accepted_version: a version floor given directly (tests, callers without a record).
+        accepted: the record in ``state.json``, if one was readable.
         last_known_good: the last accepted document's bytes, if kept.
         max_bytes: largest document accepted.
         source: name of the manifest for messages.
         read_error: why ``raw`` could not be read.
+        grace_s: how long after it expired a last-known-good is still served (exit 6).
+        max_validity_s: a new document expiring further ahead than this is refused.
+        uri_schemes: the artifact URI schemes a host may be told to fetch.
 
     Returns:
-        The outcome: exit code, answer (for ``--json``), messages for stderr, and the bytes and
-        version to keep as last-known-good (``None`` when nothing new was accepted).
+        The outcome: exit code, answer (for ``--json``), messages for stderr, and what to keep.
     """
     messages: list[str] = []
-    notes: list[dict[str, str]] = []
-    accepted: bytes | None = None
-    signed: dict[str, Any] | None = None
+    fresh: envelope.Verified | None = None
     failure: VerificationError | None = None
     if raw is not None:
         try:
-            signed = _accept(
-                raw,
-                public_raw,
-                now=now,
-                min_version=accepted_version,
-                host_class=host_class,
-                max_bytes=max_bytes,
-                source=source,
-            )
-            accepted = raw
+            fresh = envelope.verify_envelope(raw, public_raw, source=source, max_bytes=max_bytes)
         except VerificationError as exc:
             failure = exc
-    if signed is None:
-        why = read_error if failure is None else str(failure)
-        check = "unreadable" if failure is None else failure.code
-        messages.append(f"refused {source}: {why}")
-        if last_known_good is None:
-            messages.append("no last-known-good manifest to fall back to; failing closed")
-            return Outcome(EXIT_VERIFY, None, messages, None, None)
+    kept: envelope.Verified | None = None
+    if last_known_good is not None:
         try:
-            signed = envelope.check_envelope(
-                last_known_good,
-                public_raw,
-                source="last-known-good",
-                max_bytes=len(last_known_good),
+            kept = (
+                fresh
+                if fresh is not None and last_known_good == raw
+                else envelope.verify_envelope(
+                    last_known_good,
+                    public_raw,
+                    source="last-known-good",
+                    max_bytes=max(max_bytes, len(last_known_good)),
+                )
             )
-            try:
-                envelope.check_signed(signed, now=now, source="last-known-good")
-            except ExpiredError as exc:
-                messages.append(f"warning: {exc}; using it anyway, it is the newest this host has")
+            _entry_shape(kept.signed, "last-known-good")
         except VerificationError as exc:
-            messages.append(f"the last-known-good manifest is unusable too: {exc}; failing closed")
-            return Outcome(EXIT_VERIFY, None, messages, None, None)
-        messages.append(f"using the last-known-good manifest, version {signed['version']}")
-        notes.append({"code": "last_known_good", "message": f"{check}: {why}"})
+            kept = None
+            messages.append(f"warning: the last-known-good manifest is unusable: {exc}")
+    floor = _floor([accepted, _record(kept) if kept else None], accepted_version)
+    if fresh is not None:
+        try:
+            envelope.check_signed(
+                fresh.signed,
+                now=now,
+                min_version=floor.version if floor else 0,
+                expected_class=host_class,
+                source=source,
+                max_validity_s=max_validity_s,
+            )
+            _check_fork(fresh, floor, source)
+            code, answer, more = _decide(fresh, host_class, facts, host, [], uri_schemes)
+        except VerificationError as exc:
+            failure = exc
+        except _Refused as exc:
+            if exc.code != EXIT_VERIFY:
+                return Outcome(exc.code, None, [*messages, str(exc)], None, None, floor)
+            failure = MalformedError(f"{source}: {exc}")
+        else:
+            answer["source"] = "manifest"
+            mine = _record(fresh)
+            return Outcome(code, answer, messages + more, raw, mine, mine)
+    why = read_error if failure is None else str(failure)
+    check = "unreadable" if failure is None else failure.code
+    messages.append(f"refused {source}: {why}")
+    return _from_last_known_good(
+        kept,
+        messages,
+        f"{check}: {why}",
+        floor,
+        now=now,
+        host=host,
+        host_class=host_class,
+        facts=facts,
+        grace_s=grace_s,
+        uri_schemes=uri_schemes,
+    )
+
+
+def _from_last_known_good(
+    kept: envelope.Verified | None,
+    messages: list[str],
+    note: str,
+    floor: Accepted | None,
+    *,
+    now: str,
+    host: HostRuntime,
+    host_class: str | None,
+    facts: Callable[[], Any] | None,
+    grace_s: float,
+    uri_schemes: Sequence[str],
+) -> Outcome:
+    """The answer from the last-known-good, when the new document was refused."""
+    if kept is None:
+        messages.append("no usable last-known-good manifest to fall back to; failing closed")
+        return Outcome(EXIT_VERIFY, None, messages, None, None, floor)
+    notes = [{"code": "last_known_good", "message": note}]
+    stale = False
+    expires = kept.signed["expires"]
+    if expires <= now:
+        late = (envelope.parse_time(now) - envelope.parse_time(expires)).total_seconds()
+        days = f"{grace_s / 86400:g}-day"
+        if late > grace_s:
+            messages.append(
+                f"the last-known-good manifest (version {kept.signed['version']}) expired at "
+                f"{expires}, longer ago than the {days} grace; failing closed (publish a fresh "
+                "manifest, or raise --grace-days)"
+            )
+            return Outcome(EXIT_VERIFY, None, messages, None, None, floor)
+        stale = True
+        messages.append(
+            f"warning: the last-known-good manifest expired at {expires}; serving it within the "
+            f"{days} grace, with exit {EXIT_STALE} until a fresh manifest arrives"
+        )
+        notes.append({"code": "stale_last_known_good", "message": f"expired at {expires}"})
+    messages.append(f"using the last-known-good manifest, version {kept.signed['version']}")
     try:
-        name, entry = _find_class(signed, host_class, facts)
-        code, answer, more = _answer(signed, name, entry, host, notes)
+        code, answer, more = _decide(kept, host_class, facts, host, notes, uri_schemes)
     except _Refused as exc:
-        messages.append(str(exc))
-        return Outcome(exc.code, None, messages, accepted, signed["version"] if accepted else None)
-    answer["source"] = "manifest" if accepted is not None else "last-known-good"
-    return Outcome(code, answer, messages + more, accepted, signed["version"] if accepted else None)
+        return Outcome(exc.code, None, [*messages, str(exc)], None, None, floor)
+    if stale and code == EXIT_RESOLVED:
+        code = EXIT_STALE
+    answer["source"] = "last-known-good"
+    return Outcome(code, answer, messages + more, None, None, floor)
 
 
-def _load_state(state_dir: Path) -> tuple[int, bytes | None]:
+def default_state_dir() -> Path | None:
+    """``$QUALIFY_STATE_DIR``, else ``$XDG_STATE_HOME/qualify/resolve`` (``~/.local/state`` when
+    unset); None when there is no home to put it in."""
+    env = os.environ.get("QUALIFY_STATE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    if not os.path.isabs(base):
+        return None
+    return Path(base) / "qualify" / "resolve"
+
+
+def _writable(directory: Path) -> bool:
+    """Whether ``directory``, or the nearest existing folder above it, can be written."""
+    probe = directory
+    while not probe.exists():
+        if probe.parent == probe:
+            return False
+        probe = probe.parent
+    return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
+
+
+def _load_state(
+    state_dir: Path, max_bytes: int, say: Callable[[str], None]
+) -> tuple[Accepted | None, bytes | None]:
+    """The state record and the last-known-good bytes; what is unreadable is said and skipped
+    (the floor then comes from what is left)."""
+    record: Accepted | None = None
     try:
-        version = int(json.loads((state_dir / STATE_FILE).read_bytes())["version"])
-    except (OSError, ValueError, KeyError, TypeError):
-        version = 0  # no state yet (or unreadable): no version floor
+        record = parse_state(_read_bounded(state_dir / STATE_FILE, _STATE_BYTES))
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as exc:
+        say(
+            f"warning: {state_dir / STATE_FILE} is unusable ({exc}); the rollback floor comes "
+            "from the last-known-good"
+        )
+    lkg: bytes | None = None
     try:
-        lkg: bytes | None = (state_dir / LKG_FILE).read_bytes()
-    except OSError:
-        lkg = None
-    return version, lkg
+        lkg = _read_bounded(state_dir / LKG_FILE, max_bytes)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        say(f"warning: cannot read {state_dir / LKG_FILE} ({exc})")
+    return record, lkg
 
 
 def _save_state(
-    state_dir: Path, raw: bytes, version: int, old_version: int, old_lkg: bytes | None
+    state_dir: Path, outcome: Outcome, record: Accepted | None, lkg: bytes | None
 ) -> None:
-    if old_version == version and old_lkg == raw:
-        return  # the usual service start: nothing new, nothing written
-    # Imported here, on the rare path that accepts a new manifest: keeps tempfile off start-up.
+    """Keep what ``outcome`` accepted: the document first, then the record naming it. With
+    nothing new accepted, a state record behind the floor is brought up to it. No write when
+    nothing changed (the usual service start)."""
+    keep = outcome.accepted is not None and outcome.accepted != lkg
+    floor = outcome.record if outcome.accepted is not None else outcome.floor
+    if not keep and (floor is None or floor == record or floor.digest is None):
+        return
+    # Imported here, on the rare path that writes: keeps tempfile off start-up.
     from schemas.atomic import write_atomic
 
     state_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(state_dir / LKG_FILE, raw)
-    write_atomic(state_dir / STATE_FILE, json.dumps({"version": version}))
+    if keep and outcome.accepted is not None:
+        write_atomic(state_dir / LKG_FILE, outcome.accepted)
+    if floor is not None and floor != record:
+        write_atomic(state_dir / STATE_FILE, encode_state(floor))
 
 
 def _file_digest(path: Path) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
         while chunk := fh.read(1 << 20):
             h.update(chunk)
     return "sha256:" + h.hexdigest()
@@ -521,29 +839,53 @@ def _emit(
     say: Callable[[str], None],
 ) -> None:
     """Append the resolution's telemetry event; a failure warns and never changes the exit."""
-    from manifest import telemetry
-
-    event = telemetry.event_from_resolution(
-        answer,
-        runtime_package=host.package,
-        runtime_version=host.version,
-        when=telemetry.format_time(started),
-        host=host_id,
-    )
     try:
+        from manifest import telemetry
+
+        event = telemetry.event_from_resolution(
+            answer,
+            runtime_package=host.package,
+            runtime_version=host.version,
+            when=telemetry.format_time(started),
+            host=host_id,
+        )
         telemetry.append_event(path, event)
-    except (OSError, ValueError) as exc:
-        say(f"warning: cannot append telemetry to {path} ({exc})")
+    except Exception as exc:  # telemetry is a side channel: it never stops a service start
+        say(f"warning: cannot append telemetry to {path} ({_show(str(exc))})")
+
+
+class _Usage(Exception):
+    """Internal: a usage error, said on one line, exit 2."""
+
+
+def _bounded(
+    kind: Callable[[str], Any], low: float, high: float, what: str
+) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:  # NaN fails both comparisons
+            raise _Usage(f"{what} {text!r}: expected a number from {low:g} to {high:g}")
+        return value
+
+    return parse
 
 
 def _parser() -> Any:
     import argparse
 
-    p = argparse.ArgumentParser(
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> Any:  # one line, exit 2; not argparse's usage dump
+            raise _Usage(message)
+
+    p = Parser(
         prog="resolve-artifact",
         description="Print the artifact this host runs, from a signed release manifest. "
         "Exit codes: 0 resolved, 2 usage error or unknown class, 3 hold, "
-        "4 verification failed and no last-known-good, 5 no compatible artifact.",
+        "4 verification failed and no usable last-known-good, 5 no compatible artifact, "
+        "6 resolved from an expired last-known-good within its grace.",
     )
     p.add_argument(
         "--manifest",
@@ -561,9 +903,15 @@ def _parser() -> Any:
     p.add_argument(
         "--state-dir",
         type=Path,
-        default=os.environ.get("QUALIFY_STATE_DIR"),
-        help="keeps the last accepted version and last-known-good manifest "
-        "(default $QUALIFY_STATE_DIR)",
+        default=None,
+        help="keeps the rollback floor and the last-known-good manifest (default "
+        "$QUALIFY_STATE_DIR, else $XDG_STATE_HOME/qualify/resolve or "
+        "~/.local/state/qualify/resolve)",
+    )
+    p.add_argument(
+        "--no-state",
+        action="store_true",
+        help="keep no state: no rollback protection across runs and no last-known-good",
     )
     p.add_argument(
         "--verify-file",
@@ -595,54 +943,120 @@ def _parser() -> Any:
     )
     p.add_argument(
         "--max-bytes",
-        type=int,
+        type=_bounded(int, 1, 2**31, "--max-bytes"),
         default=envelope.MAX_BYTES,
         help=f"largest manifest accepted (default {envelope.MAX_BYTES})",
+    )
+    p.add_argument(
+        "--grace-days",
+        type=_bounded(float, 0, 3650, "--grace-days"),
+        default=DEFAULT_GRACE_DAYS,
+        help="serve an expired last-known-good this long after it expired, with exit 6 "
+        f"(default {DEFAULT_GRACE_DAYS})",
+    )
+    p.add_argument(
+        "--max-validity-days",
+        type=_bounded(float, 1, 36500, "--max-validity-days"),
+        default=DEFAULT_MAX_VALIDITY_DAYS,
+        help="refuse a manifest that expires further ahead than this "
+        f"(default {DEFAULT_MAX_VALIDITY_DAYS})",
+    )
+    p.add_argument(
+        "--uri-schemes",
+        default=",".join(DEFAULT_URI_SCHEMES),
+        help=f"artifact URI schemes a host may fetch (default {','.join(DEFAULT_URI_SCHEMES)})",
     )
     return p
 
 
+def _manifest_path(path: Path, host_class: str | None) -> tuple[Path, str | None]:
+    """The document to read for ``--manifest``; for a per-class directory, through its
+    ``current`` pointer (or the flat layout without one). Returns (path, why unreadable)."""
+    if not path.is_dir():
+        return path, None
+    if not host_class:
+        raise _Usage(f"{path} is a directory of per-class documents; pass --host-class NAME")
+    try:
+        filename = envelope.class_filename(host_class)
+    except ValueError as exc:
+        raise _Usage(str(exc)) from exc
+    try:
+        pointer = _read_bounded(path / envelope.CURRENT_POINTER, 64)
+    except FileNotFoundError:
+        return path / filename, None  # the flat layout of earlier releases
+    except OSError as exc:
+        return path / filename, f"cannot read {path / envelope.CURRENT_POINTER} ({exc.strerror})"
+    text = pointer.decode("ascii", "replace")
+    if not envelope.POINTER_RE.fullmatch(text):
+        return path / filename, (
+            f"{path / envelope.CURRENT_POINTER} holds {_show(text[:40])}, not v<version>"
+        )
+    return path / text.strip() / filename, None
+
+
+def _state_dir(args: Any, say: Callable[[str], None]) -> Path | None:
+    if args.no_state:
+        return None
+    chosen: Path | None = args.state_dir or default_state_dir()
+    if chosen is None or not _writable(chosen):
+        where = f"{chosen}" if chosen is not None else "none (no home directory)"
+        say(
+            f"warning: no writable state directory ({where}): no rollback protection across "
+            "runs and no last-known-good; pass --state-dir DIR, or --no-state to run so knowingly"
+        )
+        if chosen is None or not chosen.is_dir():
+            return None
+    return chosen
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``resolve-artifact``; returns the exit code (see the module docstring)."""
-    args = _parser().parse_args(argv)
+    """Run ``resolve-artifact``; returns the exit code (see the module docstring).
+
+    Never raises: every failure is one of the documented exit codes, with a message on stderr.
+    """
 
     def say(message: str) -> None:
         print(f"resolve-artifact: {message}", file=sys.stderr)
 
-    if args.pubkey is None:
-        say("no trusted key: pass --pubkey FILE or set QUALIFY_PUBKEY")
-        return EXIT_USAGE
     try:
+        return _main(argv, say)
+    except _Usage as exc:
+        say(f"error: {exc}")
+        return EXIT_USAGE
+    except SystemExit as exc:  # --help
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except Exception as exc:  # a bug: fail closed, say what, never a traceback on a host
+        say(f"internal error, failing closed ({type(exc).__name__}: {_show(str(exc))})")
+        return EXIT_VERIFY
+
+
+def _main(argv: Sequence[str] | None, say: Callable[[str], None]) -> int:
+    args = _parser().parse_args(argv)
+    if args.pubkey is None:
+        raise _Usage("no trusted key: pass --pubkey FILE or set QUALIFY_PUBKEY")
+    schemes = tuple(s.strip().lower() for s in str(args.uri_schemes).split(",") if s.strip())
+    if not schemes:
+        raise _Usage("--uri-schemes is empty; name at least one scheme, e.g. https")
+    try:
+        key_text = _read_bounded(Path(args.pubkey), 64 * 1024)
         public_raw = envelope.parse_public_pem(
-            Path(args.pubkey).read_text(encoding="ascii", errors="replace"), str(args.pubkey)
+            key_text.decode("ascii", errors="replace"), str(args.pubkey)
         )
         host = detect_runtime(runtime=args.runtime, providers=args.providers)
     except OSError as exc:
-        say(f"{args.pubkey}: cannot read the public key ({exc.strerror})")
-        return EXIT_USAGE
+        raise _Usage(f"{args.pubkey}: cannot read the public key ({exc.strerror})") from exc
     except (KeyFileError, ValueError) as exc:
-        say(str(exc))
-        return EXIT_USAGE
+        raise _Usage(str(exc)) from exc
 
-    path: Path = args.manifest
-    if path.is_dir():
-        if not args.host_class:
-            say(f"{path} is a directory of per-class documents; pass --host-class NAME")
-            return EXIT_USAGE
-        try:
-            path = path / envelope.class_filename(args.host_class)
-        except ValueError as exc:
-            say(str(exc))
-            return EXIT_USAGE
-
-    state_dir: Path | None = args.state_dir
-    version, lkg = _load_state(state_dir) if state_dir else (0, None)
+    path, read_error = _manifest_path(args.manifest, args.host_class)
+    state_dir = _state_dir(args, say)
+    record, lkg = _load_state(state_dir, args.max_bytes, say) if state_dir else (None, None)
     raw: bytes | None = None
-    read_error = None
-    try:
-        raw = _read_bounded(path, args.max_bytes)
-    except OSError as exc:
-        read_error = f"cannot read it ({exc.strerror})"
+    if read_error is None:
+        try:
+            raw = _read_bounded(path, args.max_bytes)
+        except OSError as exc:
+            read_error = f"cannot read it ({exc.strerror})"
 
     def facts() -> Any:
         from manifest.hostmatch import read_host_facts
@@ -657,15 +1071,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         host=host,
         host_class=args.host_class,
         facts=facts,
-        accepted_version=version,
+        accepted=record,
         last_known_good=lkg,
         max_bytes=args.max_bytes,
         source=str(path),
         read_error=read_error,
+        grace_s=args.grace_days * 86400,
+        max_validity_s=args.max_validity_days * 86400,
+        uri_schemes=schemes,
     )
-    if state_dir is not None and outcome.accepted is not None and outcome.accepted_version:
+    if state_dir is not None:
         try:
-            _save_state(state_dir, outcome.accepted, outcome.accepted_version, version, lkg)
+            _save_state(state_dir, outcome, record, lkg)
         except OSError as exc:
             say(f"warning: cannot keep the last-known-good in {state_dir} ({exc.strerror})")
     if args.emit_telemetry is not None and outcome.answer is not None:
@@ -673,7 +1090,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for message in outcome.messages:
         say(message)
     code, answer = outcome.code, outcome.answer
-    if code == EXIT_RESOLVED and answer is not None and args.verify_file is not None:
+    if code in (EXIT_RESOLVED, EXIT_STALE) and answer is not None and args.verify_file:
         want = answer["artifact"]["digest"]
         try:
             got = _file_digest(args.verify_file)
@@ -688,7 +1105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_VERIFY
     if answer is not None and args.json:
         print(json.dumps(answer, sort_keys=True))
-    elif code == EXIT_RESOLVED and answer is not None:
+    elif code in (EXIT_RESOLVED, EXIT_STALE) and answer is not None:
         print(answer["artifact"]["uri"])
     return code
 

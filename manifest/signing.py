@@ -164,12 +164,16 @@ def sign_encoded(
 
 
 def verify(
-    doc: Mapping[str, Any], public_key: Ed25519PublicKey, *, now: datetime | None = None
+    doc: Mapping[str, Any] | bytes,
+    public_key: Ed25519PublicKey,
+    *,
+    now: datetime | None = None,
 ) -> None:
     """Check a document's signature by ``public_key`` and, given ``now``, its type and expiry.
 
     Args:
-        doc: ``{"signed": ..., "signatures": [...]}`` as parsed from a file.
+        doc: the file's bytes (as every reader should pass them), or ``{"signed": ...,
+            "signatures": [...]}`` already in memory (encoded canonically first).
         public_key: the trusted key.
         now: reference time; when given, the type, format and expiry are checked too.
 
@@ -178,10 +182,13 @@ def verify(
         SignatureError: no signature by this key, or it does not verify.
         ExpiredError: ``now`` is given and the document expired.
     """
-    try:
-        raw = envelope.encode_canonical(dict(doc))
-    except CanonicalError as exc:
-        raise MalformedError(f"manifest: {exc}") from exc
+    if isinstance(doc, bytes):
+        raw = doc
+    else:
+        try:
+            raw = envelope.encode_canonical(dict(doc))
+        except CanonicalError as exc:
+            raise MalformedError(f"manifest: {exc}") from exc
     signed = envelope.check_envelope(raw, public_raw(public_key), max_bytes=len(raw))
     if now is not None:
         envelope.check_signed(signed, now=envelope.format_time(now))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -115,23 +117,66 @@ def test_write_manifest_is_atomic_and_canonical(tmp_path: Path) -> None:
         write_manifest(doc, tmp_path / "nowhere" / "m.json")
 
 
-def test_per_class_documents_are_signed_named_and_retired(tmp_path: Path) -> None:
+def _names(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def test_per_class_documents_are_signed_named_and_published_as_one_set(tmp_path: Path) -> None:
     key = fixed_key()
     doc = signed_manifest(scenario(), key)
-    written = write_per_class(doc, key, tmp_path / "classes")
-    assert sorted(p.name for p in (tmp_path / "classes").iterdir()) == sorted(
-        f"{n}.json" for n in doc["signed"]["entries"]
-    )
-    one = json.loads(written["gpu-a10"].read_bytes())
-    verify(one, key.public_key())
+    classes = tmp_path / "classes"
+    written = write_per_class(doc, key, classes)
+    assert _names(classes) == ["current", "v1"]
+    assert (classes / "current").read_text() == "v1\n"
+    assert _names(classes / "v1") == sorted(f"{n}.json" for n in doc["signed"]["entries"])
+    one_raw = written["gpu-a10"].read_bytes()
+    verify(one_raw, key.public_key())
+    one = json.loads(one_raw)
     assert one["signed"]["host_class"] == "gpu-a10"
     assert one["signed"]["entry"] == doc["signed"]["entries"]["gpu-a10"]
     assert one["signed"]["version"] == doc["signed"]["version"]
 
+
+def test_publishing_keeps_the_set_before_and_retires_older_sets_and_classes(
+    tmp_path: Path,
+) -> None:
+    key = fixed_key()
+    classes = tmp_path / "classes"
+    write_per_class(signed_manifest(scenario(), key, version=1), key, classes)
+    write_per_class(signed_manifest(scenario(), key, version=2), key, classes)
     smaller = Fleet(make_project({"x86-vnni": class_spec(1)}))
     smaller.qualify("x86-vnni")
-    write_per_class(signed_manifest(smaller, key, version=2), key, tmp_path / "classes")
-    assert [p.name for p in (tmp_path / "classes").iterdir()] == ["x86-vnni.json"]
+    write_per_class(signed_manifest(smaller, key, version=3), key, classes)
+    assert _names(classes) == ["current", "v2", "v3"]  # v2 for hosts that just read the pointer
+    assert _names(classes / "v3") == ["x86-vnni.json"]  # a retired class has no document
+
+
+def test_a_kill_mid_publish_leaves_the_published_set_and_the_next_publish_cleans_up(
+    tmp_path: Path,
+) -> None:
+    key = fixed_key()
+    classes = tmp_path / "classes"
+    write_per_class(signed_manifest(scenario(), key, version=1), key, classes)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    # What a writer killed mid-way leaves: its temporary set, and the old layout's temp files.
+    leftover = classes / f".v2.partial-{dead.pid}-abc"
+    leftover.mkdir()
+    (leftover / "x86-vnni.json").write_bytes(b"half")
+    (classes / ".class.123.tmp").write_bytes(b"half")
+    (classes / "x86-vnni.json").write_bytes(b'{"signatures":[]}')  # the flat layout
+    assert (classes / "current").read_text() == "v1\n"  # readers still see the whole v1 set
+    write_per_class(signed_manifest(scenario(), key, version=2), key, classes)
+    assert _names(classes) == ["current", "v1", "v2"]
+
+
+def test_a_published_version_is_never_rewritten(tmp_path: Path) -> None:
+    key = fixed_key()
+    classes = tmp_path / "classes"
+    write_per_class(signed_manifest(scenario(), key, version=1), key, classes)
+    with pytest.raises(BuildError, match="already published"):
+        write_per_class(signed_manifest(scenario(), key, version=1), key, classes)
+    assert _names(classes) == ["current", "v1"]
 
 
 def test_load_manifest_names_the_bad_field(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ per attack in the style of python-tuf's client tests (each refused, the last-kno
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -71,8 +72,7 @@ class Host:
             "CPUExecutionProvider",
             *args,
         ]
-        if state:
-            argv += ["--state-dir", str(self.state)]
+        argv += ["--state-dir", str(self.state)] if state else ["--no-state"]
         code = resolve.main(argv)
         out = self.capsys.readouterr()
         return code, out.out, out.err
@@ -274,7 +274,7 @@ def test_accepted_manifest_becomes_the_last_known_good(host: Host, trusted: byte
     assert (host.lkg(), host.accepted_version()) == (newer.read_bytes(), 3)
 
 
-def test_expired_last_known_good_is_still_used_with_a_warning(host: Host) -> None:
+def test_expired_last_known_good_is_served_with_exit_6_within_its_grace(host: Host) -> None:
     doc = fresh(created=NOW - timedelta(days=2), expires=NOW + timedelta(seconds=2))
     raw = envelope.encode_canonical(doc)
     later = envelope.format_time(NOW + timedelta(days=1))
@@ -287,9 +287,26 @@ def test_expired_last_known_good_is_still_used_with_a_warning(host: Host) -> Non
         accepted_version=2,
         last_known_good=raw,
     )
-    assert outcome.code == 0 and outcome.answer is not None
+    assert outcome.code == resolve.EXIT_STALE and outcome.answer is not None
     assert outcome.answer["source"] == "last-known-good"
-    assert any("expired" in m and "using it anyway" in m for m in outcome.messages)
+    assert outcome.answer["artifact"]["uri"] == "https://models.example/rec-int8.onnx"
+    assert any("expired" in m and "grace" in m for m in outcome.messages)
+    assert "stale_last_known_good" in {r["code"] for r in outcome.answer["reasons"]}
+
+
+def test_expired_last_known_good_past_its_grace_fails_closed() -> None:
+    doc = fresh(created=NOW - timedelta(days=20), expires=NOW - timedelta(days=8))
+    outcome = resolve.resolve(
+        b"garbage",
+        public_raw=public_raw(fixed_key().public_key()),
+        now=envelope.format_time(NOW),
+        host=resolve.HostRuntime("onnxruntime", "1.32.0", frozenset({"CPUExecutionProvider"}), "t"),
+        host_class="x86-vnni",
+        last_known_good=envelope.encode_canonical(doc),
+        grace_s=7 * 86400,
+    )
+    assert (outcome.code, outcome.answer) == (resolve.EXIT_VERIFY, None)
+    assert any("longer ago than the 7-day grace" in m for m in outcome.messages)
 
 
 def test_manifest_expiring_exactly_now_is_expired() -> None:
@@ -330,8 +347,8 @@ def test_attack_reformatted_and_changed_document_is_refused(host: Host, trusted:
     doc = json.loads(trusted)
     doc["signed"]["entries"]["x86-vnni"]["artifact"]["uri"] = "https://evil.example/x.onnx"
     attack = host.tmp / "attack.json"
-    attack.write_text(json.dumps(doc, indent=2))  # not canonical: the slow path re-encodes
-    assert_refused_and_lkg_kept(host, trusted, attack, "does not match the signed content")
+    attack.write_text(json.dumps(doc, indent=2))  # not the canonical layout: refused unparsed
+    assert_refused_and_lkg_kept(host, trusted, attack, "not in the canonical layout")
 
 
 def test_attack_signature_by_an_unknown_key_is_refused(host: Host, trusted: bytes) -> None:
@@ -450,11 +467,18 @@ def test_exit_codes_of_the_real_process(tmp_path: Path) -> None:
     assert got == {"x86-vnni": 0, "arm-new": 3, "nope": 2, "gpu-a10": 5}
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
-    assert (
-        run_process("--manifest", str(bad), "--pubkey", str(PUB), "--host-class", "x").returncode
-        == 4
+    refused = run_process("--manifest", str(bad), "--pubkey", str(PUB), "--host-class", "x86-vnni")
+    assert refused.returncode == 0  # the default state directory kept the last-known-good
+    assert "using the last-known-good manifest, version 2" in refused.stderr
+    kept = Path(os.environ["XDG_STATE_HOME"]) / "qualify" / "resolve" / resolve.LKG_FILE
+    assert kept.read_bytes() == path.read_bytes()
+    alone = run_process(
+        "--manifest", str(bad), "--pubkey", str(PUB), "--host-class", "x86-vnni", "--no-state"
     )
-    assert run_process("--bogus").returncode == 2
+    assert alone.returncode == 4
+    usage = run_process("--manifest", str(path), "--bogus")
+    assert usage.returncode == 2
+    assert usage.stderr.count("\n") == 1 and "unrecognized arguments: --bogus" in usage.stderr
 
 
 def test_resolve_process_imports_nothing_heavy(tmp_path: Path) -> None:
@@ -473,24 +497,6 @@ def test_resolve_process_imports_nothing_heavy(tmp_path: Path) -> None:
     )
     report = json.loads(out.stderr.strip().splitlines()[-1])
     assert report == {"rc": 0, "heavy": [], "crypto": True}
-
-
-@pytest.mark.parametrize("name", ["x86-vnni", "gpu-a10", "arm-new", "arm-old"])
-def test_reading_one_entry_of_a_verified_manifest_equals_parsing_it_all(name: str) -> None:
-    raw = envelope.encode_canonical(fresh())
-    pub = public_raw(fixed_key().public_key())
-    whole = envelope.check_envelope(raw, pub)
-    one = envelope.check_envelope(raw, pub, only_class=name)
-    assert one["entries"] == {name: whole["entries"][name]}
-    assert {k: v for k, v in one.items() if k != "entries"} == {
-        k: v for k, v in whole.items() if k != "entries"
-    }
-
-
-def test_reading_one_entry_falls_back_to_the_whole_document_when_it_is_absent() -> None:
-    raw = envelope.encode_canonical(fresh())
-    pub = public_raw(fixed_key().public_key())
-    assert len(envelope.check_envelope(raw, pub, only_class="nope")["entries"]) == 4
 
 
 def test_class_names_with_quotes_and_unicode_resolve(host: Host) -> None:
