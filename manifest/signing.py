@@ -168,6 +168,7 @@ def verify(
     public_key: Ed25519PublicKey,
     *,
     now: datetime | None = None,
+    source: str = "manifest",
 ) -> None:
     """Check a document's signature by ``public_key`` and, given ``now``, its type and expiry.
 
@@ -189,6 +190,6 @@ def verify(
             raw = envelope.encode_canonical(dict(doc))
         except CanonicalError as exc:
             raise MalformedError(f"manifest: {exc}") from exc
-    signed = envelope.check_envelope(raw, public_raw(public_key), max_bytes=len(raw))
+    signed = envelope.check_envelope(raw, public_raw(public_key), source=source)
     if now is not None:
-        envelope.check_signed(signed, now=envelope.format_time(now))
+        envelope.check_signed(signed, now=envelope.format_time(now), source=source)

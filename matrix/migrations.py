@@ -259,6 +259,16 @@ MIGRATIONS: tuple[Migration, ...] = (
             _MATRIX_VIEW.replace("emulated, measured_at", "emulated, isa_mismatch, measured_at"),
         ),
     ),
+    Migration(
+        version=4,
+        name="manifests.published_at: a version is reserved before its file is written, and "
+        "readers see only published ones",
+        statements=(
+            "ALTER TABLE manifests ADD COLUMN published_at TIMESTAMPTZ",
+            # Manifests stored before: recorded after their file was written, so published.
+            "UPDATE manifests SET published_at = stored_at",
+        ),
+    ),
 )
 
 LATEST_VERSION: int = MIGRATIONS[-1].version

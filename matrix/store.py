@@ -569,7 +569,11 @@ class Store:
         expires: datetime,
         document_json: str,
     ) -> None:
-        """Store a manifest document; versions only go up.
+        """Reserve a manifest version with its document; versions only go up.
+
+        The manifest is not *published* until `mark_published` says its file was written:
+        `latest_manifest` (what readers treat as current) skips it until then, so a crash
+        between recording and writing leaves a reserved version, never a phantom current one.
 
         Args:
             version: The manifest's monotonic version (>= 1).
@@ -740,14 +744,44 @@ class Store:
         )
         return "sha256:" + hashlib.sha256("\n".join(run_ids).encode("utf-8")).hexdigest()
 
+    def mark_published(self, version: int) -> None:
+        """Record that manifest ``version``'s file was written where hosts read it.
+
+        Raises:
+            MatrixError: no such version, or the store was opened read-only.
+        """
+        self._require_writable("publish a manifest")
+        conn = self._conn
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            row = _first(
+                conn.execute("SELECT count(*) FROM manifests WHERE version = ?", [version])
+            )
+            if row is None or not row[0]:
+                raise MatrixError(f"manifest version {version} was never recorded")
+            conn.execute(
+                "UPDATE manifests SET published_at = ? WHERE version = ? AND published_at IS NULL",
+                [self._clock(), version],
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback_quietly(conn)
+            raise
+
     def latest_manifest(self) -> tuple[int, str] | None:
-        """The highest stored manifest as (version, document JSON), or None if there is none."""
+        """The highest *published* manifest as (version, document JSON), or None."""
         row = _first(
             self._conn.execute(
-                "SELECT version, document FROM manifests ORDER BY version DESC LIMIT 1"
+                "SELECT version, document FROM manifests WHERE published_at IS NOT NULL "
+                "ORDER BY version DESC LIMIT 1"
             )
         )
         return (int(row[0]), str(row[1])) if row is not None else None
+
+    def highest_manifest_version(self) -> int:
+        """The highest version recorded, published or only reserved (0 without any)."""
+        row = _first(self._conn.execute("SELECT coalesce(max(version), 0) FROM manifests"))
+        return int(row[0]) if row is not None else 0
 
     def manifest(self, version: int) -> str | None:
         """The stored document of manifest ``version``, or None."""

@@ -50,6 +50,7 @@ from schemas.telemetry import TELEMETRY_FORMAT, TelemetryEvent
 
 __all__ = [
     "BLOCK_BYTES",
+    "MAX_LINE_BYTES",
     "MAX_REPORTED_BAD_LINES",
     "BadLine",
     "IngestedTelemetry",
@@ -68,6 +69,10 @@ BLOCK_BYTES = 32 << 20
 
 MAX_REPORTED_BAD_LINES = 1000
 """Bad lines reported in detail per file; the rest are counted."""
+
+MAX_LINE_BYTES = 1 << 20
+"""Longest line read as an event (a real one is a few hundred bytes); a longer one is a bad
+line, skipped without being held whole, so memory stays one block whatever a host wrote."""
 
 _EXAMPLE_HOSTS = 5
 
@@ -216,12 +221,20 @@ def _validate_lines(
 ) -> None:
     """The model's verdict on each (line number, bytes): a row, or a bad line."""
     for number, raw in lines:
+        if len(raw) > MAX_LINE_BYTES:
+            block.bad.append(BadLine(number, _too_long(len(raw)), _excerpt(raw[:200])))
+            continue
         try:
             event = TelemetryEvent.model_validate_json(raw)
         except ValidationError as error:
             block.bad.append(BadLine(number, _validation_message(error), _excerpt(raw)))
             continue
         rows.append(_row_of(event, number))
+
+
+def _too_long(size: int | None) -> str:
+    got = "" if size is None else f" ({size:,} bytes)"
+    return f"line longer than {MAX_LINE_BYTES:,} bytes{got}; not an event (skipped unread)"
 
 
 def _line_ends(data: bytes) -> npt.NDArray[np.int64]:
@@ -342,6 +355,10 @@ def _absent_counts(table: pa.Table) -> bool:
 
 def _fast(data: bytes, first_line: int, block: _Block) -> bool:
     """Parse a block with pyarrow; False when it must be read line by line instead."""
+    if len(data) > MAX_LINE_BYTES:
+        newlines = _line_ends(data)
+        if newlines.size and int(np.diff(newlines, prepend=-1).max()) > MAX_LINE_BYTES + 1:
+            return False  # an overlong line: the model path reports it without parsing it
     try:
         table = pj.read_json(io.BytesIO(data), parse_options=_PARSE_OPTIONS)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -562,14 +579,30 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
             handle.seek(plan.resume_at)
             remaining = plan.end - plan.resume_at
             carry = b""
+            skipping = False  # inside a line longer than MAX_LINE_BYTES, dropped as it comes
             line_no = first_line
             while remaining > 0 or carry:
                 chunk = handle.read(min(BLOCK_BYTES, remaining)) if remaining > 0 else b""
                 remaining -= len(chunk)
                 data = carry + chunk
+                if skipping:
+                    nl = data.find(b"\n")
+                    if nl < 0:
+                        carry = b""
+                        continue
+                    data, skipping = data[nl + 1 :], False
+                    line_no += 1
+                    lines += 1
                 cut = data.rfind(b"\n") + 1 if remaining > 0 else len(data)
                 data, carry = data[:cut], data[cut:]
+                overlong = None
+                if len(carry) > MAX_LINE_BYTES:
+                    overlong = BadLine(line_no + data.count(b"\n"), _too_long(None), "")
+                    carry, skipping = b"", True
+                    bad_count += 1
                 if not data:
+                    if overlong is not None and len(bad) < MAX_REPORTED_BAD_LINES:
+                        bad.append(overlong)
                     continue
                 block = _parse_block(data, line_no)
                 count = data.count(b"\n")
@@ -577,6 +610,8 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
                 lines += count
                 bad_count += len(block.bad)
                 bad.extend(block.bad[: max(0, MAX_REPORTED_BAD_LINES - len(bad))])
+                if overlong is not None and len(bad) < MAX_REPORTED_BAD_LINES:
+                    bad.append(overlong)
                 for table in block.tables:
                     events += table.num_rows
                     _insert_events(conn, table, columns, plan.sha256)

@@ -24,6 +24,7 @@ DEFAULT_PROJECT = "qualify.yaml"
 DEFAULT_DB = "qualify.duckdb"
 
 F = TypeVar("F", bound=Callable[..., Any])
+M = TypeVar("M")
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
@@ -32,6 +33,10 @@ def _user_errors() -> tuple[type[Exception], ...]:
     from reports.errors import ReportError
 
     return (QualifyError, MatrixError, ManifestError, ReportError)
+
+
+EXIT_INTERNAL = 70
+"""An unexpected error (a bug), as sysexits' EX_SOFTWARE."""
 
 
 class QualifyGroup(click.Group):
@@ -44,6 +49,38 @@ class QualifyGroup(click.Group):
             if ctx.find_root().params.get("debug"):
                 raise
             _fail(str(exc), getattr(exc, "exit_code", 2))
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except OSError as exc:  # a file the command was pointed at: say which and why
+            if ctx.find_root().params.get("debug"):
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            _fail(f"{where}{exc.strerror or exc}", 2)
+        except (RecursionError, MemoryError) as exc:
+            if ctx.find_root().params.get("debug"):
+                raise
+            _fail(f"input too large or too deeply nested to process ({type(exc).__name__})", 2)
+        except Exception as exc:  # a bug: one line and a distinct code, never a bare traceback
+            if ctx.find_root().params.get("debug"):
+                raise
+            _fail(
+                f"internal error ({type(exc).__name__}: {exc}); this is a bug: run again with "
+                "'qualify --debug ...' and report the traceback",
+                EXIT_INTERNAL,
+            )
+
+
+def _settings(model: type[M], values: dict[str, Any], options: dict[str, str]) -> M:
+    """``model(**values)``, or a one-line usage error naming the option and the rule."""
+    from pydantic import ValidationError
+
+    try:
+        return model(**values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else ""
+        option = options.get(field, field)
+        _fail(f"{option} {values.get(field)!r}: {first['msg'].lower()}", 2)
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:
@@ -298,11 +335,17 @@ def telemetry_check(
     """
     from datetime import UTC, datetime
 
+    from qualify.release import parse_duration
     from qualify.telemetry import render_check, run_check
     from schemas.telemetry import CheckSettings
 
+    settings = _settings(
+        CheckSettings,
+        {"since": since, "p99_tolerance": tolerance, "min_samples": min_samples},
+        {"since": "--since", "p99_tolerance": "--tolerance", "min_samples": "--min-samples"},
+    )
+    parse_duration(settings.since, what="--since")  # a bad value is said before anything is read
     _require_db(db_path)
-    settings = CheckSettings(since=since, p99_tolerance=tolerance, min_samples=min_samples)
     check = run_check(
         db_path, now=datetime.now(UTC), settings=settings, manifest_path=manifest_path
     )
@@ -387,13 +430,13 @@ def manifest_generate(
 
     from matrix.store import Store
     from qualify.project import load_project
-    from qualify.release import generate_manifest, parse_duration
+    from qualify.release import MAX_VALIDITY, generate_manifest, parse_duration
 
     if key_path is None and not unsigned:
         _fail("pass --key KEYFILE to sign the manifest (or --unsigned to write one hosts refuse)")
     if key_path is not None and unsigned:
         _fail("--key and --unsigned contradict each other; pass one")
-    validity = parse_duration(expires)
+    validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
     loaded = load_project(project_path)
     _require_db(db_path)
     with Store.open(db_path) as db:
@@ -419,6 +462,14 @@ def manifest_generate(
         click.echo(f"per-class documents: {per_class_dir}")
 
 
+def _read_manifest(path: Path) -> bytes:
+    """A manifest file's bytes, read bounded (a larger file is refused by the reader)."""
+    from manifest.envelope import MAX_BYTES
+
+    with open(path, "rb") as fh:
+        return fh.read(MAX_BYTES + 1)
+
+
 @manifest_group.command("verify")
 @click.argument("path", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option(
@@ -429,18 +480,13 @@ def manifest_generate(
 )
 def manifest_verify(path: Path, pubkey: Path) -> None:
     """Check a manifest's signature, format and expiry."""
-    import json
     from datetime import UTC, datetime
 
     from manifest.build import load_manifest
     from manifest.signing import load_public_key, verify
 
-    raw = path.read_bytes()
-    try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        _fail(f"{path}: not JSON ({exc})")
-    verify(doc, load_public_key(pubkey), now=datetime.now(UTC))
+    raw = _read_manifest(path)
+    verify(raw, load_public_key(pubkey), now=datetime.now(UTC), source=str(path))
     manifest = load_manifest(raw, source=str(path))
     click.echo(
         f"{path}: OK — release {manifest.signed.release} version {manifest.signed.version}, "
@@ -455,8 +501,8 @@ def manifest_diff(old: Path, new: Path) -> None:
     """Say which host class changes from what to what between two manifests, and why."""
     from manifest.build import diff_manifests, load_manifest, render_changes
 
-    a = load_manifest(old.read_bytes(), source=str(old))
-    b = load_manifest(new.read_bytes(), source=str(new))
+    a = load_manifest(_read_manifest(old), source=str(old))
+    b = load_manifest(_read_manifest(new), source=str(new))
     click.echo(render_changes(diff_manifests(a, b), a, b))
 
 
@@ -470,7 +516,7 @@ def manifest_show(path: Path) -> None:
     """Print a manifest for people: per class, the decision, the artifact and why."""
     from manifest.build import load_manifest, render_manifest
 
-    click.echo(render_manifest(load_manifest(path.read_bytes(), source=str(path))))
+    click.echo(render_manifest(load_manifest(_read_manifest(path), source=str(path))))
 
 
 @cli.command("report")

@@ -12,15 +12,25 @@ from types import TracebackType
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.status import Status
 from rich.table import Table
+from rich.text import Text
 
+from qualify.text import one_line
 from schemas.cell import Cell, RunBundle
 from schemas.project import Project
 
-__all__ = ["RunDisplay", "print_matrix", "rows_to_csv", "run_summary", "with_budgets"]
+__all__ = ["RunDisplay", "plain", "print_matrix", "rows_to_csv", "run_summary", "with_budgets"]
 
 VERDICT_STYLE = {"pass": "green", "fail": "red", "insufficient": "yellow", "error": "magenta"}
+
+
+def plain(value: object) -> str:
+    """A user string (a name, a path, an error from a model) for the terminal: control
+    characters (newlines, ANSI escapes) spelled out and rich markup escaped, so that no input
+    can split a line, forge one, recolour the terminal or break the renderer (``int8[/]``)."""
+    return escape(one_line(value))
 
 
 def _ms(value: float | None) -> str:
@@ -92,14 +102,15 @@ class RunDisplay:
         """Show one step: the line is kept and the spinner names the step."""
         if not self.enabled:
             return
-        self.console.log(message, highlight=False)
+        text = Text(one_line(message))  # a Text is never parsed as markup
+        self.console.log(text, highlight=False)
         if self._status is not None:
-            self._status.update(message)
+            self._status.update(text)
 
     def print_cells(self, bundle: RunBundle, project: Project) -> None:
         """The result table of one run."""
         budget = project.host_classes[bundle.run.host_class].budgets
-        title = f"run {bundle.run.run_id}" + (" (EMULATED)" if bundle.run.emulated else "")
+        title = f"run {plain(bundle.run.run_id)}" + (" (EMULATED)" if bundle.run.emulated else "")
         table = Table(title=title)
         for col in (
             "artifact",
@@ -120,7 +131,7 @@ class RunDisplay:
             gate = cell.gate_latency
             style = VERDICT_STYLE[cell.verdict]
             table.add_row(
-                cell.artifact_name,
+                plain(cell.artifact_name),
                 cell.role,
                 f"[{style}]{cell.verdict}[/]",
                 _ms(gate.p50_ms if gate else None),
@@ -131,7 +142,7 @@ class RunDisplay:
                 "—" if cell.placement is None else str(cell.placement.fallback_nodes),
                 "—" if cell.peak_rss_mb is None else f"{cell.peak_rss_mb:.0f}",
                 _ms(cell.cold_init_ms),
-                "; ".join(r.message for r in cell.reasons) or "",
+                plain("; ".join(r.message for r in cell.reasons)),
             )
         Console().print(table)
 
@@ -160,7 +171,7 @@ def print_matrix(rows: list[dict[str, Any]], console: Console | None = None) -> 
     table.add_column("host class")
     table.add_column("key (hardware, runtime, provider)")
     for name in names:
-        table.add_column(name)
+        table.add_column(plain(name))
     by_class: dict[tuple[str, str, str, str], dict[str, dict[str, Any]]] = {}
     for r in rows:
         key = (r["host_class"], r["hardware"], r["runtime"], r["provider"])
@@ -174,6 +185,7 @@ def print_matrix(rows: list[dict[str, Any]], console: Console | None = None) -> 
                 continue
             r = cell
             style = VERDICT_STYLE.get(r["verdict"], "white")
+            verdict = plain(r["verdict"])
             budget = r.get("p99_budget_ms")
             p99 = f"p99≤{_ms(r['p99_upper_ms'])}" if r.get("p99_upper_ms") is not None else "p99 ?"
             if budget is not None:
@@ -183,8 +195,8 @@ def print_matrix(rows: list[dict[str, Any]], console: Console | None = None) -> 
                 flags += " other-ISA"
             fb = r.get("fallback_nodes")
             fb_text = f" fb={fb}" if fb else ""
-            values.append(f"[{style}]{r['verdict']}[/] {p99}{fb_text}{flags}")
-        table.add_row(cls, f"{hw}, {rt}, {pv}", *values)
+            values.append(f"[{style}]{verdict}[/] {p99}{fb_text}{flags}")
+        table.add_row(plain(cls), plain(f"{hw}, {rt}, {pv}"), *values)
     console.print(table)
 
 

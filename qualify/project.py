@@ -13,8 +13,10 @@ Does not own the models or their rules (``schemas.project``), loading artifacts 
 from __future__ import annotations
 
 import difflib
+import errno
 import os
 import re
+import stat
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -27,6 +29,7 @@ from pydantic_core import ErrorDetails
 
 from qualify.errors import ArtifactError, ProjectError
 from qualify.graph import ModelSignature, TensorSignature, read_signature
+from qualify.text import one_line
 from schemas.atomic import write_atomic
 from schemas.project import ArtifactSpec, Budgets, InputSpec, Project, Workload
 
@@ -151,8 +154,8 @@ class _Document:
                 node = node[part] if 0 <= part < len(node) else None
                 continue
             text = str(part)
-            if not text or any(c in text for c in ".[]: "):
-                text = repr(text)
+            if not text or not text.isprintable() or any(c in text for c in ".[]: "):
+                text = repr(text)  # quoted, with a newline or escape spelled out
             out += f".{text}" if out else text
             node = node.get(part) if isinstance(node, dict) else None
         return out
@@ -171,8 +174,10 @@ class _Document:
 class _Builder:
     """Turns a composed YAML node tree into plain data, recording marks and refusing duplicates."""
 
-    def __init__(self, loader: yaml.SafeLoader) -> None:
+    def __init__(self, loader: yaml.SafeLoader, display: str) -> None:
         self._loader = loader
+        self.display = display
+        self.count = 0
         self.doc = _Document()
 
     def build(self, node: yaml.Node) -> _Document:
@@ -180,6 +185,25 @@ class _Builder:
         return self.doc
 
     def _node(self, node: yaml.Node, loc: Loc, active: frozenset[int]) -> object:
+        self.count += 1
+        if self.count > MAX_NODES or len(loc) > MAX_DEPTH:
+            what = (
+                f"more than {MAX_NODES:,} values once its aliases are expanded"
+                if self.count > MAX_NODES
+                else f"nested more than {MAX_DEPTH} levels deep"
+            )
+            raise _fail(
+                self.display,
+                None,
+                [
+                    _Problem(
+                        (),
+                        f"the file holds {what}",
+                        "write the settings out plainly",
+                        node.start_mark,
+                    )
+                ],
+            )
         self.doc.value_marks[loc] = node.start_mark
         if id(node) in active:
             self.doc.problems.append(
@@ -270,7 +294,7 @@ def _format(display: str, doc: _Document | None, problem: _Problem) -> str:
         line = f"{where}: {what}"
     if problem.fix:
         line += f" Fix: {_sentence(problem.fix)}"
-    return line
+    return one_line(line)  # one problem, one line, whatever the file holds
 
 
 def _fail(display: str, doc: _Document | None, problems: list[_Problem]) -> ProjectError:
@@ -500,7 +524,7 @@ def _compose(text: str, display: str) -> _Document:
                         )
                     ],
                 )
-            doc = _Builder(loader).build(node)
+            doc = _Builder(loader, display).build(node)
         finally:
             loader.dispose()
     except yaml.MarkedYAMLError as exc:
@@ -522,6 +546,18 @@ def _compose(text: str, display: str) -> _Document:
         ) from exc
     except yaml.YAMLError as exc:
         raise _fail(display, None, [_Problem((), f"not valid YAML: {exc}", None)]) from exc
+    except RecursionError:
+        raise _fail(
+            display,
+            None,
+            [
+                _Problem(
+                    (),
+                    f"nested more than {MAX_DEPTH} levels deep",
+                    "write the settings out plainly",
+                )
+            ],
+        ) from None
     return doc
 
 
@@ -598,6 +634,35 @@ def _check_file(
     return None
 
 
+MAX_PROJECT_BYTES = 1024 * 1024
+"""Largest project file read (a real one is a few kilobytes)."""
+MAX_NODES = 100_000
+"""Most values a project file may hold once its aliases are expanded (a 'billion laughs' of
+nested aliases is refused here, not expanded)."""
+MAX_DEPTH = 64
+"""Deepest nesting of mappings and lists a project file may have."""
+
+
+def _read_bounded_text(path: Path, display: str) -> str:
+    """The file's UTF-8 text, read only if it is a regular file no larger than the limit (a
+    device such as ``/dev/zero`` or a pipe is refused without reading it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory")
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ProjectError(
+                f"{display}: not a regular file (a device or a pipe). Fix: pass the project file."
+            )
+        data = fh.read(MAX_PROJECT_BYTES + 1)
+    if len(data) > MAX_PROJECT_BYTES:
+        raise ProjectError(
+            f"{display}: larger than {MAX_PROJECT_BYTES // 1024} KiB; a project file is a few "
+            "kilobytes of settings. Fix: pass the project file, not data."
+        )
+    return data.decode("utf-8")
+
+
 def load_project(path: Path, *, check_models: bool = True) -> LoadedProject:
     """Read, validate and check a project file.
 
@@ -619,7 +684,7 @@ def load_project(path: Path, *, check_models: bool = True) -> LoadedProject:
     display = str(path)
     absolute = Path(os.path.abspath(path))
     try:
-        text = absolute.read_text(encoding="utf-8")
+        text = _read_bounded_text(absolute, display)
     except FileNotFoundError:
         raise ProjectError(
             f"{display}: project file not found. Fix: pass the path of an existing project file, "

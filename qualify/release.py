@@ -31,24 +31,45 @@ from qualify.errors import QualifyError
 from qualify.project import LoadedProject
 from schemas.manifest import ArtifactRef, ClassDecision, Manifest
 
-__all__ = ["GeneratedManifest", "generate_manifest", "parse_duration", "previous_manifest"]
+__all__ = [
+    "MAX_VALIDITY",
+    "GeneratedManifest",
+    "generate_manifest",
+    "parse_duration",
+    "previous_manifest",
+]
 
-_DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
+_DURATION = re.compile(r"\s*([0-9]{1,9})\s*([smhdw])\s*")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
+MAX_VALIDITY = timedelta(days=366)
+"""Longest ``--expires`` a manifest may have: hosts refuse documents valid for longer than
+their policy (``resolve-artifact --max-validity-days``, 400 by default), and a year is already
+long for a signed release to stay trusted without a refresh."""
 
-def parse_duration(text: str) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``2w`` or ``45s`` as a timedelta.
+
+def parse_duration(
+    text: str, *, what: str = "duration", most: timedelta = timedelta(days=3650)
+) -> timedelta:
+    """``30d``, ``12h``, ``90m``, ``2w`` or ``45s`` as a timedelta, at most ``most``.
 
     Raises:
-        QualifyError: anything else.
+        QualifyError: anything else, naming ``what`` (the option) and the fix.
     """
-    m = _DURATION.match(text)
+    m = _DURATION.fullmatch(text)
     if not m or int(m.group(1)) <= 0:
         raise QualifyError(
-            f"duration {text!r}: expected a positive number and a unit (s, m, h, d, w), e.g. 30d"
+            f"{what} {text[:40]!r}: expected a positive number and a unit (s, m, h, d, w), e.g. 30d"
         )
-    return timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})
+    try:
+        span = timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})
+    except OverflowError:
+        span = timedelta.max
+    if span > most:
+        raise QualifyError(
+            f"{what} {text!r} is longer than the {most.days} days allowed; use at most {most.days}d"
+        )
+    return span
 
 
 @dataclass(frozen=True)
@@ -64,7 +85,7 @@ class GeneratedManifest:
 
 
 def previous_manifest(db: Store) -> Manifest | None:
-    """The newest manifest recorded in the matrix, if any."""
+    """The newest manifest published from the matrix, if any."""
     latest = db.latest_manifest()
     if latest is None:
         return None
@@ -136,7 +157,9 @@ def generate_manifest(
         loaded.project,
         decisions,
         release=release,
-        version=next_version(previous),
+        # Above every version recorded: one reserved by a generate that died before it wrote
+        # its file is never reused for other content.
+        version=max(next_version(previous), db.highest_manifest_version() + 1),
         created=now,
         expires=now + expires_in,
         snapshot=db.snapshot_id(),
@@ -156,6 +179,7 @@ def generate_manifest(
     write_manifest(canonical, out)
     if per_class_dir is not None and key is not None:
         write_per_class(document, key, per_class_dir)
+    db.mark_published(signed["version"])  # only now do report and telemetry check see it
     return GeneratedManifest(
         document=document,
         manifest=manifest,

@@ -51,6 +51,7 @@ from matrix.telemetry import (
 from qualify.errors import QualifyError
 from qualify.release import parse_duration
 from qualify.stats import order_rank, quantile_bound_ranks
+from qualify.text import one_line
 from schemas.cell import Cell
 from schemas.manifest import Manifest, ManifestEntry
 from schemas.project import Project
@@ -687,7 +688,7 @@ def stale_items(
 def _window(now: datetime, since: str) -> tuple[datetime, datetime]:
     if now.tzinfo is None:
         raise QualifyError("the check's reference time must be timezone-aware (UTC)")
-    span: timedelta = parse_duration(since)
+    span: timedelta = parse_duration(since, what="--since")
     return now - span, now
 
 
@@ -787,13 +788,17 @@ def render_check(check: TelemetryCheck) -> str:
             f"p99 {state.observed_p99_ms:.3g} ms" if state.observed_p99_ms is not None else "p99 -"
         )
         lines.append(
-            f"  {state.host_class:<16} {state.state:<17} {state.events:>9} events "
-            f"{state.hosts:>5} hosts  {p99}  {', '.join(state.alerts)}"
+            f"  {one_line(state.host_class):<16} {state.state:<17} {state.events:>9} events "
+            f"{state.hosts:>5} hosts  {p99}  {one_line(', '.join(state.alerts))}"
         )
-        lines.extend(f"      {note}" for note in state.notes)
+        lines.extend(f"      {one_line(note)}" for note in state.notes)
     for alert in check.alerts:
-        lines.append(f"\n[{alert.severity}] {alert.host_class}: {alert.kind}: {alert.message}")
-        lines.append(f"  -> {alert.suggested_action}")
+        # Every part may carry text from hosts' events: one line each, never forged ones.
+        lines.append(
+            f"\n[{alert.severity}] {one_line(alert.host_class)}: {alert.kind}: "
+            f"{one_line(alert.message)}"
+        )
+        lines.append(f"  -> {one_line(alert.suggested_action)}")
     lines.append(
         f"\n{len(check.alerts)} alert(s)" if check.alerts else "\nno alerts: every class is ok"
     )
@@ -804,4 +809,4 @@ def render_stale(items: Sequence[StaleItem]) -> str:
     """Plain text: one line per item, or a sentence saying nothing is stale."""
     if not items:
         return "nothing to re-run: every cell matches the project file and every runtime seen"
-    return "\n".join(f"{i.host_class}: {i.reason}: {i.message}" for i in items)
+    return "\n".join(f"{one_line(i.host_class)}: {i.reason}: {one_line(i.message)}" for i in items)

@@ -13,12 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from qualify.errors import ProjectError
-from schemas.project import Workload
+from schemas.project import POOL_ROWS, Workload
 
 __all__ = ["POOL_ROWS", "build_pool"]
-
-POOL_ROWS = 256
-"""Rows generated for seeded inputs (recorded inputs keep all their rows)."""
 
 
 def build_pool(

@@ -10,16 +10,20 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import math
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from schemas.base import Document, Precision
+from schemas.base import NAME_RE, NAME_RULE, Document, Name, Precision
 
 __all__ = [
     "DEFAULT_TOLERANCES",
+    "ITEMSIZE",
     "KNOWN_PROVIDERS",
+    "MAX_INPUT_BYTES",
+    "POOL_ROWS",
     "ArtifactSpec",
     "Artifacts",
     "Budgets",
@@ -68,15 +72,44 @@ KNOWN_PROVIDERS: frozenset[str] = frozenset(
 """Execution-provider names onnxruntime knows; any other name is a spelling mistake that
 onnxruntime would only warn about before running everything on the CPU."""
 
+
+class _ProjectDocument(Document):
+    """A part of the project file: what `Document` is, and no NaN or infinity anywhere (YAML's
+    ``.inf`` would otherwise pass every ``gt=0`` check)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
+POOL_ROWS = 256
+"""Rows generated for each seeded input of a run (recorded inputs keep all their rows)."""
+
+MAX_INPUT_BYTES = 4 * 2**30
+"""Largest input data a workload may ask a run to hold, per input (generated rows, or the
+batches of the largest batch size)."""
+
+ITEMSIZE = {
+    "float32": 4,
+    "float16": 2,
+    "float64": 8,
+    "int64": 8,
+    "int32": 4,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+}
+"""Bytes per element of each input dtype."""
+
 Dtype = Literal["float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool"]
 
 
-class ArtifactSpec(Document):
+class ArtifactSpec(_ProjectDocument):
     """One ONNX file the run qualifies."""
 
     path: str = Field(description="Path of the .onnx file, relative to the project file.")
-    name: str | None = Field(
-        default=None, description="Short label for tables and reports; defaults to the file stem."
+    name: Name | None = Field(
+        default=None,
+        description="Short label for tables and reports; defaults to the file stem. Letters, "
+        "digits, '.', '_', '+', '-'.",
     )
     precision: Precision = Field(
         default="fp32",
@@ -103,8 +136,16 @@ class ArtifactSpec(Document):
         stem = self.path.rsplit("/", 1)[-1]
         return stem[:-5] if stem.endswith(".onnx") else stem
 
+    @model_validator(mode="after")
+    def _label_is_a_name(self) -> ArtifactSpec:
+        if self.name is None and not NAME_RE.fullmatch(self.label):
+            raise ValueError(
+                f"the file stem {self.label[:80]!r} is not a name ({NAME_RULE}); set 'name'"
+            )
+        return self
 
-class Artifacts(Document):
+
+class Artifacts(_ProjectDocument):
     """The baseline and its candidates."""
 
     baseline: ArtifactSpec = Field(
@@ -125,7 +166,7 @@ class Artifacts(Document):
         return self
 
 
-class InputSpec(Document):
+class InputSpec(_ProjectDocument):
     """How one model input is fed: recorded data, seeded generation or a fixed value."""
 
     shape: list[Annotated[int, Field(gt=0)]] = Field(
@@ -158,7 +199,7 @@ class InputSpec(Document):
         return self
 
 
-class Workload(Document):
+class Workload(_ProjectDocument):
     """What a run feeds the model and how latency is sampled."""
 
     inputs: dict[str, InputSpec] = Field(description="Model inputs by name.")
@@ -218,10 +259,24 @@ class Workload(Document):
             raise ValueError("'inputs' must name at least one model input")
         if self.max_samples < self.min_samples:
             raise ValueError("'max_samples' must be >= 'min_samples'")
+        for name, spec in self.inputs.items():
+            row = math.prod(spec.shape[1:]) * ITEMSIZE[spec.dtype]
+            rows = (
+                spec.shape[0]
+                if spec.source == "fixed"
+                else max(POOL_ROWS, 16 * max(self.batch_sizes))
+            )
+            if row * rows > MAX_INPUT_BYTES:
+                raise ValueError(
+                    f"input {name!r}: shape {spec.shape} ({spec.dtype}) needs "
+                    f"{row * rows / 2**30:.3g} GiB of input data ({rows} rows of {row} bytes), "
+                    f"more than the {MAX_INPUT_BYTES // 2**30} GiB a run holds; use a smaller "
+                    "shape or smaller batch_sizes"
+                )
         return self
 
 
-class OutputTolerance(Document):
+class OutputTolerance(_ProjectDocument):
     """Parity tolerances for one output; unset fields are not checked."""
 
     max_abs: float | None = Field(default=None, ge=0, description="Largest allowed |a-b|.")
@@ -257,7 +312,7 @@ DEFAULT_TOLERANCES: dict[str, Tolerance] = {
 }
 
 
-class Policy(Document):
+class Policy(_ProjectDocument):
     """Fleet-wide decision policy."""
 
     unknown_class: Literal["baseline", "hold"] = Field(
@@ -284,12 +339,12 @@ class Policy(Document):
     )
 
 
-class HostClassKey(Document):
+class HostClassKey(_ProjectDocument):
     """The key of a host class: (hardware, runtime, provider) labels."""
 
-    hardware: str = Field(min_length=1, description="Hardware label, e.g. 'arm-r5'.")
-    runtime: str = Field(min_length=1, description="Runtime label, e.g. 'ort-r8'.")
-    provider: str = Field(min_length=1, description="Provider label, e.g. 'cpu-int8'.")
+    hardware: Name = Field(description="Hardware label, e.g. 'arm-r5'.")
+    runtime: Name = Field(description="Runtime label, e.g. 'ort-r8'.")
+    provider: Name = Field(description="Provider label, e.g. 'cpu-int8'.")
 
     def as_tuple(self) -> tuple[str, str, str]:
         """The key as a tuple, for lookups."""
@@ -301,7 +356,7 @@ IsaFeature = Literal[
 ]
 
 
-class MatchRules(Document):
+class MatchRules(_ProjectDocument):
     """Rules a host must satisfy to belong to the class."""
 
     arch: str | None = Field(default=None, description="Machine architecture, e.g. x86_64.")
@@ -329,7 +384,7 @@ class MatchRules(Document):
     )
 
 
-class RuntimeSpec(Document):
+class RuntimeSpec(_ProjectDocument):
     """The runtime identity a class stands for."""
 
     package: str = Field(
@@ -350,7 +405,7 @@ _OWN_SESSION_KEYS = {
 }
 
 
-class ProviderSpec(Document):
+class ProviderSpec(_ProjectDocument):
     """Execution providers and session options of a class."""
 
     execution_providers: list[str] = Field(
@@ -411,7 +466,7 @@ class ProviderSpec(Document):
         return self
 
 
-class Budgets(Document):
+class Budgets(_ProjectDocument):
     """Limits a candidate must meet on the class."""
 
     p99_ms: float = Field(
@@ -445,7 +500,7 @@ class Budgets(Document):
     )
 
 
-class HostClass(Document):
+class HostClass(_ProjectDocument):
     """A named cohort of hosts."""
 
     key: HostClassKey = Field(description="The (hardware, runtime, provider) key.")
@@ -463,10 +518,10 @@ class HostClass(Document):
         return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
-class Project(Document):
+class Project(_ProjectDocument):
     """The whole project file."""
 
-    model: str = Field(min_length=1, description="Model name, e.g. 'ocr-rec'.")
+    model: Name = Field(description="Model name, e.g. 'ocr-rec'.")
     artifacts: Artifacts = Field(description="Baseline and candidates.")
     workload: Workload = Field(description="Inputs and the latency protocol.")
     parity: dict[Precision, Tolerance] = Field(
@@ -474,7 +529,10 @@ class Project(Document):
         description="Parity tolerances per precision family; unset families use the defaults.",
     )
     policy: Policy = Field(default_factory=Policy, description="Fleet decision policy.")
-    host_classes: dict[str, HostClass] = Field(min_length=1, description="Host classes by name.")
+    host_classes: dict[Name, HostClass] = Field(
+        min_length=1,
+        description="Host classes by name (letters, digits, '.', '_', '+', '-'; e.g. 'arm-r5').",
+    )
 
     @model_validator(mode="after")
     def _unique_keys(self) -> Project:

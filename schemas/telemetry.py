@@ -85,7 +85,8 @@ STALE_REASONS: dict[str, str] = {
 }
 """Why a cell or class must be re-qualified."""
 
-_Count = Annotated[int, Field(ge=0)]
+_Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
+"""A count that fits the matrix's BIGINT column: a larger one is a bad line, not a crash."""
 
 
 class TelemetryEvent(Document):
@@ -148,6 +149,7 @@ class TelemetryEvent(Document):
     manifest_version: int | None = Field(
         default=None,
         ge=1,
+        le=2**63 - 1,
         description="Version of the manifest the host resolved; null if unknown.",
     )
     decision: Literal["candidate", "baseline", "hold"] | None = Field(
@@ -164,6 +166,8 @@ class TelemetryEvent(Document):
 
 class CheckSettings(Document):
     """The knobs of ``qualify telemetry check``: the one place their defaults and reasons live."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     since: str = Field(
         default="24h",

@@ -331,9 +331,38 @@ def test_manifests_are_stored_and_versions_only_go_up(store: Store) -> None:
     with pytest.raises(MatrixError, match="not valid JSON"):
         store.save_manifest(5, "broken", EPOCH, expires, "{nope")
 
+    assert store.latest_manifest() is None  # reserved, not published: no reader sees them
+    assert store.highest_manifest_version() == 4
+    store.mark_published(3)
+    assert store.latest_manifest() == (3, '{"version": 3}')
+    store.mark_published(4)
     assert store.latest_manifest() == (4, '{"version": 4}')
     assert store.manifest(3) == '{"version": 3}'
     assert store.manifest(2) is None
+    with pytest.raises(MatrixError, match="never recorded"):
+        store.mark_published(7)
+
+
+def test_a_matrix_from_before_publication_was_recorded_sees_its_manifests_published(
+    db_path: Path,
+) -> None:
+    import duckdb
+
+    from matrix.migrations import MIGRATIONS
+
+    conn = duckdb.connect(str(db_path))
+    conn.execute(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+        "applied_at TIMESTAMPTZ NOT NULL)"
+    )
+    for step in MIGRATIONS[:3]:  # the schema as the release before publication left it
+        for statement in step.statements:
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_migrations VALUES (?, ?, now())", [step.version, "x"])
+    conn.execute("INSERT INTO manifests VALUES (1, 'r', now(), now(), '{\"version\": 1}', now())")
+    conn.close()
+    with Store.open(db_path) as store:
+        assert store.latest_manifest() == (1, '{"version": 1}')
 
 
 def test_a_read_only_store_refuses_writes(db_path: Path) -> None:

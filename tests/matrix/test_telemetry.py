@@ -332,3 +332,44 @@ def test_ingest_holds_one_block_of_events_in_memory_not_the_whole_file(
     # Before the fix every inserted block stayed alive until COMMIT: growth of ~ the file size.
     assert max(held) - held[0] < 3 * block_bytes, held
     assert count(store) == 4000
+
+
+# -- hostile lines -------------------------------------------------------------------------------
+
+
+def test_integers_too_large_for_a_column_are_bad_lines_not_a_lost_file(
+    store: Store, tmp_path: Path
+) -> None:
+    raw = [
+        line(host_id="ok1"),
+        line(manifest_version=10**30),
+        line(fallback_nodes=2**63),
+        line(nodes_per_provider={"CPUExecutionProvider": 2**64}),
+        line(latency_ms=10**400),
+        line(host_id="ok2"),
+    ]
+    path = write(tmp_path / "t.jsonl", raw)
+    done = ingest_telemetry(store, [path], now=NOW).files[0]
+    assert (done.events, sorted(b.line for b in done.bad)) == (2, [2, 3, 4, 5])
+    hosts = store.connection.execute("SELECT host_id FROM telemetry ORDER BY line").fetchall()
+    assert hosts == [("ok1",), ("ok2",)]
+    assert ingest_telemetry(store, [path], now=NOW).files[0].events == 0  # and it stays done
+
+
+def test_an_overlong_line_is_skipped_unread_and_the_rest_kept(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Small limits so that one line spans several blocks, as a 200 MB line would in real ones.
+    monkeypatch.setattr(mt, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(mt, "MAX_LINE_BYTES", 1024)
+    huge = line(host_id="x" * 20_000)
+    inside = line(host_id="y" * 2_000)  # longer than the limit, shorter than a block
+    path = write(
+        tmp_path / "t.jsonl",
+        [line(host_id="a"), huge, line(host_id="b"), inside, line(host_id="c")],
+    )
+    done = ingest_telemetry(store, [path], now=NOW).files[0]
+    assert done.events == 3
+    assert [(b.line, "longer than" in b.message) for b in done.bad] == [(2, True), (4, True)]
+    lines = store.connection.execute("SELECT host_id, line FROM telemetry ORDER BY line").fetchall()
+    assert lines == [("a", 1), ("b", 3), ("c", 5)]

@@ -42,7 +42,8 @@ def test_demo_writes_everything_it_promises(demo: tuple[Path, str]) -> None:
     ):
         assert (work / name).is_file(), name
     assert len(list((work / "bundles").iterdir())) == 4
-    assert len(list((work / "manifest.d").iterdir())) == 4
+    assert (work / "manifest.d" / "current").read_text() == "v1\n"
+    assert len(list((work / "manifest.d" / "v1").iterdir())) == 4
     assert oct((work / "release.key").stat().st_mode & 0o777) == "0o600"
 
 

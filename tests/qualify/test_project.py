@@ -22,6 +22,7 @@ from qualify.project import (
     parse_project,
     write_project,
 )
+from schemas.base import NAME_RE
 from schemas.generate import SCHEMA_DIR
 from schemas.project import (
     Artifacts,
@@ -468,11 +469,12 @@ def test_write_project_into_a_missing_folder_fails_and_leaves_nothing(tmp_path: 
     assert not (tmp_path / "absent").exists()
 
 
-names = st.text(alphabet=st.characters(exclude_categories=["Cs"]), min_size=1, max_size=24)
+texts = st.text(alphabet=st.characters(exclude_categories=["Cs"]), min_size=1, max_size=24)
+names = st.from_regex(NAME_RE, fullmatch=True)
 
 
 @settings(max_examples=60, deadline=None)
-@given(model=names, class_name=names, hardware=names, version=names)
+@given(model=names, class_name=names, hardware=names, version=texts)
 def test_any_names_survive_a_dump_and_parse(
     model: str, class_name: str, hardware: str, version: str
 ) -> None:

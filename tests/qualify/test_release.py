@@ -71,7 +71,8 @@ def test_signed_manifest_decides_each_class_on_its_own_evidence(matrix: Path) ->
     assert entries["elsewhere"]["decision"] == "hold"
     assert entries["lost-gpu"]["decision"] == "hold"
     assert signed["version"] == 1
-    assert sorted(p.name for p in (matrix / "m1.d").iterdir()) == [
+    assert (matrix / "m1.d" / "current").read_text() == "v1\n"
+    assert sorted(p.name for p in (matrix / "m1.d" / "v1").iterdir()) == [
         "elsewhere.json",
         "here-cpu.json",
         "lost-gpu.json",
@@ -144,3 +145,36 @@ def test_report_is_written_for_the_matrix_and_its_manifest(matrix: Path) -> None
     for name in ("here-cpu", "elsewhere", "lost-gpu", "identity_mlp_perturbed"):
         assert name in html
     assert 'src="http' not in html and '<link rel="stylesheet" href="http' not in html
+
+
+def test_a_generate_that_dies_before_writing_its_file_publishes_nothing(
+    matrix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    import qualify.release as release
+    from matrix.store import Store
+
+    tmp = tmp_path / "m"
+    shutil.copytree(matrix, tmp)
+    with Store.open(tmp / "qualify.duckdb") as store:
+        before = store.latest_manifest()
+        reserved = store.highest_manifest_version() + 1
+
+    def killed(*_: object) -> None:
+        raise KeyboardInterrupt  # as a kill between recording the version and writing the file
+
+    monkeypatch.setattr(release, "write_manifest", killed)
+    assert generate(tmp, "dead.json", "--key", str(tmp / "rel.key")).exit_code != 0
+    monkeypatch.undo()
+    assert not (tmp / "dead.json").exists()
+    with Store.open(tmp / "qualify.duckdb") as store:
+        assert store.latest_manifest() == before  # report and telemetry check see nothing new
+        assert store.highest_manifest_version() == reserved
+    result = generate(tmp, "next.json", "--key", str(tmp / "rel.key"))
+    assert result.exit_code == 0, result.output
+    signed = json.loads((tmp / "next.json").read_text())["signed"]
+    assert signed["version"] == reserved + 1  # the reserved version is never reused
+    with Store.open(tmp / "qualify.duckdb") as store:
+        latest = store.latest_manifest()
+        assert latest is not None and latest[0] == reserved + 1

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from manifest import envelope
 from matrix.samples import empty_samples
 from matrix.store import Store
 from matrix.telemetry import ingest_telemetry
@@ -345,8 +346,9 @@ def write_matrix(db: Path, simulated: Fleet, manifest: Manifest) -> None:
             manifest.signed.release,
             NOW - timedelta(days=2),
             NOW + timedelta(days=28),
-            manifest.model_dump_json(),
+            envelope.encode_canonical(manifest.model_dump(mode="json")).decode(),
         )
+        store.mark_published(manifest.signed.version)
 
 
 def test_run_check_reads_the_manifest_stored_in_the_matrix(tmp_path: Path) -> None:

@@ -1,0 +1,146 @@
+"""Hostile project files and command-line values: each is exit 2, one line naming the problem
+and its fix, no traceback, and nothing written (no matrix, no bundle, no store)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from qualify.cli import cli
+from tests.qualify.test_project import VALID, write_tree
+
+
+def _bomb(_: str) -> str:
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for i in range(8):
+        prev, name = chr(97 + i), chr(98 + i)
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+EDITS: dict[str, tuple[Callable[[str], str], str]] = {
+    "alias bomb": (_bomb, "aliases are expanded"),
+    "nested 20,000 deep": (lambda t: "a: " + "[" * 20_000 + "]" * 20_000 + "\n", "levels deep"),
+    "block nesting": (
+        lambda t: "".join(f"{' ' * i}k{i}:\n" for i in range(200)) + " " * 200 + "v: 1\n",
+        "levels deep",
+    ),
+    "p99 .inf": (lambda t: t.replace("p99_ms: 40", "p99_ms: .inf"), "finite"),
+    "p99 .nan": (lambda t: t.replace("p99_ms: 40", "p99_ms: .nan"), "finite"),
+    "shape too large": (
+        lambda t: t.replace(
+            "shape: [1, 3, 8, 8], dtype: float32, source: recorded, file: data/x.npy",
+            "shape: [1, 100000, 100000, 100], source: generated",
+        ),
+        "GiB",
+    ),
+    "markup in an artifact name": (
+        lambda t: t.replace(
+            "precision: int8, derived_from", "name: 'int8[/]', precision: int8, derived_from"
+        ),
+        "is not a name",
+    ),
+    "space in a class name": (
+        lambda t: t.replace("  x86-avx2:\n", "  x86 avx2:\n"),
+        "is not a name",
+    ),
+    "newline in a class name": (
+        lambda t: t.replace("  x86-avx2:\n", '  "x86\\navx2":\n'),
+        "is not a name",
+    ),
+    "markup in a key label": (
+        lambda t: t.replace("hardware: x86-avx2", "hardware: '[red]x'"),
+        "is not a name",
+    ),
+    "not UTF-8": (lambda t: t.replace("ocr-rec", "ocr-\udcff"), "UTF-8"),
+    "2 MB of text": (lambda t: t + "# " + "x" * 2_100_000 + "\n", "larger than"),
+}
+
+
+def _run(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize("case", sorted(EDITS))
+def test_hostile_project_file_is_exit_2_one_line_and_writes_nothing(
+    tmp_path: Path, case: str
+) -> None:
+    edit, expected = EDITS[case]
+    project = write_tree(tmp_path / "p")
+    text = edit(VALID)
+    project.write_bytes(text.encode("utf-8", "surrogateescape"))
+    before = sorted(p.name for p in project.parent.iterdir())
+    code, output = _run(
+        "run",
+        "--host-class",
+        "x86-avx2",
+        "--project",
+        str(project),
+        "--emulate",
+        "--db",
+        str(project.parent / "qualify.duckdb"),
+    )
+    assert code == 2, output
+    assert "Traceback" not in output
+    assert output.startswith("error: ") and expected in output, output
+    assert output.count("\n") == 1, output
+    assert sorted(p.name for p in project.parent.iterdir()) == before
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "/proc/self/status"])
+def test_a_device_or_proc_file_as_the_project_is_refused(path: str) -> None:
+    code, output = _run("matrix", "show", "--project", path)
+    assert code == 2 and "Traceback" not in output and output.startswith("error: ")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["manifest", "generate", "--unsigned", "--release", "r", "--expires", "99999999999d"],
+            "--expires",
+        ),
+        (["manifest", "generate", "--unsigned", "--release", "r", "--expires", "400d"], "366"),
+        (["manifest", "generate", "--unsigned", "--release", "r", "--expires", "-3d"], "--expires"),
+        (["telemetry", "check", "--tolerance", "nan"], "--tolerance"),
+        (["telemetry", "check", "--tolerance", "inf"], "--tolerance"),
+        (["telemetry", "check", "--min-samples", "-5"], "--min-samples"),
+        (["telemetry", "check", "--since", "99999999999d"], "--since"),
+        (["matrix", "show", "--db", "/proc/nope/x.duckdb"], "/proc/nope/x.duckdb"),
+    ],
+)
+def test_bad_command_line_values_are_one_line_and_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], expected: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    project = write_tree(tmp_path)
+    code, output = _run(*args, *(["--project", str(project)] if args[0] == "manifest" else []))
+    assert code == 2, output
+    assert "Traceback" not in output and output.startswith("error: "), output
+    assert expected in output and output.count("\n") == 1, output
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"[1, 2]", b"{}", b"[" * 100_000, b'{"signatures":[],"signed":' + b"[" * 100_000, b"\xff"],
+)
+def test_manifest_commands_refuse_what_is_not_a_manifest(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "m.json"
+    path.write_bytes(content)
+    pub = tmp_path / "k.pub"
+    pub.write_text(
+        "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\n"
+        "-----END PUBLIC KEY-----\n"
+    )
+    for args in (
+        ["manifest", "verify", str(path), "--pubkey", str(pub)],
+        ["manifest", "show", str(path)],
+    ):
+        code, output = _run(*args)
+        assert code == 2, output
+        assert "Traceback" not in output and re.match(r"error: .*m\.json", output), output
