@@ -24,7 +24,7 @@ from manifest import envelope
 from manifest._batch import paused_gc
 from manifest.errors import BuildError, MalformedError
 from manifest.signing import key_id, sign_document, sign_encoded
-from schemas.atomic import write_atomic
+from schemas.atomic import remove_leftovers, temp_prefix, write_atomic
 from schemas.manifest import (
     ArtifactRef,
     ChangeSide,
@@ -274,7 +274,8 @@ def write_per_class(
     name = f"v{version}"
     directory.mkdir(parents=True, exist_ok=True)
     final = directory / name
-    work = Path(tempfile.mkdtemp(dir=directory, prefix=f".{name}.partial-{os.getpid()}-"))
+    remove_leftovers(directory)  # sets a killed publisher left half-written
+    work = Path(tempfile.mkdtemp(dir=directory, prefix=temp_prefix(name), suffix=".tmp"))
     written: dict[str, Path] = {}
     kid = key_id(key)  # derived from the key once, not once per class
     try:
@@ -308,16 +309,6 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _is_signed_document(path: Path) -> bool:
     try:
         with open(path, "rb") as fh:
@@ -327,17 +318,14 @@ def _is_signed_document(path: Path) -> bool:
 
 
 def _prune_per_class(directory: Path, keep: set[str]) -> None:
-    """Remove what no reader may need: older sets, flat-layout documents, and the temporary
-    directories and files of writers that are no longer running."""
+    """Remove what no reader may need: older sets, and documents and temporary files of the
+    flat layout (the temporaries of dead writers went before the set was written)."""
     import re
 
     for entry in directory.iterdir():
         name = entry.name
         if entry.is_dir() and re.fullmatch(r"v[0-9]+", name):
             if name not in keep:
-                _remove_tree(entry)
-        elif partial := re.fullmatch(r"\.v[0-9]+\.partial-([0-9]+)-.*", name):
-            if not _pid_alive(int(partial.group(1))):
                 _remove_tree(entry)
         elif entry.is_file() and name.startswith(".class.") and name.endswith(".tmp"):
             entry.unlink(missing_ok=True)  # the flat layout's temporary files

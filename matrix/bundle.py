@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from matrix.errors import BundleError
 from matrix.samples import conform_samples
+from schemas.atomic import temp_prefix
 from schemas.cell import BUNDLE_FORMAT, RunBundle
 
 __all__ = [
@@ -246,7 +247,7 @@ def write_bundle(bundle: RunBundle, samples: pa.Table, directory: str | Path) ->
             f"{target}: a bundle for run {run_id} already exists; a run id is written once",
             path=target,
         )
-    staging = Path(tempfile.mkdtemp(prefix=f".{run_id}.", suffix=".tmp", dir=parent))
+    staging = Path(tempfile.mkdtemp(prefix=temp_prefix(run_id), suffix=".tmp", dir=parent))
     try:
         os.chmod(staging, 0o755)
         with open(staging / RUN_JSON, "w", encoding="utf-8") as handle:

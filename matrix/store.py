@@ -76,6 +76,8 @@ _EXPORT_ORDER: dict[str, str] = {
 }
 
 _LOCK_MARK = "Could not set lock on file"
+_ANNOUNCE_EVERY_S = 10.0
+"""A wait for the file lock is said when it starts, when the holder changes, and this often."""
 _PID_RE = re.compile(r"PID (\d+)")
 _FIRST_DELAY_S = 0.05
 _MAX_DELAY_S = 1.0
@@ -348,8 +350,9 @@ class Store:
             path: The DuckDB file, or ``":memory:"``. Missing parent directories are created
                 (read-write only).
             wait_s: How long to wait for another process's lock before giving up.
-            on_wait: Called when the lock is found held, and again whenever the holding PID
-                changes, so a CLI can say "waiting for the matrix lock held by PID ...".
+            on_wait: Called when the lock is found held, again whenever the holding PID
+                changes and every 10 s, so a CLI can say "waiting for the matrix lock held by
+                PID ... for N s".
             read_only: Open without the write lock (several readers may share the file, but
                 not with a writer). The schema must already be current.
             clock: UTC clock for ``applied_at``, ``ingested_at`` and ``stored_at``.
@@ -414,6 +417,7 @@ class Store:
         started = monotonic()
         delay = _FIRST_DELAY_S
         announced: tuple[int | None] | None = None
+        last_said = 0.0
         while True:
             try:
                 return duckdb.connect(target, read_only=read_only)
@@ -434,8 +438,10 @@ class Store:
                         pid=pid,
                         waited_s=waited,
                     ) from error
-                if on_wait is not None and announced != (pid,):
-                    announced = (pid,)
+                if on_wait is not None and (
+                    announced != (pid,) or waited - last_said >= _ANNOUNCE_EVERY_S
+                ):
+                    announced, last_said = (pid,), waited
                     on_wait(LockWait(path=Path(target), pid=pid, waited_s=waited, detail=detail))
                 sleep(min(delay, max(wait_s - waited, 0.0)))
                 delay = min(delay * 2, _MAX_DELAY_S)

@@ -126,9 +126,20 @@ def cli(debug: bool) -> None:
     is_flag=True,
     help="Measure even if this host does not match the class; cells are marked emulated.",
 )
+@click.option(
+    "--shared-host",
+    is_flag=True,
+    help="Measure without the host-wide lock, alongside other runs on this host (their tails "
+    "suffer each other); cells say measured_alone false.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 def run_cmd(
-    host_class: str, project_path: Path, db_path: Path, emulate: bool, as_json: bool
+    host_class: str,
+    project_path: Path,
+    db_path: Path,
+    emulate: bool,
+    shared_host: bool,
+    as_json: bool,
 ) -> None:
     """Qualify every artifact on one host class and store the cells in the matrix.
 
@@ -140,9 +151,10 @@ def run_cmd(
     from qualify.run import RunOptions, qualify_run
 
     loaded = load_project(project_path)
-    options = RunOptions(db_path=db_path, emulate=emulate)
+    options = RunOptions(db_path=db_path, emulate=emulate, measure_alone=not shared_host)
     with RunDisplay(enabled=not as_json) as display:
-        outcome = qualify_run(loaded, host_class, options, on_event=display.event)
+        waits = display.event if not as_json else lambda m: click.echo(f"qualify: {m}", err=True)
+        outcome = qualify_run(loaded, host_class, options, on_event=display.event, on_wait=waits)
     summary = run_summary(outcome.bundle)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
@@ -203,8 +215,9 @@ def matrix_ingest(bundles: tuple[Path, ...], db_path: Path) -> None:
     """Load run bundles (from other hosts) into the matrix; idempotent by run id."""
     from matrix.ingest import ingest_bundles
     from matrix.store import Store
+    from qualify.hostlock import lock_wait_message
 
-    with Store.open(db_path) as db:
+    with Store.open(db_path, on_wait=lock_wait_message()) as db:
         report = ingest_bundles(db, list(bundles))
     for item in report.bundles:
         state = "ingested" if item.status == "ingested" else "already present"
@@ -429,6 +442,7 @@ def manifest_generate(
     from datetime import UTC, datetime
 
     from matrix.store import Store
+    from qualify.hostlock import lock_wait_message
     from qualify.project import load_project
     from qualify.release import MAX_VALIDITY, generate_manifest, parse_duration
 
@@ -439,7 +453,7 @@ def manifest_generate(
     validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
     loaded = load_project(project_path)
     _require_db(db_path)
-    with Store.open(db_path) as db:
+    with Store.open(db_path, on_wait=lock_wait_message()) as db:
         result = generate_manifest(
             loaded,
             db,

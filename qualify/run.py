@@ -9,6 +9,7 @@ not import onnxruntime (the worker does), does not hold SQL (``matrix`` does) an
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -25,18 +26,22 @@ import pyarrow as pa
 from manifest.gates import judge
 from manifest.policy import RollbackTarget, rollback_target
 from matrix.bundle import write_bundle
+from matrix.errors import BundleError, MatrixError
+from matrix.ingest import ingest_bundles
 from matrix.samples import SAMPLES_SCHEMA, empty_samples
 from matrix.store import Store
 from qualify.ab import ConfigEvidence, comparison_confidence, interleave, slowdowns
 from qualify.artifacts import ArtifactStore
 from qualify.errors import HostMismatchError, ProjectError
 from qualify.fingerprint import class_mismatches, isa_mismatch, take_fingerprint
+from qualify.hostlock import lock_wait_message, measuring_alone
 from qualify.parity import compare_outputs
 from qualify.project import LoadedProject
 from qualify.release import previous_manifest
 from qualify.runner import ServedWorker, WorkerOutcome, probe_runtime, run_worker
 from qualify.stats import percentiles
 from qualify.workload import build_pool
+from schemas.atomic import remove_leftovers, temp_prefix
 from schemas.base import Role
 from schemas.cell import (
     Cell,
@@ -67,6 +72,10 @@ class RunOptions:
     store_dir: Path | None = None
     """Defaults to ``<db dir>/artifacts``."""
     lock_wait_s: float = 300.0
+    measure_alone: bool = True
+    """Hold the host-wide measurement lock while measuring (``--shared-host`` turns it off)."""
+    host_lock_wait_s: float = 3600.0
+    """How long to wait for another run's measurement on this host."""
 
 
 @dataclass
@@ -297,6 +306,7 @@ def qualify_run(
     *,
     on_event: EventSink = lambda _msg: None,
     on_worker_start: Callable[[str, int], None] | None = None,
+    on_wait: EventSink | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> RunOutcome:
     """Qualify every artifact of the project on one host class.
@@ -307,6 +317,8 @@ def qualify_run(
         options: database, bundle and store locations, emulation.
         on_event: receives one short line per step (the CLI shows them).
         on_worker_start: called with (artifact label, child pid); tests inject faults with it.
+        on_wait: receives the lines that say whose lock the run waits for (default: on_event;
+            the CLI shows them even with --json, where on_event is silent).
         now: the clock.
 
     The rollback check proves what the class's hosts fall back to: the artifact the latest
@@ -344,8 +356,18 @@ def qualify_run(
     pool = build_pool(wl, loaded.resolve)
     cells: list[Cell] = []
     sample_tables: list[pa.Table] = []
-    work_root = Path(tempfile.mkdtemp(prefix=f"qualify-{run_id}-"))
+    bundles_dir = options.bundle_dir or db_dir / "bundles"
+    waits = on_wait or on_event
+    _clean_after_kills(options.db_path, db_dir, bundles_dir, options.lock_wait_s, on_event, waits)
+    # Beside the matrix, not in a shared temp dir that a cleaner (or another run) may empty
+    # under a run; tagged with this process, so that the next run removes it after a kill.
+    work_root = Path(
+        tempfile.mkdtemp(prefix=temp_prefix(f"work-{run_id}"), suffix=".tmp", dir=db_dir)
+    )
+    held = contextlib.ExitStack()
     try:
+        if options.measure_alone:  # the workers' whole lives: init, rounds, profile, rollback
+            held.enter_context(measuring_alone(wait_s=options.host_lock_wait_s, on_wait=waits))
         inputs_path = work_root / "inputs.npz"
         np.savez(inputs_path, allow_pickle=False, **pool)
         baseline_outputs: dict[str, np.ndarray] | None = None
@@ -430,6 +452,7 @@ def qualify_run(
                 latency=latency,
                 parity=parity,
                 error=outcome.error_message if outcome.error_code else None,
+                measured_alone=options.measure_alone,
             )
             verdict, why = judge(cell, host_class)
             cell = cell.model_copy(update={"verdict": verdict, "reasons": why})
@@ -455,6 +478,7 @@ def qualify_run(
             target, cells, store, host_class, loaded, inputs_path, work_root, on_event
         )
     finally:
+        held.close()
         shutil.rmtree(work_root, ignore_errors=True)
 
     run = RunRecord(
@@ -480,12 +504,51 @@ def qualify_run(
         )
     bundle = RunBundle(run=run, cells=cells)
     samples = pa.concat_tables(sample_tables) if sample_tables else empty_samples()
-    bundle_path = write_bundle(bundle, samples, options.bundle_dir or db_dir / "bundles")
+    bundle_path = write_bundle(bundle, samples, bundles_dir)
     on_event(f"bundle: {bundle_path}")
-    with Store.open(options.db_path, wait_s=options.lock_wait_s) as db:
+    with Store.open(
+        options.db_path, wait_s=options.lock_wait_s, on_wait=lock_wait_message(waits)
+    ) as db:
         written = db.write_run(bundle, samples)
     on_event(f"matrix: {options.db_path}")
     return RunOutcome(bundle=bundle, bundle_path=bundle_path, written=written, samples=samples)
+
+
+def _clean_after_kills(
+    db_path: Path,
+    db_dir: Path,
+    bundles_dir: Path,
+    wait_s: float,
+    on_event: EventSink,
+    on_wait: EventSink,
+) -> None:
+    """What runs that were killed left: their work folders and half-written bundles (removed),
+    and whole bundles they wrote but never recorded in the matrix (ingested now, or named)."""
+    for where in (db_dir, bundles_dir):
+        for path in remove_leftovers(where):
+            on_event(f"removed {path.name}, left by a process that ended mid-way")
+    try:
+        names = sorted(
+            p.name for p in bundles_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+    except OSError:
+        return
+    if not names or not db_path.exists():
+        return
+    with Store.open(db_path, wait_s=wait_s, on_wait=lock_wait_message(on_wait)) as db:
+        for name in names:
+            if db.has_run(name):
+                continue
+            try:
+                report = ingest_bundles(db, [bundles_dir / name])
+            except (BundleError, MatrixError) as exc:
+                on_event(f"bundle {name} is not in the matrix and cannot be read ({exc})")
+                continue
+            if report.ingested:
+                on_event(
+                    f"recovered bundle {name}: a run wrote it but ended before recording it "
+                    "in the matrix; it is recorded now"
+                )
 
 
 def _rollback_target(

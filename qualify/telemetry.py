@@ -49,6 +49,7 @@ from matrix.telemetry import (
     telemetry_profile,
 )
 from qualify.errors import QualifyError
+from qualify.hostlock import lock_wait_message
 from qualify.release import parse_duration
 from qualify.stats import order_rank, quantile_bound_ranks
 from qualify.text import one_line
@@ -723,7 +724,7 @@ def ingest_files(db_path: Path, paths: Sequence[Path], *, now: datetime) -> Tele
         TelemetryFileError: a file is missing or unreadable.
         MatrixError: the matrix cannot be opened.
     """
-    with Store.open(db_path) as store:
+    with Store.open(db_path, on_wait=lock_wait_message()) as store:
         return ingest_telemetry(store, paths, now=now)
 
 

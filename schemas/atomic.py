@@ -1,17 +1,72 @@
-"""The one atomic file write every package uses: temp file beside the target, fsync, rename.
+"""The one atomic file write every package uses: temp file beside the target, fsync, rename;
+and the clean-up of what a killed writer leaves.
 
 It lives in ``schemas`` because that is the bottom layer every package may import; it imports
 only the standard library, so the host-side ``resolve-artifact`` may use it too. A reader never
 sees a half-written file: either the old one or the complete new one.
+
+Every temporary file or folder a qualify writer makes beside its target is named
+``.<name>.p<pid>.<random>.tmp`` (`temp_prefix`): hidden, and tagged with the writer's process
+id, so that `remove_leftovers` can tell what belongs to a process that is gone (killed mid-way)
+from what a live one is still writing.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import tempfile
 from pathlib import Path
 
-__all__ = ["write_atomic"]
+__all__ = ["pid_alive", "remove_leftovers", "temp_prefix", "write_atomic"]
+
+_LEFTOVER = re.compile(r"\..+\.p([0-9]{1,10})\.[^/]*\.tmp")
+
+
+def temp_prefix(name: str) -> str:
+    """The prefix of a temporary beside ``name``: ``.<name>.p<pid>.`` (pair with ``.tmp``)."""
+    return f".{name}.p{os.getpid()}."
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists (one owned by another user counts)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OverflowError:
+        return False
+    return True
+
+
+def remove_leftovers(directory: Path) -> list[Path]:
+    """Remove the temporaries of writers that are no longer running from ``directory``.
+
+    Returns:
+        What was removed (files and folders named by `temp_prefix` whose process is gone);
+        a folder that cannot be listed gives an empty list.
+    """
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        found = _LEFTOVER.fullmatch(entry.name)
+        if found is None or pid_alive(int(found.group(1))):
+            continue
+        path = Path(entry.path)
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed
 
 
 def write_atomic(
@@ -38,7 +93,7 @@ def write_atomic(
     """
     target = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target.name), suffix=".tmp", dir=target.parent)
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:

@@ -257,6 +257,12 @@ class Cell(Document):
         description="Parity against the baseline; null for the baseline itself or on error."
     )
     error: str | None = Field(default=None, description="Error detail for verdict 'error'.")
+    measured_alone: bool | None = Field(
+        default=None,
+        description="Whether the run held the host-wide measurement lock while measuring (no "
+        "other qualify run measured on the host at the same time); false with --shared-host; "
+        "null in cells recorded before it was kept.",
+    )
 
     @property
     def gate_latency(self) -> LatencyResult | None:

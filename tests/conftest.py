@@ -1,4 +1,5 @@
-"""Suite-wide isolation: no test reads or writes this machine's own resolve-artifact state."""
+"""Suite-wide isolation: no test reads or writes this machine's own resolve-artifact state or
+takes its host-wide measurement lock."""
 
 from __future__ import annotations
 
@@ -17,4 +18,7 @@ def _private_state_home(
     home: Path = tmp_path_factory.mktemp("state-home")
     monkeypatch.setenv("XDG_STATE_HOME", str(home))
     monkeypatch.delenv("QUALIFY_STATE_DIR", raising=False)
+    # Each test its own host measurement lock: the suite's parallel workers are not two
+    # qualifications competing for one host (the lock's own tests share one on purpose).
+    monkeypatch.setenv("QUALIFY_HOST_LOCK", str(home / "measure.lock"))
     yield

@@ -160,7 +160,7 @@ def test_a_kill_mid_publish_leaves_the_published_set_and_the_next_publish_cleans
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     # What a writer killed mid-way leaves: its temporary set, and the old layout's temp files.
-    leftover = classes / f".v2.partial-{dead.pid}-abc"
+    leftover = classes / f".v2.p{dead.pid}.abc.tmp"
     leftover.mkdir()
     (leftover / "x86-vnni.json").write_bytes(b"half")
     (classes / ".class.123.tmp").write_bytes(b"half")

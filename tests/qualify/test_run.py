@@ -214,6 +214,44 @@ def test_concurrent_runs_on_one_matrix_both_land(tmp_path: Path) -> None:
     assert len(run_ids) == 2
     with Store.open(db) as store:
         assert {r.run_id for r in store.runs()} == run_ids
+        assert all(c.measured_alone for c in store.cells())
+    # They share this host's measurement lock: one measured, then the other, and said so.
+    waited = [err.decode() for _, err in outs if b"waiting for the host's measurement lock" in err]
+    assert len(waited) == 1, [err.decode()[-500:] for _, err in outs]
+
+
+def test_the_next_run_cleans_what_killed_runs_left_and_records_their_bundles(
+    tmp_path: Path,
+) -> None:
+    project = write_project(tmp_path, [])
+    first = tmp_path / "first"
+    loaded = load_project(project)
+    done = qualify_run(loaded, "here-cpu", RunOptions(db_path=first / "m.duckdb"))
+    db = tmp_path / "m.duckdb"
+    Store.open(db).close()
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
+    # A run killed after writing its bundle, before recording it: the bundle is whole.
+    (bundles / done.bundle.run.run_id).mkdir()
+    for f in done.bundle_path.iterdir():
+        (bundles / done.bundle.run.run_id / f.name).write_bytes(f.read_bytes())
+    # Runs killed mid-way: a work folder beside the matrix and a half-written bundle.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (tmp_path / f".work-x.p{dead.pid}.abc.tmp").mkdir()
+    (bundles / f".run-y.p{dead.pid}.abc.tmp").mkdir()
+    (tmp_path / f".work-live.p{os.getpid()}.abc.tmp").mkdir()  # a live process's: kept
+    said: list[str] = []
+    qualify_run(loaded, "here-cpu", RunOptions(db_path=db), on_event=said.append)
+    assert not (tmp_path / f".work-x.p{dead.pid}.abc.tmp").exists()
+    assert not (bundles / f".run-y.p{dead.pid}.abc.tmp").exists()
+    assert (tmp_path / f".work-live.p{os.getpid()}.abc.tmp").exists()
+    assert any(f"recovered bundle {done.bundle.run.run_id}" in m for m in said)
+    with Store.open(db) as store:
+        assert store.has_run(done.bundle.run.run_id)
+        assert len(store.runs()) == 2
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".work-")]
+    assert leftovers == [f".work-live.p{os.getpid()}.abc.tmp"]  # its own work folder is gone
 
 
 def _check_job(tmp_path: Path, model: Path) -> dict[str, object]:
