@@ -10,7 +10,6 @@ a document that verified and resolved for this host.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from manifest.build import load_manifest, write_per_class
 from manifest.errors import ForkError, MalformedError, ValidityError, VerificationError
 from manifest.signing import public_raw, sign_document
 from tests.manifest.factories import GOLDEN, fixed_key, scenario, signed_manifest
+from tests.manifest.test_resolve import Host as BaseHost
 
 PUB = GOLDEN / "test.pub"
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -49,39 +49,17 @@ GOOD = canonical()
 GOOD_V3 = canonical(3)
 
 
-@dataclass
-class Host:
-    tmp: Path
-    capsys: pytest.CaptureFixture[str]
+class Host(BaseHost):
+    """`test_resolve.Host`, also taking the manifest's bytes, and reading the state back."""
 
-    @property
-    def state(self) -> Path:
-        return self.tmp / "state"
-
-    def run(self, manifest: Path | bytes, *args: str) -> tuple[int, str, str]:
+    def run(self, manifest: Path | bytes, *args: str, state: bool = True) -> tuple[int, str, str]:
         if isinstance(manifest, bytes):
             path = self.tmp / "m.json"
             path.write_bytes(manifest)
             manifest = path
-        code = resolve.main(
-            [
-                "--manifest",
-                str(manifest),
-                "--pubkey",
-                str(PUB),
-                "--runtime",
-                "onnxruntime==1.32.0",
-                "--providers",
-                "CPUExecutionProvider",
-                "--state-dir",
-                str(self.state),
-                *args,
-            ]
-        )
-        out = self.capsys.readouterr()
-        return code, out.out, out.err
+        return super().run(manifest, *args, state=state)
 
-    def lkg(self) -> bytes | None:
+    def lkg(self) -> bytes | None:  # type: ignore[override]  # None: nothing kept
         path = self.state / resolve.LKG_FILE
         return path.read_bytes() if path.exists() else None
 
