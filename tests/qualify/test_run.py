@@ -313,8 +313,12 @@ def test_after_a_manifest_approves_a_candidate_the_next_run_proves_that_candidat
     text = project.read_text().replace(
         "  candidates:\n    []", "  candidates:\n    - {path: models/twin.onnx, precision: fp32}"
     )
+    # This test is about the rollback, not the A/B: a twin may lose a noisy A/B once in 20
+    # (the contract the twin test checks), so the slowdown gate is loosened here.
+    text = text.replace("budgets: {p99_ms: 50, ", "budgets: {p99_ms: 50, max_slowdown: 1.5, ", 1)
     project.write_text(text)
     loaded = load_project(project)
+    assert loaded.project.host_classes["here-cpu"].budgets.max_slowdown == 1.5
     db_path = tmp_path / "m.duckdb"
     first = qualify_run(loaded, "here-cpu", RunOptions(db_path=db_path))
     baseline, twin_cell = first.bundle.cells
