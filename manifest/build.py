@@ -11,6 +11,7 @@ host side (``manifest.resolve``). No clock: ``created`` and ``expires`` are argu
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -296,17 +297,11 @@ def write_per_class(
             )
         os.rename(work, final)
     except BaseException:
-        _remove_tree(work)
+        shutil.rmtree(work, ignore_errors=True)
         raise
     write_atomic(directory / envelope.CURRENT_POINTER, name + "\n")
     _prune_per_class(directory, keep={name, f"v{version - 1}"})
     return written
-
-
-def _remove_tree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _is_signed_document(path: Path) -> bool:
@@ -320,13 +315,11 @@ def _is_signed_document(path: Path) -> bool:
 def _prune_per_class(directory: Path, keep: set[str]) -> None:
     """Remove what no reader may need: older sets, and documents and temporary files of the
     flat layout (the temporaries of dead writers went before the set was written)."""
-    import re
-
     for entry in directory.iterdir():
         name = entry.name
-        if entry.is_dir() and re.fullmatch(r"v[0-9]+", name):
+        if entry.is_dir() and envelope.POINTER_RE.fullmatch(name):
             if name not in keep:
-                _remove_tree(entry)
+                shutil.rmtree(entry, ignore_errors=True)
         elif entry.is_file() and name.startswith(".class.") and name.endswith(".tmp"):
             entry.unlink(missing_ok=True)  # the flat layout's temporary files
         elif entry.is_file() and name.endswith(".json") and _is_signed_document(entry):

@@ -468,7 +468,7 @@ def _hex_verifies(public_raw: bytes, sig_hex: str, data: bytes) -> bool:
 def check_signed(
     signed: Mapping[str, Any],
     *,
-    now: str,
+    now: str | None,
     min_version: int = 0,
     expected_class: str | None = None,
     source: str = "manifest",
@@ -481,7 +481,8 @@ def check_signed(
 
     Args:
         signed: the ``signed`` object (its signature already checked).
-        now: the reference time, ``YYYY-MM-DDTHH:MM:SSZ`` (see ``format_time``).
+        now: the reference time, ``YYYY-MM-DDTHH:MM:SSZ`` (see ``format_time``); None checks
+            everything but expiry and validity (a last-known-good, whatever its age).
         min_version: the last version this host accepted; a lower one is refused.
         expected_class: for a per-class document, the class it was read for.
         source: where it came from, for messages.
@@ -537,6 +538,8 @@ def check_signed(
             f"{source}: version {version} is lower than version {min_version} this host already "
             f"accepted; new version must be >= {min_version} (a replayed older manifest?)"
         )
+    if now is None:
+        return
     if expires <= now:
         raise ExpiredError(
             f"{source}: expired at {expires} (now {now}); generate and sign a fresh manifest"

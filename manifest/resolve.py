@@ -67,11 +67,9 @@ works; providers linked into the core library (CoreML, XNNPACK, Azure) are not s
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import re
-import stat
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -80,6 +78,7 @@ from typing import Any, NamedTuple
 
 from manifest import envelope
 from manifest.errors import ForkError, KeyFileError, MalformedError, VerificationError
+from schemas.atomic import open_regular, read_bounded
 
 __all__ = [
     "DEFAULT_GRACE_DAYS",
@@ -295,23 +294,6 @@ def _entries(signed: Mapping[str, Any]) -> dict[str, Any]:
         return {signed["host_class"]: signed["entry"]}
     entries: dict[str, Any] = signed["entries"]
     return entries
-
-
-def _read_bounded(path: Path, max_bytes: int) -> bytes:
-    """At most ``max_bytes + 1`` bytes of a regular file (a FIFO, device or directory is refused
-    without blocking on it, so ``/dev/zero`` or a named pipe cannot stall a service start)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
-        chunks: list[bytes] = []
-        left = max_bytes + 1
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
 
 
 class Accepted(NamedTuple):
@@ -581,14 +563,6 @@ def _decide(
         ) from exc
 
 
-def _entry_shape(signed: Mapping[str, Any], source: str) -> None:
-    """The type, format, version and class checks of ``check_signed``, expiry aside."""
-    envelope.check_signed(signed, now=_BEFORE_TIME, source=source)
-
-
-_BEFORE_TIME = "0001-01-01T00:00:00Z"
-
-
 def resolve(
     raw: bytes | None,
     *,
@@ -657,7 +631,8 @@ def resolve(
                     max_bytes=max(max_bytes, len(last_known_good)),
                 )
             )
-            _entry_shape(kept.signed, "last-known-good")
+            # Its type, format, version and class, whatever its age: it sets the floor.
+            envelope.check_signed(kept.signed, now=None, source="last-known-good")
         except VerificationError as exc:
             kept = None
             messages.append(f"warning: the last-known-good manifest is unusable: {exc}")
@@ -779,7 +754,7 @@ def _load_state(
     (the floor then comes from what is left)."""
     record: Accepted | None = None
     try:
-        record = parse_state(_read_bounded(state_dir / STATE_FILE, _STATE_BYTES))
+        record = parse_state(read_bounded(state_dir / STATE_FILE, _STATE_BYTES))
     except FileNotFoundError:
         pass
     except (OSError, ValueError) as exc:
@@ -789,7 +764,7 @@ def _load_state(
         )
     lkg: bytes | None = None
     try:
-        lkg = _read_bounded(state_dir / LKG_FILE, max_bytes)
+        lkg = read_bounded(state_dir / LKG_FILE, max_bytes)
     except FileNotFoundError:
         pass
     except OSError as exc:
@@ -821,10 +796,7 @@ def _file_digest(path: Path) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file")
+    with os.fdopen(open_regular(path), "rb") as fh:
         while chunk := fh.read(1 << 20):
             h.update(chunk)
     return "sha256:" + h.hexdigest()
@@ -981,7 +953,7 @@ def _manifest_path(path: Path, host_class: str | None) -> tuple[Path, str | None
     except ValueError as exc:
         raise _Usage(str(exc)) from exc
     try:
-        pointer = _read_bounded(path / envelope.CURRENT_POINTER, 64)
+        pointer = read_bounded(path / envelope.CURRENT_POINTER, 64)
     except FileNotFoundError:
         return path / filename, None  # the flat layout of earlier releases
     except OSError as exc:
@@ -1038,7 +1010,7 @@ def _main(argv: Sequence[str] | None, say: Callable[[str], None]) -> int:
     if not schemes:
         raise _Usage("--uri-schemes is empty; name at least one scheme, e.g. https")
     try:
-        key_text = _read_bounded(Path(args.pubkey), 64 * 1024)
+        key_text = read_bounded(Path(args.pubkey), 64 * 1024)
         public_raw = envelope.parse_public_pem(
             key_text.decode("ascii", errors="replace"), str(args.pubkey)
         )
@@ -1054,7 +1026,7 @@ def _main(argv: Sequence[str] | None, say: Callable[[str], None]) -> int:
     raw: bytes | None = None
     if read_error is None:
         try:
-            raw = _read_bounded(path, args.max_bytes)
+            raw = read_bounded(path, args.max_bytes)
         except OSError as exc:
             read_error = f"cannot read it ({exc.strerror})"
 

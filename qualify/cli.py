@@ -479,9 +479,9 @@ def manifest_generate(
 def _read_manifest(path: Path) -> bytes:
     """A manifest file's bytes, read bounded (a larger file is refused by the reader)."""
     from manifest.envelope import MAX_BYTES
+    from schemas.atomic import read_bounded
 
-    with open(path, "rb") as fh:
-        return fh.read(MAX_BYTES + 1)
+    return read_bounded(path, MAX_BYTES)
 
 
 @manifest_group.command("verify")

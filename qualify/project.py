@@ -13,10 +13,8 @@ Does not own the models or their rules (``schemas.project``), loading artifacts 
 from __future__ import annotations
 
 import difflib
-import errno
 import os
 import re
-import stat
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -30,7 +28,7 @@ from pydantic_core import ErrorDetails
 from qualify.errors import ArtifactError, ProjectError
 from qualify.graph import ModelSignature, TensorSignature, read_signature
 from qualify.text import one_line
-from schemas.atomic import write_atomic
+from schemas.atomic import read_bounded, write_atomic
 from schemas.project import ArtifactSpec, Budgets, InputSpec, Project, Workload
 
 __all__ = [
@@ -646,15 +644,7 @@ MAX_DEPTH = 64
 def _read_bounded_text(path: Path, display: str) -> str:
     """The file's UTF-8 text, read only if it is a regular file no larger than the limit (a
     device such as ``/dev/zero`` or a pipe is refused without reading it)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as fh:
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
-            raise IsADirectoryError(errno.EISDIR, "is a directory")
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ProjectError(
-                f"{display}: not a regular file (a device or a pipe). Fix: pass the project file."
-            )
-        data = fh.read(MAX_PROJECT_BYTES + 1)
+    data = read_bounded(path, MAX_PROJECT_BYTES)
     if len(data) > MAX_PROJECT_BYTES:
         raise ProjectError(
             f"{display}: larger than {MAX_PROJECT_BYTES // 1024} KiB; a project file is a few "

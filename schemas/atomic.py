@@ -13,15 +13,60 @@ from what a live one is still writing.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
-import shutil
-import tempfile
+import stat
 from pathlib import Path
 
-__all__ = ["pid_alive", "remove_leftovers", "temp_prefix", "write_atomic"]
+__all__ = [
+    "open_regular",
+    "pid_alive",
+    "read_bounded",
+    "remove_leftovers",
+    "temp_prefix",
+    "write_atomic",
+]
 
-_LEFTOVER = re.compile(r"\..+\.p([0-9]{1,10})\.[^/]*\.tmp")
+_LEFTOVER = r"\..+\.p([0-9]{1,10})\.[^/]*\.tmp"
+"""A `temp_prefix` name (compiled when first used: resolve-artifact imports this module)."""
+
+
+def open_regular(path: Path | str) -> int:
+    """A read-only descriptor of ``path``, only if it is a regular file: a pipe or a device
+    (``/dev/zero``) is refused without blocking on it or reading it.
+
+    Raises:
+        IsADirectoryError: it is a folder.
+        OSError: it cannot be opened, or is not a regular file (``EINVAL``).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISREG(mode):
+        return fd
+    os.close(fd)
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
+    raise OSError(errno.EINVAL, "not a regular file (a device or a pipe)", str(path))
+
+
+def read_bounded(path: Path | str, max_bytes: int) -> bytes:
+    """At most ``max_bytes + 1`` bytes of a regular file (`open_regular`): one more than the
+    limit, so that the caller can tell a file that is too large.
+
+    Raises:
+        OSError: as `open_regular`.
+    """
+    fd = open_regular(path)
+    try:
+        chunks: list[bytes] = []
+        left = max_bytes + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def temp_prefix(name: str) -> str:
@@ -57,11 +102,13 @@ def remove_leftovers(directory: Path) -> list[Path]:
     except OSError:
         return removed
     for entry in entries:
-        found = _LEFTOVER.fullmatch(entry.name)
+        found = re.fullmatch(_LEFTOVER, entry.name)
         if found is None or pid_alive(int(found.group(1))):
             continue
         path = Path(entry.path)
         if entry.is_dir(follow_symlinks=False):
+            import shutil
+
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
@@ -91,6 +138,8 @@ def write_atomic(
     Raises:
         OSError: the folder does not exist or is not writable; nothing is left behind.
     """
+    import tempfile  # here, not at import: resolve-artifact reads with this module at start-up
+
     target = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target.name), suffix=".tmp", dir=target.parent)
