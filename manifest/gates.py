@@ -1,20 +1,59 @@
-"""The qualification gates: one pure function that judges a cell against a class's budgets.
+"""The qualification gates: one table (`GATES`) that the runner, the policy and the report iterate.
 
-Owns the rule "what makes a cell pass": parity, the p99 confidence bound against the budget,
-actual placement on the expected provider, not being measurably slower than the baseline in the
-interleaved A/B (``max_slowdown``), peak memory and cold init. The runner uses it to give
-a fresh cell its verdict; the decision policy uses it again against the class's *current* budgets,
-so a budget tightened after a run is honoured. It does not look at emulation, staleness or the
-rollback check: those are properties of the evidence, not of the measurement, and belong to
-``manifest.policy``.
+Owns the rule "what makes a cell pass": parity, actual placement on the expected provider, the
+p99 confidence bound against the budget, not being measurably slower than the baseline in the
+interleaved A/B (``max_slowdown``), peak memory and cold init. Each `Gate` names the reason
+codes it may give (their meanings are `schemas.reasons`), the cell fields it reads as evidence,
+and its check: a pure function of the cell and the class that returns a `Finding`.
+
+The runner gives a fresh cell its verdict with `judge`; the decision policy calls it again
+against the class's *current* budgets, so a budget tightened after a run is honoured (it re-judges
+parity itself against the current tolerance, and skips this table's parity gate); the report
+colours each measured quantity by its gate's `Finding` (`assess`). The numeric rules themselves
+(bound against budget, slowdown, fallback count) are `schemas.rules`. This module does not look
+at emulation, staleness or the rollback check: those are properties of the evidence, not of the
+measurement, and belong to ``manifest.policy``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Literal
+
 from schemas.cell import Cell, Reason
 from schemas.project import HostClass
+from schemas.rules import fallback_count, p99_outcome, slower_than
 
-__all__ = ["judge"]
+__all__ = ["GATES", "Finding", "Gate", "GateOutcome", "assess", "judge"]
+
+GateOutcome = Literal["pass", "fail", "undecided", "off"]
+"""One gate on one cell: passed, failed, could not be decided on this evidence, or not configured
+(a budget that is not set)."""
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one gate found on one cell: its outcome and, unless it passed, why."""
+
+    outcome: GateOutcome
+    reasons: tuple[Reason, ...] = ()
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One row of the gates table."""
+
+    name: str
+    """Short name, as the report and the README show it."""
+    meaning: str
+    """What it requires, in one sentence."""
+    evidence: str
+    """The cell fields it reads."""
+    codes: tuple[str, ...]
+    """The reason codes it may give; each belongs to exactly one gate."""
+    check: Callable[[Cell, HostClass], Finding]
+    """The check: pure, of the cell and its class."""
 
 
 def _fmt(ms: float) -> str:
@@ -39,159 +78,235 @@ def _more_evidence(samples: int, duration_s: float, stopped: str) -> str:
     )
 
 
-def _slower_than_baseline(cell: Cell, max_slowdown: float) -> Reason | None:
+def _passed() -> Finding:
+    return Finding("pass")
+
+
+def _failed(*reasons: Reason) -> Finding:
+    return Finding("fail", reasons)
+
+
+def _undecided(code: str, message: str) -> Finding:
+    return Finding("undecided", (Reason(code=code, message=message),))
+
+
+def _parity(cell: Cell, host_class: HostClass) -> Finding:
+    if cell.role != "candidate":
+        return Finding("off")
+    if cell.parity is None:
+        known = tuple(r for r in cell.reasons if r.code == "baseline_failed")
+        if known:
+            return Finding("undecided", known)
+        return _undecided("baseline_failed", "no parity evidence against the baseline")
+    if cell.parity.passed:
+        return _passed()
+    worst = "; ".join(
+        f"{o.name}: {', '.join(o.failures)}" for o in cell.parity.outputs if not o.passed
+    )
+    return _failed(Reason(code="parity_failed", message=f"parity failed: {worst}"))
+
+
+def _placement(cell: Cell, host_class: HostClass) -> Finding:
+    placement = cell.placement
+    if placement is None:
+        return _undecided(
+            "expected_provider_missing",
+            "node placement was not recorded (this onnxruntime does not report it)",
+        )
+    provider = host_class.provider
+    expected = provider.expected
+    found: list[Reason] = []
+    if placement.nodes_per_provider.get(expected, 0) == 0:
+        others = ", ".join(f"{n} on {p}" for p, n in placement.nodes_per_provider.items())
+        found.append(
+            Reason(
+                code="expected_provider_missing",
+                message=f"{expected} executed no node ({others or 'no node recorded at all'})",
+            )
+        )
+    fallback = fallback_count(placement.nodes_per_provider, expected)
+    if fallback > provider.fallback_allowance:
+        elsewhere = ", ".join(p for p in placement.nodes_per_provider if p != expected)
+        found.append(
+            Reason(
+                code="provider_fallback",
+                message=f"{fallback} of {placement.total_nodes} nodes ran on {elsewhere}, "
+                f"expected {expected} (allowance {provider.fallback_allowance})",
+            )
+        )
+    return _failed(*found) if found else _passed()
+
+
+def _p99(cell: Cell, host_class: HostClass) -> Finding:
+    gate = cell.gate_latency
+    if gate is None:
+        return _undecided("p99_insufficient", "no latency was measured")
+    where = f"batch {gate.batch_size}, concurrency {gate.concurrency}"
+    budget = host_class.budgets.p99_ms
+    outcome = p99_outcome(gate.p99_lower_ms, gate.p99_upper_ms, budget)
+    if outcome == "pass":
+        return _passed()
+    if outcome == "fail" and gate.p99_lower_ms is not None:
+        return _failed(
+            Reason(
+                code="p99_over_budget",
+                message=f"p99 is at least {_fmt(gate.p99_lower_ms)} at "
+                f"{int(gate.confidence * 100)}% confidence ({where}), budget {_fmt(budget)}",
+            )
+        )
+    bound = "none" if gate.p99_upper_ms is None else _fmt(gate.p99_upper_ms)
+    return _undecided(
+        "p99_insufficient",
+        f"{gate.samples} samples ({where}) do not decide p99 against {_fmt(budget)}: p99 "
+        f"{_fmt(gate.p99_ms)}, upper bound {bound}; "
+        + _more_evidence(gate.samples, gate.duration_s, gate.stopped),
+    )
+
+
+def _slowdown(cell: Cell, host_class: HostClass) -> Finding:
     """The candidate's paired ratio to the baseline is above ``max_slowdown`` at p50 or p99
     with confidence (the lower bound of the median per-round ratio exceeds it)."""
+    max_slowdown = host_class.budgets.max_slowdown
+    compared = False
     found: list[str] = []
     for result in cell.latency:
         ratio = result.vs_baseline
         if ratio is None:
             continue
+        compared = True
         for metric, point, lower in (
             ("p50", ratio.p50_ratio, ratio.p50_lower),
             ("p99", ratio.p99_ratio, ratio.p99_lower),
         ):
-            if lower is not None and point is not None and lower > max_slowdown:
+            if point is not None and slower_than(lower, max_slowdown):
                 found.append(
                     f"{metric} x{point:.3g} the baseline's at batch {result.batch_size}, "
                     f"concurrency {result.concurrency} (at least x{lower:.3g} over "
                     f"{ratio.rounds} paired rounds, {ratio.confidence:.2%} confidence)"
                 )
-    if not found:
-        return None
-    return Reason(
-        code="slower_than_baseline",
-        message=f"slower than the baseline beyond max_slowdown {max_slowdown!r}: "
-        + "; ".join(found),
-    )
+    if found:
+        return _failed(
+            Reason(
+                code="slower_than_baseline",
+                message=f"slower than the baseline beyond max_slowdown {max_slowdown!r}: "
+                + "; ".join(found),
+            )
+        )
+    return _passed() if compared else Finding("off")
 
 
-def judge(cell: Cell, host_class: HostClass) -> tuple[str, list[Reason]]:
+def _peak_rss(cell: Cell, host_class: HostClass) -> Finding:
+    budget = host_class.budgets.peak_rss_mb
+    if budget is None:
+        return Finding("off")
+    if cell.peak_rss_mb is None:
+        return _undecided("peak_rss_missing", "peak memory was not measured; budget is set")
+    if cell.peak_rss_mb > budget:
+        return _failed(
+            Reason(
+                code="peak_rss_over_budget",
+                message=f"peak RSS {cell.peak_rss_mb:.0f} MB > budget {budget:g} MB",
+            )
+        )
+    return _passed()
+
+
+def _cold_init(cell: Cell, host_class: HostClass) -> Finding:
+    budget = host_class.budgets.cold_init_ms
+    if budget is None:
+        return Finding("off")
+    if cell.cold_init_ms is None:
+        return _undecided("cold_init_missing", "cold init was not measured; budget is set")
+    if cell.cold_init_ms > budget:
+        return _failed(
+            Reason(
+                code="cold_init_over_budget",
+                message=f"cold init {_fmt(cell.cold_init_ms)} > budget {_fmt(budget)}",
+            )
+        )
+    return _passed()
+
+
+GATES: tuple[Gate, ...] = (
+    Gate(
+        "parity",
+        "a candidate's outputs agree with the baseline's within its precision's tolerance",
+        "parity (per output: the tightest limits that would pass)",
+        ("parity_failed", "baseline_failed"),
+        _parity,
+    ),
+    Gate(
+        "placement",
+        "the expected provider executed nodes, and no more than fallback_allowance ran elsewhere",
+        "placement (nodes per provider, from onnxruntime's graph assignment)",
+        ("expected_provider_missing", "provider_fallback"),
+        _placement,
+    ),
+    Gate(
+        "p99",
+        "the p99's upper confidence bound at the gate config is within budgets.p99_ms",
+        "gate_latency (p99 and its distribution-free bounds)",
+        ("p99_over_budget", "p99_insufficient"),
+        _p99,
+    ),
+    Gate(
+        "slowdown",
+        "a candidate is not measurably slower than the baseline at p50 or p99 "
+        "(budgets.max_slowdown)",
+        "latency[].vs_baseline (paired per-round ratios of the interleaved A/B)",
+        ("slower_than_baseline",),
+        _slowdown,
+    ),
+    Gate(
+        "memory",
+        "peak resident memory of the serving process is within budgets.peak_rss_mb",
+        "peak_rss_mb",
+        ("peak_rss_over_budget", "peak_rss_missing"),
+        _peak_rss,
+    ),
+    Gate(
+        "cold init",
+        "the first session of a fresh process initialises within budgets.cold_init_ms",
+        "cold_init_ms",
+        ("cold_init_over_budget", "cold_init_missing"),
+        _cold_init,
+    ),
+)
+"""The gates, in the order their reasons are listed."""
+
+
+def assess(
+    cell: Cell, host_class: HostClass, *, skip: Collection[str] = ()
+) -> list[tuple[Gate, Finding]]:
+    """Every gate's finding on a measured cell, in table order.
+
+    Args:
+        cell: The measurements (a cell whose run errored is assessed on what it has).
+        host_class: The class whose budgets and expected provider apply.
+        skip: Names of gates not to apply (the policy re-judges parity itself).
+    """
+    return [(gate, gate.check(cell, host_class)) for gate in GATES if gate.name not in skip]
+
+
+def judge(
+    cell: Cell, host_class: HostClass, *, skip: Collection[str] = ()
+) -> tuple[str, list[Reason]]:
     """Verdict and reasons for a measured cell under a class's budgets and provider rules.
 
     Args:
         cell: the measurements. A cell with ``error`` set keeps verdict ``error`` and its reasons.
         host_class: the class whose budgets and expected provider apply.
+        skip: Names of gates not to apply.
 
     Returns:
-        ``(verdict, reasons)``: ``fail`` if any gate failed, else ``insufficient`` if the p99 could
-        not be decided (or parity could not be judged), else ``pass``.
+        ``(verdict, reasons)``: ``fail`` if any gate failed, else ``insufficient`` if any could
+        not be decided, else ``pass``. Reasons list the failures first, then the undecided.
     """
     if cell.error is not None:
         return "error", list(cell.reasons)
-    budgets = host_class.budgets
-    provider = host_class.provider
-    fails: list[Reason] = []
-    unsure: list[Reason] = []
-
-    if cell.role == "candidate":
-        if cell.parity is None:
-            unsure.extend(r for r in cell.reasons if r.code == "baseline_failed")
-            if not unsure:
-                unsure.append(
-                    Reason(
-                        code="baseline_failed", message="no parity evidence against the baseline"
-                    )
-                )
-        elif not cell.parity.passed:
-            worst = "; ".join(
-                f"{o.name}: {', '.join(o.failures)}" for o in cell.parity.outputs if not o.passed
-            )
-            fails.append(Reason(code="parity_failed", message=f"parity failed: {worst}"))
-
-    placement = cell.placement
-    if placement is None:
-        unsure.append(
-            Reason(
-                code="expected_provider_missing",
-                message="node placement was not recorded (this onnxruntime does not report it)",
-            )
-        )
-    else:
-        expected = provider.expected
-        on_expected = placement.nodes_per_provider.get(expected, 0)
-        fallback = placement.total_nodes - on_expected
-        if on_expected == 0:
-            others = ", ".join(f"{n} on {p}" for p, n in placement.nodes_per_provider.items())
-            fails.append(
-                Reason(
-                    code="expected_provider_missing",
-                    message=f"{expected} executed no node ({others})",
-                )
-            )
-        if fallback > provider.fallback_allowance:
-            elsewhere = ", ".join(p for p in placement.nodes_per_provider if p != expected)
-            fails.append(
-                Reason(
-                    code="provider_fallback",
-                    message=f"{fallback} of {placement.total_nodes} nodes ran on {elsewhere}, "
-                    f"expected {expected} (allowance {provider.fallback_allowance})",
-                )
-            )
-
-    gate = cell.gate_latency
-    if gate is None:
-        unsure.append(Reason(code="p99_insufficient", message="no latency was measured"))
-    else:
-        where = f"batch {gate.batch_size}, concurrency {gate.concurrency}"
-        budget = budgets.p99_ms
-        if gate.p99_upper_ms is not None and gate.p99_upper_ms <= budget:
-            pass
-        elif gate.p99_lower_ms is not None and gate.p99_lower_ms > budget:
-            fails.append(
-                Reason(
-                    code="p99_over_budget",
-                    message=f"p99 is at least {_fmt(gate.p99_lower_ms)} at "
-                    f"{int(gate.confidence * 100)}% confidence ({where}), budget {_fmt(budget)}",
-                )
-            )
-        else:
-            bound = "none" if gate.p99_upper_ms is None else _fmt(gate.p99_upper_ms)
-            unsure.append(
-                Reason(
-                    code="p99_insufficient",
-                    message=f"{gate.samples} samples ({where}) do not decide p99 against "
-                    f"{_fmt(budget)}: p99 {_fmt(gate.p99_ms)}, upper bound {bound}; "
-                    + _more_evidence(gate.samples, gate.duration_s, gate.stopped),
-                )
-            )
-
-    slower = _slower_than_baseline(cell, budgets.max_slowdown)
-    if slower is not None:
-        fails.append(slower)
-
-    if budgets.peak_rss_mb is not None and cell.peak_rss_mb is None:
-        unsure.append(
-            Reason(code="peak_rss_missing", message="peak memory was not measured; budget is set")
-        )
-    if budgets.cold_init_ms is not None and cell.cold_init_ms is None:
-        unsure.append(
-            Reason(code="cold_init_missing", message="cold init was not measured; budget is set")
-        )
-    if (
-        budgets.peak_rss_mb is not None
-        and cell.peak_rss_mb is not None
-        and cell.peak_rss_mb > budgets.peak_rss_mb
-    ):
-        fails.append(
-            Reason(
-                code="peak_rss_over_budget",
-                message=f"peak RSS {cell.peak_rss_mb:.0f} MB > budget {budgets.peak_rss_mb:g} MB",
-            )
-        )
-    if (
-        budgets.cold_init_ms is not None
-        and cell.cold_init_ms is not None
-        and cell.cold_init_ms > budgets.cold_init_ms
-    ):
-        fails.append(
-            Reason(
-                code="cold_init_over_budget",
-                message=f"cold init {_fmt(cell.cold_init_ms)} > budget "
-                f"{_fmt(budgets.cold_init_ms)}",
-            )
-        )
-
+    findings = [f for _, f in assess(cell, host_class, skip=skip)]
+    fails = [r for f in findings if f.outcome == "fail" for r in f.reasons]
+    unsure = [r for f in findings if f.outcome == "undecided" for r in f.reasons]
     if fails:
         return "fail", fails + unsure
     if unsure:

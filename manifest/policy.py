@@ -36,7 +36,7 @@ current evidence on the key (a run's rollback check, or a cell of that digest) s
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -45,7 +45,7 @@ from manifest._batch import paused_gc
 from manifest.envelope import format_time
 from manifest.errors import PolicyError
 from manifest.gates import judge
-from schemas.cell import Cell, OutputParity, Reason, RunRecord
+from schemas.cell import Cell, OutputParity, Reason, RunRecord, latest, recency
 from schemas.manifest import (
     ClassDecision,
     Evidence,
@@ -60,7 +60,7 @@ from schemas.project import (
     ProviderSpec,
     RuntimeSpec,
 )
-from schemas.rules import resolve_tolerance, tolerance_failures
+from schemas.rules import fallback_count, resolve_tolerance, tolerance_failures
 
 __all__ = ["RollbackTarget", "artifact_digests", "decide", "rollback_target"]
 
@@ -69,10 +69,6 @@ _Key = tuple[str, str, str]
 
 def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def _latest(cells: Iterable[Cell]) -> Cell | None:
-    return max(cells, key=lambda c: (_aware(c.measured_at), c.run_id), default=None)
 
 
 @lru_cache(maxsize=4096)
@@ -107,14 +103,14 @@ def artifact_digests(project: Project, cells: Sequence[Cell]) -> dict[str, str]:
         label -> digest, for the labels some cell measured.
     """
     labels = {project.artifacts.baseline.label, *(c.label for c in project.artifacts.candidates)}
-    newest: dict[str, tuple[datetime, str, str]] = {}
+    newest: dict[str, tuple[tuple[datetime, str], str]] = {}
     for cell in cells:
         if cell.artifact_name not in labels:
             continue
-        stamp = (_aware(cell.measured_at), cell.run_id, cell.artifact_digest)
+        stamp = (recency(cell), cell.artifact_digest)
         if cell.artifact_name not in newest or stamp > newest[cell.artifact_name]:
             newest[cell.artifact_name] = stamp
-    return {label: stamp[2] for label, stamp in newest.items()}
+    return {label: stamp[1] for label, stamp in newest.items()}
 
 
 @dataclass(frozen=True)
@@ -127,10 +123,10 @@ class _Pick:
 
 def _pick(cells: Sequence[Cell], digest: str, current: str) -> _Pick | None:
     mine = [c for c in cells if c.artifact_digest == digest]
-    fresh = _latest(c for c in mine if c.settings_digest == current)
+    fresh = latest(c for c in mine if c.settings_digest == current)
     if fresh is not None:
         return _Pick(fresh, stale=False)
-    old = _latest(mine)
+    old = latest(mine)
     return None if old is None else _Pick(old, stale=True)
 
 
@@ -293,8 +289,7 @@ def _evidence(cell: Cell, cls: HostClass, emulated: bool) -> Evidence:
     gate = cell.gate_latency
     fallback = None
     if cell.placement is not None:
-        on_expected = cell.placement.nodes_per_provider.get(cls.provider.expected, 0)
-        fallback = cell.placement.total_nodes - on_expected
+        fallback = fallback_count(cell.placement.nodes_per_provider, cls.provider.expected)
     parity = None
     if cell.parity is not None:
         parity = ParitySummary(
@@ -375,25 +370,13 @@ def _candidate_reasons(
             )
         )
     found.extend(_parity_reasons(cell, project, baseline_digest))
-    _, gate_reasons = judge(cell, cls)
+    # Parity is re-judged above against the *current* tolerance (_parity_reasons); the
+    # gate's copy is the runner's, under the tolerance of the day it ran.
+    _, gate_reasons = judge(cell, cls, skip=("parity",))
     for reason in gate_reasons:
-        if reason.code in ("baseline_failed", "parity_failed"):
-            # Parity is re-judged above against the *current* tolerance (_parity_reasons);
-            # judge's copy is the runner's, under the tolerance of the day it ran.
-            continue
         if reason.code == "expected_provider_missing" and cell.placement is None:
             reason = Reason(code="placement_missing", message=reason.message)
         found.append(reason)
-    if cell.placement is not None and cell.placement.total_nodes == 0:
-        # gates.judge flags "expected provider ran nothing" only when some node ran elsewhere;
-        # an empty placement is no evidence that the expected provider executed at all.
-        found.append(
-            Reason(
-                code="expected_provider_missing",
-                message=f"the placement records no node at all, so {cls.provider.expected} "
-                "was not shown to execute",
-            )
-        )
     if rollback.reason is not None:
         found.append(rollback.reason)
     return found

@@ -41,6 +41,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from schemas.rules import fallback_count
+
 if TYPE_CHECKING:  # resolve-artifact imports this module at start-up: keep datetime off it
     from datetime import datetime
 
@@ -267,7 +269,7 @@ def record_session(
     providers: Sequence[str]
     if nodes is not None:
         providers = [name for name, count in nodes.items() if count > 0]
-        fallback: int | None = sum(c for name, c in nodes.items() if name != expected_provider)
+        fallback: int | None = fallback_count(nodes, expected_provider)
     else:
         providers = [str(p) for p in session.get_providers()]
         fallback = None

@@ -28,8 +28,9 @@ import numpy as np
 from manifest.telemetry import FORMAT, encode_event, format_time
 from qualify.telemetry import ingest_files, render_check, run_check
 from schemas.atomic import write_atomic
-from schemas.cell import Cell
+from schemas.cell import Cell, latest
 from schemas.manifest import Manifest, ManifestEntry
+from schemas.rules import fallback_count
 from schemas.telemetry import CheckSettings, TelemetryCheck
 
 __all__ = [
@@ -78,7 +79,7 @@ def _cell(entry: ManifestEntry, cells: Sequence[Cell]) -> Cell | None:
         for cell in mine:
             if cell.run_id == entry.evidence.run_id:
                 return cell
-    return max(mine, key=lambda c: (c.measured_at, c.run_id), default=None)
+    return latest(mine)
 
 
 def _eligible(manifest: Manifest, cells: Sequence[Cell]) -> list[str]:
@@ -199,9 +200,7 @@ def write_demo_telemetry(
                         "providers": sorted(counts),
                         "placement": "actual",
                         "nodes_per_provider": dict(sorted(counts.items())),
-                        "fallback_nodes": sum(
-                            c for p, c in counts.items() if p != placement.expected_provider
-                        ),
+                        "fallback_nodes": fallback_count(counts, placement.expected_provider),
                         "latency_ms": round(ms, 4),
                     },
                 )

@@ -1,11 +1,14 @@
 """Latency statistics: percentiles and distribution-free evidence about the p99.
 
-Owns the one percentile definition every part of qualify uses (`percentiles`), the binomial
-order-statistic confidence bounds of a quantile (`quantile_bound_ranks`, `p99_bounds`), the p99
-decision against a budget (`decide_p99`), its incremental form for the runner's adaptive
-sampling loop (`AdaptiveP99`) and how long that loop may sample (`time_cap`). Does not time anything, read files or pick budgets: samples and
-budgets are arguments. Imported inside the runner subprocess, so it imports only the standard
-library and numpy.
+Owns the percentile summary of a sample (`percentiles`), the binomial order-statistic
+confidence bounds of a quantile (`quantile_bound_ranks`, `p99_bounds`), the p99 decision over
+samples (`decide_p99`), its incremental form for the runner's adaptive sampling loop
+(`AdaptiveP99`), paired ratios (`paired_ratio`) and how long that loop may sample
+(`time_cap`). The rules these apply (which order statistic is a quantile, what a bound decides
+against a budget) are `schemas.rules`, shared with the gates, the report and telemetry. Does
+not time anything, read files or pick budgets: samples and budgets are arguments. Imported
+inside the runner subprocess, so it imports only the standard library, numpy and
+`schemas.rules` (itself standard library only).
 
 The bounds (as in MLPerf LoadGen's early stopping) rest on one fact that holds for any
 distribution: the number of samples below the true q-quantile is at most Binomial(n, q). So the
@@ -25,6 +28,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from schemas.rules import order_rank, p99_outcome
+
 __all__ = [
     "AUTO_TIME_CAP_CEILING_S",
     "AUTO_TIME_CAP_FLOOR_S",
@@ -34,7 +39,6 @@ __all__ = [
     "RatioBounds",
     "decide_p99",
     "look_schedule",
-    "order_rank",
     "p99_bounds",
     "paired_ratio",
     "percentiles",
@@ -86,33 +90,6 @@ def _as_samples(samples_ms: _Samples) -> _FloatArray:
 def _check_unit_interval(name: str, value: float, low: float = 0.0) -> None:
     if not (low < value < 1.0):
         raise ValueError(f"{name} must be strictly between {low} and 1, got {value!r}")
-
-
-def order_rank(n: int, q: float) -> int:
-    """The 1-based rank of the sample reported as the q-quantile of n samples.
-
-    The definition is numpy's ``inverted_cdf`` (Hyndman & Fan type 1): the smallest sample whose
-    empirical CDF reaches q, i.e. ``X_(ceil(n*q))``, clamped to ``[1, n]``. ``n*q`` values within
-    floating-point noise of an integer count as that integer (``100 * 0.99`` is 99, not 99.0000001).
-
-    Args:
-        n: Sample size, >= 1.
-        q: Quantile, 0 <= q <= 1.
-
-    Returns:
-        The rank, 1 <= rank <= n.
-
-    Raises:
-        ValueError: n < 1 or q outside [0, 1].
-    """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    if not (0.0 <= q <= 1.0):
-        raise ValueError(f"q must be within [0, 1], got {q!r}")
-    x = n * q
-    nearest = round(x)
-    rank = nearest if abs(x - nearest) <= 1e-9 * max(1.0, x) else math.ceil(x)
-    return min(max(int(rank), 1), n)
 
 
 def percentiles(samples_ms: _Samples) -> Percentiles:
@@ -248,12 +225,8 @@ def _decide(
 ) -> P99Decision:
     if n < min_samples:
         return "insufficient"
-    lower, upper = bounds
-    if upper is not None and upper <= budget_ms:
-        return "pass"
-    if lower is not None and lower > budget_ms:
-        return "fail"
-    return "insufficient"
+    outcome = p99_outcome(*bounds, budget_ms)
+    return "insufficient" if outcome == "undecided" else outcome
 
 
 def _check_decision_args(budget_ms: float, min_samples: int) -> None:

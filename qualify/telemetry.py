@@ -51,11 +51,12 @@ from matrix.telemetry import (
 from qualify.errors import QualifyError
 from qualify.hostlock import lock_wait_message
 from qualify.release import parse_duration
-from qualify.stats import order_rank, quantile_bound_ranks
+from qualify.stats import quantile_bound_ranks
 from qualify.text import one_line
-from schemas.cell import Cell
+from schemas.cell import Cell, latest
 from schemas.manifest import Manifest, ManifestEntry
 from schemas.project import Project
+from schemas.rules import order_rank, p99_outcome
 from schemas.telemetry import (
     Alert,
     AlertKind,
@@ -180,7 +181,7 @@ def _qualified_cell(entry: ManifestEntry, cells: Sequence[Cell]) -> Cell | None:
         for cell in mine:
             if cell.run_id == entry.evidence.run_id:
                 return cell
-    return max(mine, key=lambda c: (c.measured_at, c.run_id), default=None)
+    return latest(mine)
 
 
 def _qualified_revisions(cells: Sequence[Cell], key: tuple[str, str, str]) -> set[str]:
@@ -429,7 +430,8 @@ def _p99(
             f"{settings.min_samples}",
         )
     lower, upper = state["observed_p99_lower_ms"], state["observed_p99_upper_ms"]
-    if lower is not None and lower > threshold:
+    outcome = p99_outcome(lower, upper, threshold)
+    if outcome == "fail":
         state["p99"] = "regressed"
         alert = _alert(
             name,
@@ -458,7 +460,7 @@ def _p99(
             "users are hurt.",
         )
         return state, alert, None
-    if upper is not None and upper <= threshold:
+    if outcome == "pass":
         state["p99"] = "ok"
         return state, None, None
     state["p99"] = "insufficient_data"
@@ -646,19 +648,19 @@ def stale_items(
         on_key = [c for c in cells if c.key.as_tuple() == key]
         for digest in sorted(names, key=lambda d: names[d]):
             mine = [c for c in on_key if c.artifact_digest == digest]
-            if not mine or any(c.settings_digest == current for c in mine):
+            newest = latest(mine)
+            if newest is None or any(c.settings_digest == current for c in mine):
                 continue
-            latest = max(mine, key=lambda c: (c.measured_at, c.run_id))
             items.append(
                 StaleItem(
                     host_class=name,
                     reason="settings_changed",
-                    run_id=latest.run_id,
+                    run_id=newest.run_id,
                     artifact_digest=digest,
                     artifact_name=names[digest],
-                    measured_at=latest.measured_at,
+                    measured_at=newest.measured_at,
                     runtime_revisions=[],
-                    message=f"{names[digest]} on {name} was measured in run {latest.run_id} "
+                    message=f"{names[digest]} on {name} was measured in run {newest.run_id} "
                     "under other runtime or provider settings than the project file's now; "
                     f"re-run: qualify run --host-class {name}",
                 )

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from qualify.procfs import hwm_kb, reset_hwm
+from schemas.rules import fallback_count
 
 __all__ = ["classify_exception", "main", "probe"]
 
@@ -192,7 +193,7 @@ def _placement_doc(
         "nodes_per_provider": dict(sorted(counts.items())),
         "total_nodes": total,
         "expected_provider": expected,
-        "fallback_nodes": total - counts.get(expected, 0),
+        "fallback_nodes": fallback_count(counts, expected),
         "session_providers": list(session.get_providers()),
         "source": source,
     }

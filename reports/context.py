@@ -28,7 +28,15 @@ import numpy as np
 import numpy.typing as npt
 
 from manifest.build import diff_manifests
-from schemas.cell import REASON_CODES, Cell, LatencyResult, OutputParity, RunRecord
+from manifest.gates import GateOutcome, assess
+from schemas.cell import (
+    REASON_CODES,
+    Cell,
+    LatencyResult,
+    OutputParity,
+    RunRecord,
+    recency,
+)
 from schemas.manifest import (
     DECISION_REASON_CODES,
     ChangeSide,
@@ -37,6 +45,7 @@ from schemas.manifest import (
     ManifestSigned,
 )
 from schemas.project import HostClass, OutputTolerance, Project
+from schemas.rules import fallback_count
 
 __all__ = [
     "CHART_POINTS",
@@ -484,7 +493,7 @@ def _latest_by_artifact(cells: Iterable[Cell]) -> dict[str, Cell]:
     latest: dict[str, Cell] = {}
     for cell in cells:
         found = latest.get(cell.artifact_name)
-        if found is None or (cell.measured_at, cell.run_id) > (found.measured_at, found.run_id):
+        if found is None or recency(cell) > recency(found):
             latest[cell.artifact_name] = cell
     return latest
 
@@ -494,14 +503,25 @@ def _emulated(cell: Cell, runs: Mapping[str, RunRecord]) -> bool:
     return cell.emulated or (run is not None and run.emulated)
 
 
-def _p99_text(cell: Cell, budget: float | None) -> tuple[str, Tone]:
+_TONE_OF: dict[GateOutcome, Tone] = {"pass": "ok", "fail": "bad", "undecided": "warn", "off": ""}
+"""How a gate's finding colours the quantity it judged."""
+
+
+def _gate_tones(cell: Cell, cls: HostClass | None) -> dict[str, Tone]:
+    """Gate name -> the tone of its finding on this cell (`manifest.gates`, the rules the runner
+    and the policy apply); empty without a class to judge against."""
+    if cls is None:
+        return {}
+    return {gate.name: _TONE_OF[finding.outcome] for gate, finding in assess(cell, cls)}
+
+
+def _p99_text(cell: Cell, budget: float | None, tone: Tone) -> tuple[str, Tone]:
     gate = cell.gate_latency
     if gate is None:
         return "p99 " + NOT_MEASURED, "muted"
     of = f" of {_ms(budget)}" if budget is not None else ""
     if gate.p99_upper_ms is None:
         return f"p99 {_ms(gate.p99_ms)}, no bound{of}", "warn"
-    tone: Tone = "" if budget is None else ("ok" if gate.p99_upper_ms <= budget else "bad")
     return f"p99 ≤ {_ms(gate.p99_upper_ms)}{of}", tone
 
 
@@ -510,11 +530,11 @@ def _parity_text(cell: Cell) -> tuple[str, Tone]:
         return "reference", "muted"
     if cell.parity is None:
         return "parity " + NOT_MEASURED, "muted"
-    return ("parity pass", "ok") if cell.parity.passed else ("parity fail", "bad")
+    return ("parity pass", "") if cell.parity.passed else ("parity fail", "")
 
 
 def _heat_cell(
-    name: str, cell: Cell | None, budget: float | None, stale: bool, emulated: bool
+    name: str, cell: Cell | None, cls: HostClass | None, stale: bool, emulated: bool
 ) -> HeatCell:
     if cell is None:
         return HeatCell(
@@ -529,8 +549,9 @@ def _heat_cell(
             emulated=False,
             stale=False,
         )
-    p99, p99_tone = _p99_text(cell, budget)
-    parity, parity_tone = _parity_text(cell)
+    tones = _gate_tones(cell, cls)
+    p99, p99_tone = _p99_text(cell, cls.budgets.p99_ms if cls else None, tones.get("p99", ""))
+    parity, parity_tone = _with_tone(_parity_text(cell), tones.get("parity"))
     return HeatCell(
         artifact=name,
         verdict=cell.verdict,
@@ -549,6 +570,12 @@ def _heat_cell(
     )
 
 
+def _with_tone(shown: tuple[str, Tone], tone: Tone | None) -> tuple[str, Tone]:
+    """A measured value's text in its gate's tone; what was not measured stays muted."""
+    text, own = shown
+    return (text, own) if tone is None or own == "muted" else (text, tone)
+
+
 def _against(
     value: float | None, budget: float | None, fmt: Callable[[float | None], str]
 ) -> tuple[str, Tone]:
@@ -557,7 +584,7 @@ def _against(
     if budget is None:
         return f"{fmt(value)} (no budget)", ""
     share = value / budget
-    return f"{fmt(value)} of {fmt(budget)} ({share:.0%})", ("ok" if value <= budget else "bad")
+    return f"{fmt(value)} of {fmt(budget)} ({share:.0%})", ""
 
 
 def _placement_parts(cell: Cell | None) -> tuple[tuple[str, bool], ...]:
@@ -600,35 +627,39 @@ def _ep(provider: str) -> str:
     return provider.removesuffix("ExecutionProvider") or provider
 
 
-def _fallback_text(cell: Cell, allowance: int | None) -> tuple[str, Tone]:
+def _fallback_text(cell: Cell, cls: HostClass | None) -> tuple[str, Tone]:
     placement = cell.placement
     if placement is None:
         return NOT_MEASURED, "muted"
-    executed = placement.nodes_per_provider.get(placement.expected_provider, 0)
-    if executed == 0 and placement.total_nodes > 0:
-        return (
-            f"{placement.fallback_nodes} of {placement.total_nodes} nodes; "
-            f"{_ep(placement.expected_provider)} ran none",
-            "bad",
-        )
-    allowed = allowance if allowance is not None else 0
-    tone: Tone = "ok" if placement.fallback_nodes <= allowed else "bad"
+    expected = cls.provider.expected if cls is not None else placement.expected_provider
+    fallback = fallback_count(placement.nodes_per_provider, expected)
+    if placement.nodes_per_provider.get(expected, 0) == 0:
+        return f"{fallback} of {placement.total_nodes} nodes; {_ep(expected)} ran none", ""
+    allowed = cls.provider.fallback_allowance if cls is not None else 0
     suffix = f" (allowed {allowed})" if allowed else ""
-    return f"{placement.fallback_nodes} of {placement.total_nodes} nodes{suffix}", tone
+    return f"{fallback} of {placement.total_nodes} nodes{suffix}", ""
 
 
 def _compare(
     cells: Sequence[Cell | None], cls: HostClass | None, runs: Mapping[str, RunRecord]
 ) -> tuple[CompareRow, ...]:
     budgets = cls.budgets if cls else None
-    p99_budget = budgets.p99_ms if budgets else None
-    allowance = cls.provider.fallback_allowance if cls else None
     settings = cls.settings_digest() if cls is not None else None  # a JSON dump + hash: once
 
-    def row(label: str, fn: Callable[[Cell], tuple[str, Tone]]) -> CompareRow:
+    tones = [None if cell is None else _gate_tones(cell, cls) for cell in cells]
+
+    def row(
+        label: str, fn: Callable[[Cell], tuple[str, Tone]], gate: str | None = None
+    ) -> CompareRow:
+        # A row a gate judges takes that gate's tone: one rule, as the runner and policy apply it.
         return CompareRow(
             label=label,
-            values=tuple((NOT_MEASURED, "muted") if cell is None else fn(cell) for cell in cells),
+            values=tuple(
+                (NOT_MEASURED, "muted")
+                if cell is None or tone is None
+                else _with_tone(fn(cell), tone.get(gate) if gate else None)
+                for cell, tone in zip(cells, tones, strict=True)
+            ),
         )
 
     def gate_value(attr: str) -> Callable[[Cell], tuple[str, Tone]]:
@@ -646,18 +677,25 @@ def _compare(
             return NOT_MEASURED, "muted"
         if gate.p99_upper_ms is None or gate.p99_lower_ms is None:
             return f"none: {gate.samples} samples too few", "warn"
-        tone: Tone = ""
-        if p99_budget is not None:
-            if gate.p99_upper_ms <= p99_budget:
-                tone = "ok"
-            elif gate.p99_lower_ms > p99_budget:
-                tone = "bad"
-            else:
-                tone = "warn"
         return (
             f"{_bare(gate.p99_lower_ms)} to {_ms(gate.p99_upper_ms)} ({gate.confidence:.0%})",
-            tone,
+            "",
         )
+
+    def judged(cell: Cell) -> tuple[str, Tone]:
+        if cls is None:
+            return "no class to judge against", "muted"
+        if cell.error is not None:
+            return "not judged: it could not run", "muted"
+        findings = assess(cell, cls)
+        failed = [g.name for g, f in findings if f.outcome == "fail"]
+        undecided = [g.name for g, f in findings if f.outcome == "undecided"]
+        if not failed and not undecided:
+            return "every configured gate held", "ok"
+        parts = ([f"failed: {', '.join(failed)}"] if failed else []) + (
+            [f"undecided: {', '.join(undecided)}"] if undecided else []
+        )
+        return "; ".join(parts), "bad" if failed else "warn"
 
     def config(cell: Cell) -> tuple[str, Tone]:
         gate = cell.gate_latency
@@ -686,17 +724,19 @@ def _compare(
         row("gate config", config),
         row("p50", gate_value("p50_ms")),
         row("p99", gate_value("p99_ms")),
-        row("p99 bound", bound),
-        row("parity", _parity_text),
+        row("gates", judged),
+        row("p99 bound", bound, "p99"),
+        row("parity", _parity_text, "parity"),
         CompareRow(
             label="nodes per provider",
             values=tuple((NOT_MEASURED, "muted") for _ in cells),
             parts=tuple(_placement_parts(cell) for cell in cells),
         ),
-        row("fallback", lambda c: _fallback_text(c, allowance)),
+        row("fallback", lambda c: _fallback_text(c, cls), "placement"),
         row(
             "cold init",
             lambda c: _against(c.cold_init_ms, budgets.cold_init_ms if budgets else None, _ms),
+            "cold init",
         ),
         row(
             "warm init",
@@ -708,6 +748,7 @@ def _compare(
                 _against(c.peak_rss_mb, budgets.peak_rss_mb if budgets else None, _mb),
                 c.peak_rss_source,
             ),
+            "memory",
         ),
         row("digest", lambda c: (_short(c.artifact_digest), "")),
         row("other configs", _other_configs),
@@ -944,7 +985,7 @@ def _class_view(
             _heat_cell(
                 col.name,
                 cell,
-                budget,
+                cls,
                 stale.get(col.name, False),
                 emulated.get(col.name, False),
             )

@@ -6,7 +6,8 @@ over them. Missing measurements are ``null``, never a made-up number.
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import Field
@@ -31,6 +32,8 @@ __all__ = [
     "RunBundle",
     "RunRecord",
     "Slowdown",
+    "latest",
+    "recency",
 ]
 
 BUNDLE_FORMAT = "qualify-run-bundle/1"
@@ -308,3 +311,15 @@ class RunBundle(Document):
     )
     run: RunRecord = Field(description="The run.")
     cells: list[Cell] = Field(description="One cell per artifact.")
+
+
+def recency(cell: Cell) -> tuple[datetime, str]:
+    """The order "latest" means everywhere: ``measured_at`` (naive read as UTC), ties broken by
+    the larger run id; the matrix view (``matrix.migrations``) orders its rows the same way."""
+    moment = cell.measured_at
+    return (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC), cell.run_id)
+
+
+def latest(cells: Iterable[Cell]) -> Cell | None:
+    """The latest of ``cells`` by `recency`; None when there are none."""
+    return max(cells, key=recency, default=None)

@@ -1,17 +1,51 @@
-"""The parity tolerance rule, owned once: which limit applies to an output and what fails it.
+"""The rules every layer applies the same way, owned once: quantile rank, p99 bound, slowdown,
+fallback count, parity tolerance.
 
-The runner (`qualify.parity`) applies it to fresh measurements; the policy (`manifest.policy`)
-re-applies it to stored ones against the current project file; both word a failure the same
-way, with the limit printed exactly as configured (``cosine_min 0.162 < 0.9999``, never
-``< 1``) and the measured value rounded only as far as keeps it on its side of the limit.
-Lives beside the documents it reads so that every layer may import it.
+* **Quantile rank** (`order_rank`): which order statistic is the q-quantile of n samples. The
+  runner's percentiles and bounds (`qualify.stats`), the report's percentile chart and
+  `telemetry check` all use it.
+* **p99 against a budget** (`p99_outcome`): the upper confidence bound within the budget passes,
+  the lower bound above it fails, anything else is undecided. The runner's adaptive sampling
+  (`qualify.stats`), the gates (`manifest.gates`) and the report's colours use it.
+* **Slowdown** (`slower_than`): a candidate is measurably slower when the lower bound of its
+  paired ratio to the baseline is above ``max_slowdown``.
+* **Fallback** (`fallback_count`): the nodes that ran anywhere but on the expected provider. The
+  worker, the gates, the manifest's evidence and the host's telemetry count them alike.
+* **Parity tolerance** (`resolve_tolerance`, `tolerance_failures`): which limit applies to an
+  output and what fails it. The runner (`qualify.parity`) applies it to fresh measurements; the
+  policy (`manifest.policy`) re-applies it to stored ones against the current project file; both
+  word a failure the same way, with the limit printed exactly as configured (``cosine_min 0.162
+  < 0.9999``, never ``< 1``) and the measured value rounded only as far as keeps it on its side
+  of the limit.
+
+Lives in the bottom layer so that every package may import it, and imports only the standard
+library when loaded: the measuring subprocess (`qualify.worker`, through `qualify.stats`) and the
+host-side telemetry writer import it, and neither may pay for pydantic.
 """
 
 from __future__ import annotations
 
-from schemas.project import OutputTolerance, Tolerance
+import math
+from typing import TYPE_CHECKING
 
-__all__ = ["TOLERANCE_FIELDS", "resolve_tolerance", "show_pair", "tolerance_failures"]
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Literal
+
+    from schemas.project import OutputTolerance, Tolerance
+
+    Outcome = Literal["pass", "fail", "undecided"]
+
+__all__ = [
+    "TOLERANCE_FIELDS",
+    "fallback_count",
+    "order_rank",
+    "p99_outcome",
+    "resolve_tolerance",
+    "show_pair",
+    "slower_than",
+    "tolerance_failures",
+]
 
 TOLERANCE_FIELDS = ("max_abs", "mean_abs", "max_rel", "cosine_min", "top1_agreement_min")
 """The limits of an `OutputTolerance`, in the order failures are listed."""
@@ -20,9 +54,68 @@ _CEILINGS = ("max_abs", "mean_abs", "max_rel")
 _FLOORS = (("cosine_min", "cosine_min"), ("top1_agreement", "top1_agreement_min"))
 
 
+def order_rank(n: int, q: float) -> int:
+    """The 1-based rank of the sample reported as the q-quantile of n samples.
+
+    The definition is numpy's ``inverted_cdf`` (Hyndman & Fan type 1): the smallest sample whose
+    empirical CDF reaches q, i.e. ``X_(ceil(n*q))``, clamped to ``[1, n]``. ``n*q`` values within
+    floating-point noise of an integer count as that integer (``100 * 0.99`` is 99, not 99.0000001).
+
+    Args:
+        n: Sample size, >= 1.
+        q: Quantile, 0 <= q <= 1.
+
+    Returns:
+        The rank, 1 <= rank <= n.
+
+    Raises:
+        ValueError: n < 1 or q outside [0, 1].
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if not (0.0 <= q <= 1.0):
+        raise ValueError(f"q must be within [0, 1], got {q!r}")
+    x = n * q
+    nearest = round(x)
+    rank = nearest if abs(x - nearest) <= 1e-9 * max(1.0, x) else math.ceil(x)
+    return min(max(int(rank), 1), n)
+
+
+def p99_outcome(lower: float | None, upper: float | None, budget: float) -> Outcome:
+    """A p99's confidence bounds against its budget.
+
+    Args:
+        lower: The lower confidence bound (None: too few samples for one).
+        upper: The upper confidence bound (None: too few samples for one).
+        budget: The budget, in the bounds' unit.
+
+    Returns:
+        ``"pass"`` when the upper bound is at or below the budget, ``"fail"`` when the lower
+        bound is above it, ``"undecided"`` otherwise (the bounds straddle it, or are missing).
+    """
+    if upper is not None and upper <= budget:
+        return "pass"
+    if lower is not None and lower > budget:
+        return "fail"
+    return "undecided"
+
+
+def slower_than(lower: float | None, max_slowdown: float) -> bool:
+    """Whether a paired candidate/baseline ratio shows the candidate measurably slower: its
+    lower confidence bound (None: too few rounds) is above ``max_slowdown``."""
+    return lower is not None and lower > max_slowdown
+
+
+def fallback_count(nodes_per_provider: Mapping[str, int], expected: str) -> int:
+    """Nodes that ran on any provider but ``expected``."""
+    return sum(count for provider, count in nodes_per_provider.items() if provider != expected)
+
+
 def resolve_tolerance(tolerance: Tolerance, name: str) -> OutputTolerance:
     """The tolerance applied to one output: the per-output override field by field, else the
     family level; a field None on both is not checked."""
+    from schemas.project import OutputTolerance
+
     override = tolerance.outputs.get(name)
     values: dict[str, float | None] = {}
     for field in TOLERANCE_FIELDS:

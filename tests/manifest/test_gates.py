@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from manifest.gates import judge
+from manifest.gates import GATES, assess, judge
 from schemas.cell import Cell
+from schemas.reasons import CELL_CODES, REASONS
 from tests.manifest.factories import Fleet, class_spec, make_project
 
 
@@ -126,3 +127,52 @@ def test_an_insufficient_p99_says_what_would_decide_it_and_which_setting_gives_i
         assert setting in reason.message
     _, reasons = judge(cell.model_copy(update={"latency": [timed]}), cls)
     assert "(70 samples/s)" in reasons[0].message and "would take 40 s" in reasons[0].message
+
+
+def test_every_gate_reason_code_belongs_to_exactly_one_gate_and_has_a_meaning() -> None:
+    owned = [code for gate in GATES for code in gate.codes]
+    assert len(owned) == len(set(owned))
+    assert set(owned) <= set(CELL_CODES)
+    assert all(REASONS[code] for code in owned)
+    assert len({gate.name for gate in GATES}) == len(GATES)
+
+
+@pytest.mark.parametrize(
+    "measured",
+    [
+        {},
+        {"p99_ms": 95, "p99_upper_ms": 99, "p99_lower_ms": 90},
+        {"p99_ms": 79, "p99_upper_ms": 85, "p99_lower_ms": 70},
+        {"fallback_nodes": 3},
+        {"fallback_nodes": 0, "expected_nodes": 0},
+        {"parity_passed": False},
+        {"peak_rss_mb": None},
+        {"cold_init_ms": 1e6},
+    ],
+)
+def test_judge_is_the_sum_of_the_gates_findings_and_each_reason_comes_from_its_own_gate(
+    measured: dict[str, Any],
+) -> None:
+    cell, cls = candidate_cell(**measured)
+    findings = assess(cell, cls)
+    assert [gate.name for gate, _ in findings] == [gate.name for gate in GATES]
+    for gate, finding in findings:
+        assert {r.code for r in finding.reasons} <= set(gate.codes)
+        assert (finding.reasons == ()) == (finding.outcome in ("pass", "off"))
+    verdict, reasons = judge(cell, cls)
+    outcomes = {f.outcome for _, f in findings}
+    expected = (
+        "fail" if "fail" in outcomes else "insufficient" if "undecided" in outcomes else "pass"
+    )
+    assert verdict == expected
+    assert sorted(r.code for r in reasons) == sorted(
+        r.code for _, f in findings if f.outcome in ("fail", "undecided") for r in f.reasons
+    )
+
+
+def test_a_skipped_gate_is_neither_applied_nor_reported() -> None:
+    cell, cls = candidate_cell(parity_passed=False)
+    assert "parity_failed" in codes(cell, cls)[1]
+    verdict, reasons = judge(cell, cls, skip=("parity",))
+    assert (verdict, reasons) == ("pass", [])
+    assert "parity" not in [gate.name for gate, _ in assess(cell, cls, skip=("parity",))]

@@ -18,11 +18,11 @@ from qualify.stats import (
     Percentiles,
     decide_p99,
     look_schedule,
-    order_rank,
     p99_bounds,
     percentiles,
     quantile_bound_ranks,
 )
+from schemas.rules import order_rank
 
 latencies = st.lists(
     st.floats(min_value=0.0, max_value=1e6, allow_nan=False, allow_infinity=False),
@@ -310,5 +310,7 @@ def test_all_is_complete() -> None:
         "dataclass",
         "lru_cache",
         "Literal",
+        "order_rank",
+        "p99_outcome",
     }
     assert public == set(stats.__all__)

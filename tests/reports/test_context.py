@@ -233,3 +233,40 @@ def test_report_says_how_memory_and_placement_were_measured() -> None:
     assert not any(text.startswith("counted from") for text, _ in baseline)
     # The golden fleet records no source: nothing is claimed about how memory was measured.
     assert not any(", by " in t for t, _ in _row(_class(view, "x86-v4"), "peak memory"))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    ratio=st.floats(min_value=0.5, max_value=1.5),
+    n=st.integers(min_value=50, max_value=2000),
+    seed=st.integers(min_value=0, max_value=2**16),
+)
+def test_the_report_colours_a_p99_exactly_as_the_gate_judges_it(
+    ratio: float, n: int, seed: int
+) -> None:
+    # One rule (schemas.rules.p99_outcome through manifest.gates): a p99 whose bounds straddle
+    # the budget is undecided (warn) in the heatmap and the comparison, never failed or passed.
+    from manifest.gates import assess
+
+    fleet = Fleet(project=synthetic_fleet(1).project, seed=seed)
+    name = next(iter(fleet.project.host_classes))
+    cls = fleet.project.host_classes[name]
+    fleet.qualify(name, candidate_p99_ms=cls.budgets.p99_ms * ratio, samples=n)
+    view = build_report(
+        fleet.project,
+        fleet.cells,
+        fleet.runs,
+        fleet.samples,
+        now=datetime(2025, 1, 1, tzinfo=UTC),
+        tool_version="x",
+    )
+    heat = next(r for r in view.heatmap if r.host_class == name)
+    bounds = _row(_class(view, name), "p99 bound")
+    tones = {"pass": "ok", "fail": "bad", "undecided": "warn"}
+    for index, cell in enumerate(fleet.cells):
+        outcome = dict((g.name, f.outcome) for g, f in assess(cell, cls))["p99"]
+        gate = cell.gate_latency
+        assert gate is not None
+        if gate.p99_upper_ms is not None and gate.p99_lower_ms is not None:
+            assert heat.cells[index].p99_tone == tones[outcome]
+            assert bounds[index][1] == tones[outcome]
