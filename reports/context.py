@@ -45,7 +45,7 @@ from schemas.manifest import (
     ManifestSigned,
 )
 from schemas.project import HostClass, OutputTolerance, Project
-from schemas.rules import fallback_count
+from schemas.rules import fallback_count, order_rank
 
 __all__ = [
     "CHART_POINTS",
@@ -425,8 +425,8 @@ def _series(
         n = ms.size
         q = 1.0 - np.power(10.0, -grid)
         supported = grid <= math.log10(n) + 1e-9
-        # Order statistic: the smallest sample with at least q of the samples at or below it.
-        index = np.clip(np.ceil(q * n).astype(np.int64) - 1, 0, n - 1)
+        # The order statistic every quantile of qualify is (schemas.rules.order_rank).
+        index = np.array([order_rank(n, float(level)) - 1 for level in q], dtype=np.int64)
         values = ms[index]
         y = [_sig(float(v)) if ok else None for v, ok in zip(values, supported, strict=True)]
     return {
