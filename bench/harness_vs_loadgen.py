@@ -65,10 +65,11 @@ import numpy as np
 
 from bench import _cnn
 from qualify.demo_assets import FP32_MODEL, INPUTS, INT8_MODEL, NAMES, asset_path
+from qualify.job import ProviderJob, WorkerJob
 from qualify.runner import run_worker
 from qualify.stats import p99_bounds, percentiles
 from qualify.workload import build_pool
-from schemas.project import InputSpec, ProviderSpec, Workload
+from schemas.project import InputSpec, Workload
 
 __all__ = [
     "CASES",
@@ -243,13 +244,17 @@ def _sha256(path: Path) -> str:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _provider() -> dict[str, Any]:
-    spec = ProviderSpec(
-        execution_providers=["CPUExecutionProvider"],
-        intra_op_threads=1,
+def _provider() -> ProviderJob:
+    return ProviderJob(
+        execution_providers=("CPUExecutionProvider",),
+        expected="CPUExecutionProvider",
+        provider_options={},
+        session_config={},
         graph_optimization_level="all",
+        intra_op_threads=1,
+        inter_op_threads=None,
+        strict_fallback=False,
     )
-    return spec.model_dump()
 
 
 def _artifact(case: Case, workdir: Path) -> Path:
@@ -268,32 +273,36 @@ def _inputs_npz(case: Case, workdir: Path) -> Path:
     return path
 
 
-def _job(case: Case, work: Path, workdir: Path, queries: int) -> dict[str, Any]:
-    """A worker job with the fields of ``qualify.run._job``, fixed to exactly ``queries`` samples."""
+def _job(case: Case, work: Path, workdir: Path, queries: int) -> WorkerJob:
+    """A worker job (`qualify.job`), fixed to exactly ``queries`` samples."""
     artifact = _artifact(case, workdir)
-    return {
-        "mode": "full",
-        "artifact_path": str(artifact),
-        "expected_digest": _sha256(artifact),
-        "provider": _provider(),
-        "memory_limit_mb": None,
-        "inputs_path": str(_inputs_npz(case, workdir)),
-        "inputs": {case.input_name: case.input.model_dump()},
-        "outputs_path": str(work / "outputs.npz"),
-        "samples_path": str(work / "samples.npz"),
-        "parity_rows": PARITY_ROWS,
-        "configs": [{"batch_size": case.batch, "concurrency": 1}],
-        "warmup": WARMUP,
+    return WorkerJob(
+        mode="full",
+        artifact_path=str(artifact),
+        expected_digest=_sha256(artifact),
+        provider=_provider(),
+        memory_limit_mb=None,
+        inputs_path=str(_inputs_npz(case, workdir)),
+        inputs={case.input_name: case.input.model_dump()},
+        outputs_path=str(work / "outputs.npz"),
+        samples_path=str(work / "samples.npz"),
+        parity_rows=PARITY_ROWS,
+        configs=((case.batch, 1),),
+        warmup=WARMUP,
         # look_schedule(N, N) == (N,): a single look at N samples. The budget is far above any
         # latency here, so that look decides 'pass' and the loop stops at exactly N.
-        "min_samples": queries,
-        "max_samples": queries,
-        "time_cap_s": 600.0,
-        "throughput_s": 0.1,
-        "confidence": 0.99,
-        "budget_p99_ms": 10_000.0,
-        "postprocess": POSTPROCESS,
-    }
+        min_samples=queries,
+        max_samples=queries,
+        time_cap_s=600.0,
+        throughput_s=0.1,
+        confidence=0.99,
+        budget_p99_ms=10_000.0,
+        postprocess=POSTPROCESS,
+        profile_runs=0,
+        result_path=None,
+        parent_pid=None,
+        reply_fd=None,
+    )
 
 
 def _loadavg() -> float:
@@ -309,7 +318,7 @@ def _measure_qualify(case: Case, work: Path, workdir: Path, queries: int, rnd: i
         raise BenchError(
             f"qualify worker for {case.label}: {outcome.error_code}: {outcome.error_message}"
         )
-    with np.load(job["samples_path"]) as npz:
+    with np.load(job.samples_path) as npz:
         raw = npz[f"b{case.batch}_c1"].astype(np.float64) / 1e3  # ns -> us
     pct = percentiles(raw)
     cfg = outcome.result["configs"][0]
@@ -333,13 +342,13 @@ def _measure_qualify(case: Case, work: Path, workdir: Path, queries: int, rnd: i
 
 def _measure_loadgen(case: Case, work: Path, workdir: Path, queries: int, rnd: int) -> Measurement:
     work.mkdir(parents=True, exist_ok=True)
-    job = _job(case, work, workdir, queries)
-    job.update(
-        batch=case.batch,
-        queries=queries,
-        outdir=str(work / "loadgen"),
-        result_path=str(work / "lg.json"),
-    )
+    job = {
+        "job": asdict(_job(case, work, workdir, queries)),
+        "batch": case.batch,
+        "queries": queries,
+        "outdir": str(work / "loadgen"),
+        "result_path": str(work / "lg.json"),
+    }
     job_path = work / "lg-job.json"
     job_path.write_text(json.dumps(job), encoding="utf-8")
     env = dict(os.environ)
@@ -717,15 +726,16 @@ def _loadgen_child(job_path: Path) -> int:
     from qualify.worker import _batch, _create, _postprocess
 
     job = json.loads(job_path.read_text(encoding="utf-8"))
+    worker_job = WorkerJob.from_json(json.dumps(job["job"]))
     ort = importlib.import_module("onnxruntime")
-    model = Path(job["artifact_path"]).read_bytes()
-    session = _create(ort, model, job, record_placement=False)
-    pool = dict(np.load(job["inputs_path"]))
+    model = Path(worker_job.artifact_path).read_bytes()
+    session = _create(ort, model, worker_job, record_placement=False)
+    pool = dict(np.load(worker_job.inputs_path))
     b = int(job["batch"])
-    feeds = [_batch(pool, job, k * b, b) for k in range(FEED_ROWS)]
-    post = _postprocess(job["postprocess"])
+    feeds = [_batch(pool, worker_job, k * b, b) for k in range(FEED_ROWS)]
+    post = _postprocess(worker_job.postprocess)
     # The worker's work before its timed loop: first run, parity rows, warm-up.
-    for k in range(1 + int(job["parity_rows"]) + int(job["warmup"])):
+    for k in range(1 + worker_job.parity_rows + worker_job.warmup):
         post(session.run(None, feeds[k % FEED_ROWS]))
 
     queries = int(job["queries"])

@@ -1,11 +1,12 @@
-"""Building, writing, reading and comparing release manifests.
+"""Building and writing release manifests.
 
 Owns turning the policy's decisions into the ``signed`` part of a manifest (plain JSON: integers,
 strings, booleans; see ``manifest.envelope``), splitting it into one document per host class (as
-TUF's hashed bins split targets, so a host of a large fleet reads only its own), writing both
-atomically, reading a manifest back into its model, and the diff between two manifests. Does
-not own the decision (``manifest.policy``), keys and signatures (``manifest.signing``) nor the
-host side (``manifest.resolve``). No clock: ``created`` and ``expires`` are arguments.
+TUF's hashed bins split targets, so a host of a large fleet reads only its own), and writing both
+atomically. Does not own the decision (``manifest.policy``), keys and signatures
+(``manifest.signing``), reading a manifest back (``manifest.load``), comparing two
+(``manifest.diff``), showing one to people (``manifest.show``) nor the host side
+(``manifest.resolve``). No clock: ``created`` and ``expires`` are arguments.
 """
 
 from __future__ import annotations
@@ -19,31 +20,19 @@ from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from pydantic import ValidationError
 
 from manifest import envelope
 from manifest._batch import paused_gc
-from manifest.errors import BuildError, MalformedError
+from manifest.errors import BuildError
 from manifest.signing import key_id, sign_document, sign_encoded
 from schemas.atomic import remove_leftovers, temp_prefix, write_atomic
-from schemas.manifest import (
-    ArtifactRef,
-    ChangeSide,
-    ClassChange,
-    ClassDecision,
-    Manifest,
-    ManifestEntry,
-)
+from schemas.manifest import ArtifactRef, ClassDecision, Manifest
 from schemas.project import Project
 
 __all__ = [
     "build_manifest",
-    "diff_manifests",
-    "load_manifest",
     "next_version",
     "per_class_documents",
-    "render_changes",
-    "render_manifest",
     "sign_document",
     "write_manifest",
     "write_per_class",
@@ -324,178 +313,3 @@ def _prune_per_class(directory: Path, keep: set[str]) -> None:
             entry.unlink(missing_ok=True)  # the flat layout's temporary files
         elif entry.is_file() and name.endswith(".json") and _is_signed_document(entry):
             entry.unlink(missing_ok=True)  # the flat layout's documents, no longer read
-
-
-def load_manifest(raw: bytes | Path, *, source: str | None = None) -> Manifest:
-    """Parse and validate a manifest (its signature is not checked here: ``signing.verify``).
-
-    Only the canonical layout is read (``envelope.split_envelope``), with the same parser as
-    ``resolve-artifact``.
-
-    Args:
-        raw: the file's bytes, or its path.
-        source: name for messages (defaults to the path).
-
-    Returns:
-        The manifest model.
-
-    Raises:
-        MalformedError: unreadable, not JSON, or not a manifest (the message names the field).
-    """
-    if isinstance(raw, Path):
-        source = source or str(raw)
-        try:
-            raw = raw.read_bytes()
-        except OSError as exc:
-            raise MalformedError(f"{source}: cannot read ({exc.strerror})") from exc
-    source = source or "manifest"
-    if len(raw) > envelope.MAX_BYTES:
-        raise MalformedError(f"{source}: larger than the {envelope.MAX_BYTES}-byte limit")
-    # The layout and the parser every reader uses (resolve-artifact included), so that a file
-    # cannot read one way here and another way on a host.
-    signatures, signed_bytes = envelope.split_envelope(raw, source)
-    signed = envelope.parse_signed(signed_bytes, source)
-    try:
-        return Manifest.model_validate({"signed": signed, "signatures": signatures})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(document)"
-        raise MalformedError(
-            f"{source}: {where}: {first['msg']} ({exc.error_count()} problem(s)); is this a "
-            "manifest written by 'qualify manifest generate'?"
-        ) from exc
-
-
-def _side(entry: ManifestEntry) -> ChangeSide:
-    return ChangeSide(
-        decision=entry.decision,
-        artifact_name=entry.artifact.name if entry.artifact else None,
-        artifact_digest=entry.artifact.digest if entry.artifact else None,
-        rollback_digest=entry.rollback.digest if entry.rollback else None,
-    )
-
-
-def _label(side: ChangeSide) -> str:
-    if side.decision == "hold":
-        return "hold"
-    return f"{side.decision} {side.artifact_name}"
-
-
-def diff_manifests(a: Manifest, b: Manifest) -> list[ClassChange]:
-    """What changes for each class from manifest ``a`` to manifest ``b``, and why.
-
-    Args:
-        a: the older manifest.
-        b: the newer one.
-
-    Returns:
-        One change per class that was added, removed, or whose decision, artifact, rollback,
-        runtime, provider or match rules differ; sorted by class name. Unchanged classes are
-        left out.
-    """
-    old, new = a.signed.entries, b.signed.entries
-    changes: list[ClassChange] = []
-    for name in sorted(set(old) | set(new)):
-        before, after = old.get(name), new.get(name)
-        if before is None and after is not None:
-            side = _side(after)
-            changes.append(
-                ClassChange(
-                    host_class=name,
-                    change="added",
-                    before=None,
-                    after=side,
-                    fields=["class"],
-                    reasons=after.reasons,
-                    summary=f"{name}: new class, gets {_label(side)}. {after.summary}",
-                )
-            )
-            continue
-        if after is None and before is not None:
-            changes.append(
-                ClassChange(
-                    host_class=name,
-                    change="removed",
-                    before=_side(before),
-                    after=None,
-                    fields=["class"],
-                    reasons=[],
-                    summary=f"{name}: no longer in the manifest (was {_label(_side(before))}).",
-                )
-            )
-            continue
-        if before is None or after is None:
-            continue  # unreachable: a name comes from one side or the other
-        fields = [
-            field
-            for field, x, y in (
-                ("decision", before.decision, after.decision),
-                ("artifact", before.artifact, after.artifact),
-                ("rollback", before.rollback, after.rollback),
-                ("runtime", before.runtime, after.runtime),
-                ("provider", before.provider, after.provider),
-                ("match", before.match, after.match),
-            )
-            if x != y
-        ]
-        if not fields:
-            continue
-        x, y = _side(before), _side(after)
-        what = (
-            f"{_label(x)} -> {_label(y)}"
-            if ("decision" in fields or "artifact" in fields)
-            else f"still {_label(y)}; {', '.join(fields)} changed"
-        )
-        changes.append(
-            ClassChange(
-                host_class=name,
-                change="changed",
-                before=x,
-                after=y,
-                fields=fields,
-                reasons=after.reasons,
-                summary=f"{name}: {what}. {after.summary}",
-            )
-        )
-    return changes
-
-
-def render_changes(changes: Sequence[ClassChange], a: Manifest, b: Manifest) -> str:
-    """A diff for people: a header line, then one line per change and its reason codes."""
-    head = (
-        f"{a.signed.release} (version {a.signed.version}) -> "
-        f"{b.signed.release} (version {b.signed.version}): "
-    )
-    if not changes:
-        return head + "no class changes.\n"
-    lines = [head + f"{len(changes)} class(es) change."]
-    for change in changes:
-        lines.append(f"  {change.summary}")
-        codes = ", ".join(dict.fromkeys(r.code for r in change.reasons))
-        if codes:
-            lines.append(f"      reasons: {codes}")
-    return "\n".join(lines) + "\n"
-
-
-def render_manifest(manifest: Manifest) -> str:
-    """A manifest for people: header, then one line per class with its decision and why."""
-    s = manifest.signed
-    lines = [
-        f"{s.model} release {s.release}, version {s.version}, created {s.created}, "
-        f"expires {s.expires}, snapshot {s.snapshot}",
-        f"policy: unknown classes -> {s.policy.unknown_class}, emulated cells "
-        f"{'allowed' if s.policy.allow_emulated else 'ignored'}, choose {s.policy.choose}",
-        f"signatures: {', '.join(sig.keyid[:16] for sig in manifest.signatures) or 'UNSIGNED'}",
-    ]
-    for name in sorted(s.entries):
-        entry = s.entries[name]
-        target = "hold" if entry.artifact is None else f"{entry.decision} {entry.artifact.name}"
-        rollback = (
-            "none"
-            if entry.rollback is None
-            else f"{entry.rollback.name}"
-            + ("" if entry.rollback.proven_to_load else " (not proven to load)")
-        )
-        lines.append(f"  {name}: {target}; rollback {rollback}")
-        lines.append(f"      {entry.summary}")
-    return "\n".join(lines) + "\n"

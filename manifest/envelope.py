@@ -465,6 +465,38 @@ def _hex_verifies(public_raw: bytes, sig_hex: str, data: bytes) -> bool:
     return verify_signature(public_raw, sig, data)
 
 
+def _version(signed: Mapping[str, Any], source: str) -> int:
+    version = signed.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= MAX_VERSION:
+        shown = repr(version) if not isinstance(version, int) else f"{version:.3e}"
+        raise MalformedError(
+            f"{source}: signed.version must be an integer from 1 to 2**63-1, found {shown[:40]}"
+        )
+    return version
+
+
+def _expires(signed: Mapping[str, Any], source: str) -> tuple[str, datetime]:
+    expires = signed.get("expires")
+    try:
+        if not isinstance(expires, str):
+            raise ValueError(f"{expires!r:.40} is not a string")
+        return expires, parse_time(expires)
+    except ValueError as exc:
+        raise MalformedError(f"{source}: signed.expires: {exc}") from exc
+
+
+def _check_class_document(
+    signed: Mapping[str, Any], expected_class: str | None, source: str
+) -> None:
+    if not isinstance(signed.get("host_class"), str) or not isinstance(signed.get("entry"), dict):
+        raise MalformedError(f"{source}: a per-class document needs host_class and entry")
+    if expected_class is not None and signed["host_class"] != expected_class:
+        raise ClassMismatchError(
+            f"{source}: this document is for class {signed['host_class']!r}, not "
+            f"{expected_class!r}; it was moved or copied under another class's name"
+        )
+
+
 def check_signed(
     signed: Mapping[str, Any],
     *,
@@ -507,32 +539,13 @@ def check_signed(
             f"{source}: signed.format is {signed.get('format')!r}; this resolve-artifact reads "
             f"{FORMAT!r} (upgrade it)"
         )
-    version = signed.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= MAX_VERSION:
-        shown = repr(version) if not isinstance(version, int) else f"{version:.3e}"
-        raise MalformedError(
-            f"{source}: signed.version must be an integer from 1 to 2**63-1, found {shown[:40]}"
-        )
-    expires = signed.get("expires")
-    try:
-        if not isinstance(expires, str):
-            raise ValueError(f"{expires!r:.40} is not a string")
-        until = parse_time(expires)
-    except ValueError as exc:
-        raise MalformedError(f"{source}: signed.expires: {exc}") from exc
+    version = _version(signed, source)
+    expires, until = _expires(signed, source)
     if kind == MANIFEST_TYPE:
         if not isinstance(signed.get("entries"), dict):
             raise MalformedError(f"{source}: signed.entries is not an object")
     else:
-        if not isinstance(signed.get("host_class"), str) or not isinstance(
-            signed.get("entry"), dict
-        ):
-            raise MalformedError(f"{source}: a per-class document needs host_class and entry")
-        if expected_class is not None and signed["host_class"] != expected_class:
-            raise ClassMismatchError(
-                f"{source}: this document is for class {signed['host_class']!r}, not "
-                f"{expected_class!r}; it was moved or copied under another class's name"
-            )
+        _check_class_document(signed, expected_class, source)
     if version < min_version:
         raise RollbackError(
             f"{source}: version {version} is lower than version {min_version} this host already "

@@ -387,6 +387,46 @@ def _upper(cell: Cell) -> float:
     return math.inf if gate is None or gate.p99_upper_ms is None else gate.p99_upper_ms
 
 
+def _passing_candidates(
+    cls: HostClass,
+    project: Project,
+    key_cells: Sequence[Cell],
+    runs: Mapping[str, RunRecord],
+    digests: Mapping[str, str],
+    current: str,
+    baseline_digest: str | None,
+    rollback: _RollbackState,
+    reasons: list[Reason],
+    looked: set[str],
+) -> list[Cell]:
+    """The candidates' cells that pass every gate on the key; why each other one does not is
+    added to ``reasons`` and every run looked at to ``looked``."""
+    key_text = "(" + ", ".join(cls.key.as_tuple()) + ")"
+    passing: list[Cell] = []
+    if not project.artifacts.candidates:
+        reasons.append(Reason(code="no_candidates", message="the project lists no candidate"))
+    for spec in project.artifacts.candidates:
+        digest = digests.get(spec.label)
+        pick = _pick(key_cells, digest, current) if digest else None
+        if pick is None:
+            reasons.append(
+                Reason(
+                    code="no_candidate_cell",
+                    message=f"candidate {spec.label} was never measured on {key_text}",
+                )
+            )
+            continue
+        looked.add(pick.cell.run_id)
+        failed = _candidate_reasons(pick, cls, project, runs, baseline_digest, rollback)
+        if failed:
+            reasons.extend(
+                Reason(code=r.code, message=f"candidate {spec.label}: {r.message}") for r in failed
+            )
+        else:
+            passing.append(pick.cell)
+    return passing
+
+
 def _decide_class(
     name: str,
     cls: HostClass,
@@ -479,28 +519,9 @@ def _decide_class(
     def base_evidence() -> Evidence | None:
         return _evidence(base.cell, cls, _emulated(base.cell, runs)) if base else None
 
-    passing: list[Cell] = []
-    if not project.artifacts.candidates:
-        reasons.append(Reason(code="no_candidates", message="the project lists no candidate"))
-    for spec in project.artifacts.candidates:
-        digest = digests.get(spec.label)
-        pick = _pick(key_cells, digest, current) if digest else None
-        if pick is None:
-            reasons.append(
-                Reason(
-                    code="no_candidate_cell",
-                    message=f"candidate {spec.label} was never measured on {key_text}",
-                )
-            )
-            continue
-        looked.add(pick.cell.run_id)
-        failed = _candidate_reasons(pick, cls, project, runs, baseline_digest, rollback)
-        if failed:
-            reasons.extend(
-                Reason(code=r.code, message=f"candidate {spec.label}: {r.message}") for r in failed
-            )
-        else:
-            passing.append(pick.cell)
+    passing = _passing_candidates(
+        cls, project, key_cells, runs, digests, current, baseline_digest, rollback, reasons, looked
+    )
 
     if passing:
         passing.sort(key=lambda c: (_upper(c), c.artifact_name, c.artifact_digest))

@@ -29,7 +29,7 @@ the published set, or ``DIR/<class>.json`` in the flat layout of earlier release
 ``$QUALIFY_STATE_DIR``, else ``$XDG_STATE_HOME/qualify/resolve`` (``~/.local/state/...``); when
 none is writable it says so on stderr and runs without rollback protection across runs.
 ``--emit-telemetry FILE`` (or ``$QUALIFY_TELEMETRY``) appends one ``qualify-telemetry/1`` event
-for the answer (``manifest.telemetry``): class, served digest, the requested providers this host
+for the answer (``manifest.host_events``): class, served digest, the requested providers this host
 has, runtime revision and manifest version; a failure to append warns on stderr and never
 changes the exit code. The ``--json`` answer's ``providers`` lists the served artifact's
 execution providers that this host has, in order (empty on hold).
@@ -812,16 +812,16 @@ def _emit(
 ) -> None:
     """Append the resolution's telemetry event; a failure warns and never changes the exit."""
     try:
-        from manifest import telemetry
+        from manifest import host_events
 
-        event = telemetry.event_from_resolution(
+        event = host_events.event_from_resolution(
             answer,
             runtime_package=host.package,
             runtime_version=host.version,
-            when=telemetry.format_time(started),
+            when=host_events.format_time(started),
             host=host_id,
         )
-        telemetry.append_event(path, event)
+        host_events.append_event(path, event)
     except Exception as exc:  # telemetry is a side channel: it never stops a service start
         say(f"warning: cannot append telemetry to {path} ({_show(str(exc))})")
 
@@ -1002,13 +1002,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_VERIFY
 
 
-def _main(argv: Sequence[str] | None, say: Callable[[str], None]) -> int:
-    args = _parser().parse_args(argv)
+def _trusted_key_and_host(args: Any) -> tuple[bytes, HostRuntime]:
+    """The trusted public key (raw Ed25519) and this host's runtime, or a usage error."""
     if args.pubkey is None:
         raise _Usage("no trusted key: pass --pubkey FILE or set QUALIFY_PUBKEY")
-    schemes = tuple(s.strip().lower() for s in str(args.uri_schemes).split(",") if s.strip())
-    if not schemes:
-        raise _Usage("--uri-schemes is empty; name at least one scheme, e.g. https")
     try:
         key_text = read_bounded(Path(args.pubkey), 64 * 1024)
         public_raw = envelope.parse_public_pem(
@@ -1019,6 +1016,32 @@ def _main(argv: Sequence[str] | None, say: Callable[[str], None]) -> int:
         raise _Usage(f"{args.pubkey}: cannot read the public key ({exc.strerror})") from exc
     except (KeyFileError, ValueError) as exc:
         raise _Usage(str(exc)) from exc
+    return public_raw, host
+
+
+def _digest(answer: Mapping[str, Any] | None) -> str:
+    return "" if answer is None else str(answer["artifact"]["digest"])
+
+
+def _file_matches(path: Path, want: str, say: Callable[[str], None]) -> bool:
+    """``--verify-file``: whether the file's sha256 is the one the manifest names."""
+    try:
+        got = _file_digest(path)
+    except OSError as exc:
+        say(f"--verify-file {path}: cannot read it ({exc.strerror})")
+        return False
+    if got != want:
+        say(f"--verify-file {path}: sha256 is {got}, the manifest says {want}; do not load it")
+        return False
+    return True
+
+
+def _main(argv: Sequence[str] | None, say: Callable[[str], None]) -> int:
+    args = _parser().parse_args(argv)
+    schemes = tuple(s.strip().lower() for s in str(args.uri_schemes).split(",") if s.strip())
+    if not schemes:
+        raise _Usage("--uri-schemes is empty; name at least one scheme, e.g. https")
+    public_raw, host = _trusted_key_and_host(args)
 
     path, read_error = _manifest_path(args.manifest, args.host_class)
     state_dir = _state_dir(args, say)
@@ -1062,22 +1085,12 @@ def _main(argv: Sequence[str] | None, say: Callable[[str], None]) -> int:
     for message in outcome.messages:
         say(message)
     code, answer = outcome.code, outcome.answer
-    if code in (EXIT_RESOLVED, EXIT_STALE) and answer is not None and args.verify_file:
-        want = answer["artifact"]["digest"]
-        try:
-            got = _file_digest(args.verify_file)
-        except OSError as exc:
-            say(f"--verify-file {args.verify_file}: cannot read it ({exc.strerror})")
-            return EXIT_VERIFY
-        if got != want:
-            say(
-                f"--verify-file {args.verify_file}: sha256 is {got}, the manifest says {want}; "
-                "do not load it"
-            )
-            return EXIT_VERIFY
+    served = code in (EXIT_RESOLVED, EXIT_STALE) and answer is not None
+    if served and args.verify_file and not _file_matches(args.verify_file, _digest(answer), say):
+        return EXIT_VERIFY
     if answer is not None and args.json:
         print(json.dumps(answer, sort_keys=True))
-    elif code in (EXIT_RESOLVED, EXIT_STALE) and answer is not None:
+    elif served and answer is not None:
         print(answer["artifact"]["uri"])
     return code
 

@@ -4,8 +4,8 @@ Owns reading ``qualify-telemetry/1`` files into the ``telemetry`` table (the DDL
 in ``matrix.migrations``), the record of what was ingested (``telemetry_files``), and the
 aggregate queries over a time window: a profile per (class, digest, runtime, providers,
 fallback) and the latency tail of chosen (class, digest) pairs. Does not own the event model
-(``schemas.telemetry``), what hosts write (``manifest.telemetry``) or judging events against a
-manifest (``qualify.telemetry``).
+(``schemas.telemetry``), what hosts write (``manifest.host_events``) or judging events against a
+manifest (``qualify.telemetry_check``).
 
 How a file is read (fast for millions of lines, exact about bad ones):
 
@@ -29,11 +29,11 @@ import hashlib
 import io
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import duckdb
 import numpy as np
@@ -353,37 +353,48 @@ def _absent_counts(table: pa.Table) -> bool:
     )
 
 
-def _fast(data: bytes, first_line: int, block: _Block) -> bool:
-    """Parse a block with pyarrow; False when it must be read line by line instead."""
+def _arrow_table(data: bytes) -> pa.Table | None:
+    """The block as Arrow parsed it; None when only the model path can say what is wrong (an
+    overlong line, a syntax error, an unknown key, node counts that are not an object)."""
     if len(data) > MAX_LINE_BYTES:
         newlines = _line_ends(data)
         if newlines.size and int(np.diff(newlines, prepend=-1).max()) > MAX_LINE_BYTES + 1:
-            return False  # an overlong line: the model path reports it without parsing it
+            return None  # an overlong line: the model path reports it without parsing it
     try:
         table = pj.read_json(io.BytesIO(data), parse_options=_PARSE_OPTIONS)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return False
+        return None
     if table.num_columns != len(_PARSE_SCHEMA):
-        return False  # an unknown key somewhere: the model names it
-    if table.num_rows == 0:
-        return not data.strip()
-    if not pa.types.is_struct(table.schema.field("nodes_per_provider").type):
-        return False
-    line_count = data.count(b"\n")
-    ends: npt.NDArray[np.int64] | None = None
-    if table.num_rows == line_count:
-        row_lines = np.arange(line_count, dtype=np.int64)  # row i is line i of the block
-    else:
-        ends = _line_ends(data)  # Arrow skipped blank lines: map rows onto the others
-        row_lines = _nonblank_lines(data, ends)
-        if row_lines.size != table.num_rows:
-            return False
-    suspects = _suspects(table)
-    for found in _NULL_COUNT.finditer(data) if _absent_counts(table) else ():
+        return None  # an unknown key somewhere: the model names it
+    if table.num_rows and not pa.types.is_struct(table.schema.field("nodes_per_provider").type):
+        return None
+    return table
+
+
+def _mark_null_counts(
+    data: bytes, row_lines: npt.NDArray[np.int64], suspects: npt.NDArray[np.bool_]
+) -> None:
+    """Mark as suspect the rows whose line gives some provider a null node count."""
+    for found in _NULL_COUNT.finditer(data):
         index = data.count(b"\n", 0, found.start())
         hit = np.searchsorted(row_lines, index)
         if hit < row_lines.size and row_lines[hit] == index:
             suspects[hit] = True
+
+
+def _fast(data: bytes, first_line: int, block: _Block) -> bool:
+    """Parse a block with pyarrow; False when it must be read line by line instead."""
+    table = _arrow_table(data)
+    if table is None:
+        return False
+    if table.num_rows == 0:
+        return not data.strip()
+    row_lines, ends = _row_lines(data, table.num_rows)
+    if row_lines is None:
+        return False
+    suspects = _suspects(table)
+    if _absent_counts(table):
+        _mark_null_counts(data, row_lines, suspects)
     keep = ~suspects
     rows: list[dict[str, Any]] = []
     if suspects.any():
@@ -400,35 +411,54 @@ def _fast(data: bytes, first_line: int, block: _Block) -> bool:
         )
     good = table.filter(pa.array(keep)) if suspects.any() else table
     if good.num_rows:
-        try:
-            times = pc.cast(good.column("time"), pa.timestamp("us", tz="UTC"))
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        converted = _rows_table(good, row_lines[keep] + first_line)
+        if converted is None:
             return False  # an impossible date; let the model say which line
-        block.tables.append(
-            pa.table(
-                {
-                    "time": times,
-                    "source": good.column("source"),
-                    "host_id": good.column("host_id"),
-                    "host_class": good.column("host_class"),
-                    "model_digest": good.column("model_digest"),
-                    "runtime_revision": good.column("runtime_revision"),
-                    "runtime_package": good.column("runtime_package"),
-                    "providers": good.column("providers"),
-                    "placement": good.column("placement"),
-                    "nodes_per_provider": _nodes_map(good.column("nodes_per_provider")),
-                    "fallback_nodes": good.column("fallback_nodes"),
-                    "latency_ms": good.column("latency_ms"),
-                    "manifest_version": good.column("manifest_version"),
-                    "decision": good.column("decision"),
-                    "line": pa.array(row_lines[keep] + first_line, type=pa.int64()),
-                },
-                schema=_ROW_SCHEMA,
-            )
-        )
+        block.tables.append(converted)
     if rows:
         block.tables.append(pa.Table.from_pylist(rows, schema=_ROW_SCHEMA))
     return True
+
+
+def _row_lines(
+    data: bytes, rows: int
+) -> tuple[npt.NDArray[np.int64] | None, npt.NDArray[np.int64] | None]:
+    """The block line of each parsed row (and the line ends, when they had to be found); None
+    when the rows cannot be mapped onto the lines."""
+    line_count = data.count(b"\n")
+    if rows == line_count:
+        return np.arange(line_count, dtype=np.int64), None  # row i is line i of the block
+    ends = _line_ends(data)  # Arrow skipped blank lines: map rows onto the others
+    row_lines = _nonblank_lines(data, ends)
+    return (row_lines, ends) if row_lines.size == rows else (None, ends)
+
+
+def _rows_table(good: pa.Table, lines: npt.NDArray[np.int64]) -> pa.Table | None:
+    """Parsed, validated rows in the stored schema; None when a time is not a real date."""
+    try:
+        times = pc.cast(good.column("time"), pa.timestamp("us", tz="UTC"))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return pa.table(
+        {
+            "time": times,
+            "source": good.column("source"),
+            "host_id": good.column("host_id"),
+            "host_class": good.column("host_class"),
+            "model_digest": good.column("model_digest"),
+            "runtime_revision": good.column("runtime_revision"),
+            "runtime_package": good.column("runtime_package"),
+            "providers": good.column("providers"),
+            "placement": good.column("placement"),
+            "nodes_per_provider": _nodes_map(good.column("nodes_per_provider")),
+            "fallback_nodes": good.column("fallback_nodes"),
+            "latency_ms": good.column("latency_ms"),
+            "manifest_version": good.column("manifest_version"),
+            "decision": good.column("decision"),
+            "line": pa.array(lines, type=pa.int64()),
+        },
+        schema=_ROW_SCHEMA,
+    )
 
 
 def _slow(data: bytes, first_line: int, block: _Block) -> None:
@@ -562,10 +592,7 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
     first_line = plan.resume_lines + 1
     if plan.end == plan.resume_at:
         return IngestedTelemetry(path, plan.sha256, "present", first_line, 0, 0, 0, (), pending)
-    events = 0
-    lines = 0
-    bad_count = 0
-    bad: list[BadLine] = []
+    tally = _Tally()
     conn.execute("BEGIN TRANSACTION")
     try:
         present = conn.execute(
@@ -577,44 +604,9 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
         columns = _table_columns(conn, "telemetry")
         with open(path, "rb") as handle:
             handle.seek(plan.resume_at)
-            remaining = plan.end - plan.resume_at
-            carry = b""
-            skipping = False  # inside a line longer than MAX_LINE_BYTES, dropped as it comes
-            line_no = first_line
-            while remaining > 0 or carry:
-                chunk = handle.read(min(BLOCK_BYTES, remaining)) if remaining > 0 else b""
-                remaining -= len(chunk)
-                data = carry + chunk
-                if skipping:
-                    nl = data.find(b"\n")
-                    if nl < 0:
-                        carry = b""
-                        continue
-                    data, skipping = data[nl + 1 :], False
-                    line_no += 1
-                    lines += 1
-                cut = data.rfind(b"\n") + 1 if remaining > 0 else len(data)
-                data, carry = data[:cut], data[cut:]
-                overlong = None
-                if len(carry) > MAX_LINE_BYTES:
-                    overlong = BadLine(line_no + data.count(b"\n"), _too_long(None), "")
-                    carry, skipping = b"", True
-                    bad_count += 1
-                if not data:
-                    if overlong is not None and len(bad) < MAX_REPORTED_BAD_LINES:
-                        bad.append(overlong)
-                    continue
-                block = _parse_block(data, line_no)
-                count = data.count(b"\n")
-                line_no += count
-                lines += count
-                bad_count += len(block.bad)
-                bad.extend(block.bad[: max(0, MAX_REPORTED_BAD_LINES - len(bad))])
-                if overlong is not None and len(bad) < MAX_REPORTED_BAD_LINES:
-                    bad.append(overlong)
-                for table in block.tables:
-                    events += table.num_rows
-                    _insert_events(conn, table, columns, plan.sha256)
+            for table in _blocks(handle, plan.end - plan.resume_at, first_line, tally):
+                tally.events += table.num_rows
+                _insert_events(conn, table, columns, plan.sha256)
         conn.execute(
             "INSERT INTO telemetry_files (sha256, path, start_byte, end_byte, start_line, "
             "end_line, events, bad_lines, ingested_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -624,9 +616,9 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
                 plan.resume_at,
                 plan.end,
                 first_line,
-                first_line + lines - 1,
-                events,
-                bad_count,
+                first_line + tally.lines - 1,
+                tally.events,
+                tally.bad_count,
                 now,
             ],
         )
@@ -635,8 +627,68 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
         _rollback_quietly(conn)
         raise
     return IngestedTelemetry(
-        path, plan.sha256, "ingested", first_line, lines, events, bad_count, tuple(bad), pending
+        path,
+        plan.sha256,
+        "ingested",
+        first_line,
+        tally.lines,
+        tally.events,
+        tally.bad_count,
+        tuple(tally.bad),
+        pending,
     )
+
+
+@dataclass
+class _Tally:
+    """What one file's ingest has counted so far."""
+
+    lines: int = 0
+    events: int = 0
+    bad_count: int = 0
+    bad: list[BadLine] = field(default_factory=list)
+    """The first `MAX_REPORTED_BAD_LINES` bad lines."""
+
+    def report(self, lines: Sequence[BadLine]) -> None:
+        self.bad.extend(lines[: max(0, MAX_REPORTED_BAD_LINES - len(self.bad))])
+
+
+def _blocks(handle: BinaryIO, length: int, first_line: int, tally: _Tally) -> Iterator[pa.Table]:
+    """The valid events of the next ``length`` bytes of ``handle``, a table per block of whole
+    lines; bad lines, and lines longer than `MAX_LINE_BYTES` (dropped as they stream past,
+    never held), are counted into ``tally``."""
+    remaining = length
+    carry = b""
+    skipping = False  # inside a line longer than MAX_LINE_BYTES, dropped as it comes
+    line_no = first_line
+    while remaining > 0 or carry:
+        chunk = handle.read(min(BLOCK_BYTES, remaining)) if remaining > 0 else b""
+        remaining -= len(chunk)
+        data = carry + chunk
+        if skipping:
+            nl = data.find(b"\n")
+            if nl < 0:
+                carry = b""
+                continue
+            data, skipping = data[nl + 1 :], False
+            line_no += 1
+            tally.lines += 1
+        cut = data.rfind(b"\n") + 1 if remaining > 0 else len(data)
+        data, carry = data[:cut], data[cut:]
+        overlong: list[BadLine] = []
+        if len(carry) > MAX_LINE_BYTES:
+            overlong.append(BadLine(line_no + data.count(b"\n"), _too_long(None), ""))
+            carry, skipping = b"", True
+            tally.bad_count += 1
+        if data:
+            block = _parse_block(data, line_no)
+            count = data.count(b"\n")
+            line_no += count
+            tally.lines += count
+            tally.bad_count += len(block.bad)
+            tally.report(block.bad)
+            yield from block.tables
+        tally.report(overlong)
 
 
 def ingest_telemetry(

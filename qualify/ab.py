@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qualify.procfs import cpu_times
-from qualify.runner import ServedWorker
+from qualify.runner import RoundWorker
 from qualify.stats import (
     AUTO_TIME_CAP_FLOOR_S,
     AdaptiveP99,
@@ -135,7 +135,7 @@ def _order(active: list[int], index: int) -> list[int]:
 
 
 def interleave(
-    workers: Sequence[ServedWorker | None],
+    workers: Sequence[RoundWorker | None],
     configs: Sequence[Config],
     workload: Workload,
     budget_p99_ms: float,

@@ -260,7 +260,8 @@ def matrix_stale(db_path: Path, project_path: Path, since: str, as_json: bool) -
     from datetime import UTC, datetime
 
     from qualify.project import load_project
-    from qualify.telemetry import render_stale, run_stale
+    from qualify.telemetry import run_stale
+    from qualify.telemetry_render import render_stale
 
     project = load_project(project_path, check_models=False).project
     _require_db(db_path)
@@ -349,7 +350,8 @@ def telemetry_check(
     from datetime import UTC, datetime
 
     from qualify.release import parse_duration
-    from qualify.telemetry import render_check, run_check
+    from qualify.telemetry import run_check
+    from qualify.telemetry_render import render_check
     from schemas.telemetry import CheckSettings
 
     settings = _settings(
@@ -496,7 +498,7 @@ def manifest_verify(path: Path, pubkey: Path) -> None:
     """Check a manifest's signature, format and expiry."""
     from datetime import UTC, datetime
 
-    from manifest.build import load_manifest
+    from manifest.load import load_manifest
     from manifest.signing import load_public_key, verify
 
     raw = _read_manifest(path)
@@ -513,7 +515,8 @@ def manifest_verify(path: Path, pubkey: Path) -> None:
 @click.argument("new", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 def manifest_diff(old: Path, new: Path) -> None:
     """Say which host class changes from what to what between two manifests, and why."""
-    from manifest.build import diff_manifests, load_manifest, render_changes
+    from manifest.diff import diff_manifests, render_changes
+    from manifest.load import load_manifest
 
     a = load_manifest(_read_manifest(old), source=str(old))
     b = load_manifest(_read_manifest(new), source=str(new))
@@ -528,7 +531,8 @@ def manifest_diff(old: Path, new: Path) -> None:
 )
 def manifest_show(path: Path) -> None:
     """Print a manifest for people: per class, the decision, the artifact and why."""
-    from manifest.build import load_manifest, render_manifest
+    from manifest.load import load_manifest
+    from manifest.show import render_manifest
 
     click.echo(render_manifest(load_manifest(_read_manifest(path), source=str(path))))
 

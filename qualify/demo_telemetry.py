@@ -12,7 +12,7 @@ get a problem:
 * **p99 regression**: from twelve hours ago, that class's latencies are about three times its
   qualified p99 upper bound (``p99_regression``).
 
-Does not own the check (``qualify.telemetry``) or the rest of the demo (``qualify.demo``).
+Does not own the check (``qualify.telemetry_check``) or the rest of the demo (``qualify.demo``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from manifest.telemetry import FORMAT, encode_event, format_time
-from qualify.telemetry import ingest_files, render_check, run_check
+from manifest.host_events import FORMAT, encode_event, format_time
+from qualify.telemetry import ingest_files, run_check
+from qualify.telemetry_render import render_check
 from schemas.atomic import write_atomic
 from schemas.cell import Cell, latest
 from schemas.manifest import Manifest, ManifestEntry

@@ -387,6 +387,84 @@ def _split_loc(raw: tuple[str | int, ...], data: object) -> tuple[Loc, bool]:
     return tuple(loc), on_key
 
 
+_BOUNDS = {
+    "greater_than": ("gt", "greater than"),
+    "greater_than_equal": ("ge", "at least"),
+    "less_than": ("lt", "less than"),
+    "less_than_equal": ("le", "at most"),
+}
+
+
+def _out_of_bounds(
+    kind: str, ctx: Mapping[str, object], found: object, name: str, parent: type[BaseModel] | None
+) -> tuple[str, str]:
+    bound_key, phrase = _BOUNDS[kind]
+    bound = _number(ctx.get(bound_key))
+    message = f"must be {phrase} {bound}, found {_show(found)}"
+    if parent is Budgets and bound_key == "gt" and bound == "0":
+        unit = next((u for s, u in _UNITS.items() if name.endswith(s)), None)
+        return message, f"set a positive budget in {unit}" if unit else "set a positive budget"
+    return message, f"set a number {phrase} {bound}"
+
+
+def _too_short(
+    loc: Loc, name: str, ctx: Mapping[str, object], found: object, mark: yaml.Mark | None
+) -> _Problem:
+    least = ctx.get("min_length", 1)
+    if isinstance(found, str):
+        message = f"must not be empty, found {_show(found)}"
+    else:
+        noun = "item" if least == 1 else "items"
+        message = f"must have at least {least} {noun}, found {_show(found)}"
+    fix = (
+        "define at least one host class (run 'qualify demo --workdir DIR' for an example)"
+        if loc == ("host_classes",)
+        else f"give {name or 'it'} a value"
+    )
+    return _Problem(loc, message, fix, mark)
+
+
+def _missing(loc: Loc, name: str, parent: type[BaseModel] | None, doc: _Document) -> _Problem:
+    example = _EXAMPLES.get((parent.__name__, name)) if parent is not None else None
+    where = doc.render_loc(loc[:-1]) or "the top level"
+    if example is None:
+        info = parent.model_fields.get(name) if parent is not None else None
+        hint = f" ({info.description.rstrip('.')})" if info is not None and info.description else ""
+        fix = f"add '{name}:' under {where}{hint}"
+    else:
+        fix = f"add '{example}' under {where}"
+    return _Problem(loc, "required field is missing", fix, doc.mark_for(loc[:-1]))
+
+
+def _duplicate_class_key(
+    error: ErrorDetails, ctx: Mapping[str, object], doc: _Document
+) -> _Problem | None:
+    """Project's validator names the two classes in its message (or, as a custom error type,
+    in ctx); point at the second class's key rather than at the whole file."""
+    match = _DUPLICATE_CLASS_KEY.search(error["msg"])
+    names = (ctx.get("first"), ctx.get("second")) if match is None else match.group(1, 2)
+    if not (all(isinstance(n, str) for n in names) and isinstance(doc.data, dict)):
+        return None
+    first, second = str(names[0]), str(names[1])
+    class_loc: Loc = ("host_classes", second, "key")
+    first_mark = doc.mark_for(("host_classes", first), on_key=True)
+    at = f" (line {first_mark.line + 1})" if first_mark is not None else ""
+    classes = doc.data.get("host_classes")
+    key = classes.get(second, {}).get("key") if isinstance(classes, dict) else None
+    key_text = (
+        f"[{key.get('hardware')}, {key.get('runtime')}, {key.get('provider')}]"
+        if isinstance(key, dict)
+        else "key"
+    )
+    return _Problem(
+        class_loc,
+        f"same key {key_text} as host class {first!r}{at}; "
+        "every class needs its own (hardware, runtime, provider)",
+        f"change hardware, runtime or provider of {second!r} or {first!r}, or remove one",
+        doc.mark_for(class_loc),
+    )
+
+
 def _problem_from_error(error: ErrorDetails, doc: _Document) -> _Problem:
     kind = error["type"]
     ctx: Mapping[str, object] = error.get("ctx") or {}
@@ -396,19 +474,7 @@ def _problem_from_error(error: ErrorDetails, doc: _Document) -> _Problem:
     parent = _model_at(loc[:-1]) if loc else None
 
     if kind == "missing":
-        example = _EXAMPLES.get((parent.__name__, name)) if parent is not None else None
-        where = doc.render_loc(loc[:-1]) or "the top level"
-        if example is None:
-            info = parent.model_fields.get(name) if parent is not None else None
-            hint = (
-                f" ({info.description.rstrip('.')})"
-                if info is not None and info.description
-                else ""
-            )
-            fix = f"add '{name}:' under {where}{hint}"
-        else:
-            fix = f"add '{example}' under {where}"
-        return _Problem(loc, "required field is missing", fix, doc.mark_for(loc[:-1]))
+        return _missing(loc, name, parent, doc)
 
     if kind == "extra_forbidden":
         allowed = sorted(parent.model_fields) if parent is not None else []
@@ -421,66 +487,20 @@ def _problem_from_error(error: ErrorDetails, doc: _Document) -> _Problem:
     subject = "the key must be" if on_key else "must be"
 
     if kind in ("value_error", "duplicate_host_class_key") and not loc:
-        # Project's validator names the two classes in its message (or, as a custom error
-        # type, in ctx); point at the second class's key rather than at the whole file.
-        match = _DUPLICATE_CLASS_KEY.search(error["msg"])
-        names = (ctx.get("first"), ctx.get("second")) if match is None else match.group(1, 2)
-        if all(isinstance(n, str) for n in names) and isinstance(doc.data, dict):
-            first, second = str(names[0]), str(names[1])
-            class_loc: Loc = ("host_classes", second, "key")
-            first_mark = doc.mark_for(("host_classes", first), on_key=True)
-            at = f" (line {first_mark.line + 1})" if first_mark is not None else ""
-            classes = doc.data.get("host_classes")
-            key = classes.get(second, {}).get("key") if isinstance(classes, dict) else None
-            key_text = (
-                f"[{key.get('hardware')}, {key.get('runtime')}, {key.get('provider')}]"
-                if isinstance(key, dict)
-                else "key"
-            )
-            return _Problem(
-                class_loc,
-                f"same key {key_text} as host class {first!r}{at}; "
-                "every class needs its own (hardware, runtime, provider)",
-                f"change hardware, runtime or provider of {second!r} or {first!r}, or remove one",
-                doc.mark_for(class_loc),
-            )
+        duplicate = _duplicate_class_key(error, ctx, doc)
+        if duplicate is not None:
+            return duplicate
 
     if kind in ("value_error", "assertion_error"):
         message = error["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
         return _Problem(loc, message, None, mark)
 
-    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        bound_key = {
-            "greater_than": "gt",
-            "greater_than_equal": "ge",
-            "less_than": "lt",
-            "less_than_equal": "le",
-        }[kind]
-        bound = _number(ctx.get(bound_key))
-        phrase = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}[
-            bound_key
-        ]
-        message = f"must be {phrase} {bound}, found {_show(found)}"
-        if parent is Budgets and bound_key == "gt" and bound == "0":
-            unit = next((u for s, u in _UNITS.items() if name.endswith(s)), None)
-            fix = f"set a positive budget in {unit}" if unit else "set a positive budget"
-        else:
-            fix = f"set a number {phrase} {bound}"
+    if kind in _BOUNDS:
+        message, fix = _out_of_bounds(kind, ctx, found, name, parent)
         return _Problem(loc, message, fix, mark)
 
     if kind in ("too_short", "string_too_short"):
-        least = ctx.get("min_length", 1)
-        if isinstance(found, str):
-            message = f"must not be empty, found {_show(found)}"
-        else:
-            noun = "item" if least == 1 else "items"
-            message = f"must have at least {least} {noun}, found {_show(found)}"
-        fix = (
-            "define at least one host class (run 'qualify demo --workdir DIR' for an example)"
-            if loc == ("host_classes",)
-            else f"give {name or 'it'} a value"
-        )
-        return _Problem(loc, message, fix, mark)
+        return _too_short(loc, name, ctx, found, mark)
 
     if kind == "literal_error":
         expected = str(ctx.get("expected", ""))

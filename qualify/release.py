@@ -15,14 +15,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from manifest.build import (
-    build_manifest,
-    load_manifest,
-    next_version,
-    write_manifest,
-    write_per_class,
-)
+from manifest.build import build_manifest, next_version, write_manifest, write_per_class
 from manifest.envelope import encode_canonical, encode_envelope
+from manifest.load import load_manifest
 from manifest.policy import decide
 from manifest.signing import load_private_key, sign_encoded
 from matrix.store import Store

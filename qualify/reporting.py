@@ -11,8 +11,8 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from manifest.build import load_manifest
 from manifest.errors import ManifestError
+from manifest.load import load_manifest
 from manifest.signing import key_id, load_public_key, verify
 from matrix.store import Store
 from qualify import __version__

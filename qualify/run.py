@@ -35,10 +35,11 @@ from qualify.artifacts import ArtifactStore
 from qualify.errors import HostMismatchError, ProjectError
 from qualify.fingerprint import class_mismatches, isa_mismatch, take_fingerprint
 from qualify.hostlock import lock_wait_message, measuring_alone
+from qualify.job import job_for
 from qualify.parity import compare_outputs
 from qualify.project import LoadedProject
 from qualify.release import previous_manifest
-from qualify.runner import ServedWorker, WorkerOutcome, probe_runtime, run_worker
+from qualify.runner import SUBPROCESSES, RoundWorker, WorkerOutcome, Workers
 from qualify.stats import percentiles
 from qualify.workload import build_pool
 from schemas.atomic import remove_leftovers, temp_prefix
@@ -46,6 +47,7 @@ from schemas.base import Role
 from schemas.cell import (
     Cell,
     LatencyResult,
+    ParityResult,
     Placement,
     Reason,
     RollbackCheck,
@@ -54,7 +56,7 @@ from schemas.cell import (
     Slowdown,
 )
 from schemas.host import Fingerprint
-from schemas.project import ArtifactSpec, HostClass
+from schemas.project import ArtifactSpec, HostClass, Tolerance
 
 __all__ = ["RunOptions", "RunOutcome", "new_run_id", "qualify_run"]
 
@@ -96,43 +98,6 @@ class RunOutcome:
 def new_run_id(host_class: str, now: datetime) -> str:
     """A unique, sortable run id: ``<UTC time>-<class>-<random>``."""
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{host_class}-{secrets.token_hex(3)}"
-
-
-def _job(
-    *,
-    artifact_path: Path,
-    digest: str,
-    host_class: HostClass,
-    loaded: LoadedProject,
-    inputs_path: Path,
-    work: Path,
-    mode: str,
-) -> dict[str, Any]:
-    wl = loaded.project.workload
-    return {
-        "mode": mode,
-        "artifact_path": str(artifact_path),
-        "expected_digest": digest,
-        "provider": host_class.provider.model_dump(),
-        "memory_limit_mb": host_class.budgets.memory_limit_mb,
-        "inputs_path": str(inputs_path),
-        "inputs": {k: v.model_dump() for k, v in wl.inputs.items()},
-        "outputs_path": str(work / "outputs.npz"),
-        "samples_path": str(work / "samples.npz"),
-        "parity_rows": wl.parity_samples,
-        "configs": [
-            {"batch_size": b, "concurrency": c} for b in wl.batch_sizes for c in wl.concurrency
-        ],
-        "warmup": wl.warmup,
-        "min_samples": wl.min_samples,
-        "max_samples": wl.max_samples,
-        "time_cap_s": wl.time_cap_s,
-        "throughput_s": wl.throughput_s,
-        "confidence": wl.confidence,
-        "budget_p99_ms": host_class.budgets.p99_ms,
-        "postprocess": wl.postprocess,
-        "profile_runs": wl.profile_runs,
-    }
 
 
 def _latency_results(
@@ -193,31 +158,32 @@ def _interleaved_outcomes(
     fp: Fingerprint,
     on_event: EventSink,
     on_worker_start: Callable[[str, int], None] | None,
+    workers: Workers,
 ) -> _Measured:
     """Prepare every artifact in its own process, one at a time (cold init, placement and
     parity alone on the machine), then interleave their latency rounds, then let each finish
     alone (throughput and profile)."""
-    workers: list[ServedWorker | None] = []
+    live: list[RoundWorker | None] = []
     outcomes: dict[int, WorkerOutcome] = {}
-    opened: list[ServedWorker] = []
+    opened: list[RoundWorker] = []
     try:
         for index, (spec, digest, stored_path) in enumerate(stored):
             role = "baseline" if index == 0 else "candidate"
             on_event(f"{spec.label} ({role}, {digest[:19]}): preparing")
             work = work_root / f"a{index}"
             work.mkdir()
-            job = _job(
+            job = job_for(
                 # No re-hash here: ``store.add`` just hashed the copy, and the worker re-hashes
                 # the exact bytes it hands to onnxruntime before loading them.
                 artifact_path=stored_path,
                 digest=digest,
                 host_class=host_class,
-                loaded=loaded,
+                workload=loaded.project.workload,
                 inputs_path=inputs_path,
                 work=work,
                 mode="serve",
             )
-            worker = ServedWorker(
+            worker = workers.serve(
                 job,
                 work,
                 timeout_s=host_class.budgets.timeout_s,
@@ -225,12 +191,12 @@ def _interleaved_outcomes(
             )
             opened.append(worker)
             if worker.ready():
-                workers.append(worker)
+                live.append(worker)
             else:
                 outcomes[index] = worker.finish([])
-                workers.append(None)
+                live.append(None)
         measured = interleave(
-            workers,
+            live,
             configs,
             loaded.project.workload,
             host_class.budgets.p99_ms,
@@ -238,12 +204,12 @@ def _interleaved_outcomes(
             on_event=on_event,
         )
         wanted = [{"batch_size": b, "concurrency": c} for b, c in configs]
-        for index, live in enumerate(workers):
-            if live is not None:
-                outcomes[index] = live.finish(wanted)
+        for index, each in enumerate(live):
+            if each is not None:
+                outcomes[index] = each.finish(wanted)
     finally:
-        for each in opened:
-            each.close()
+        for worker in opened:
+            worker.close()
     return _Measured(
         outcomes=[outcomes[i] for i in range(len(stored))],
         evidence=measured.evidence,
@@ -276,8 +242,51 @@ def _placement(outcome: WorkerOutcome) -> Placement | None:
     return Placement(**doc, warnings=list(dict.fromkeys(warnings)), kernel_ms_per_provider=kernel)
 
 
+def _parity(
+    baseline_outputs: dict[str, np.ndarray] | None,
+    outputs_path: Path,
+    tolerance: Tolerance,
+    baseline_digest: str,
+    baseline_error: str | None,
+) -> tuple[ParityResult | None, list[Reason]]:
+    """A candidate's parity against the baseline's outputs, or why it cannot be judged."""
+    if baseline_outputs is not None and outputs_path.exists():
+        parity = compare_outputs(
+            baseline_outputs,
+            dict(np.load(outputs_path)),
+            tolerance,
+            reference_digest=baseline_digest,
+        )
+        return parity, []
+    why = Reason(
+        code="baseline_failed",
+        message=f"the baseline could not be run ({baseline_error}), so parity could not be judged",
+    )
+    return None, [why]
+
+
+def _sample_tables(digest: str, evidence: dict[tuple[int, int], ConfigEvidence]) -> list[pa.Table]:
+    """One artifact's raw latency samples, one table per config, as the matrix stores them."""
+    tables = []
+    for (b, c), ev in evidence.items():
+        ns = ev.samples_ns
+        tables.append(
+            pa.table(
+                [
+                    pa.array([digest] * ns.size, pa.string()),
+                    pa.array(np.full(ns.size, b, np.int32)),
+                    pa.array(np.full(ns.size, c, np.int32)),
+                    pa.array(np.arange(ns.size, dtype=np.int32)),
+                    pa.array(ns.astype(np.int64)),
+                ],
+                schema=SAMPLES_SCHEMA,
+            )
+        )
+    return tables
+
+
 def _fingerprint_and_check(
-    loaded: LoadedProject, class_name: str, emulate: bool
+    loaded: LoadedProject, class_name: str, emulate: bool, probe: Callable[[], dict[str, Any]]
 ) -> tuple[HostClass, Fingerprint, list[str]]:
     classes = loaded.project.host_classes
     if class_name not in classes:
@@ -287,7 +296,7 @@ def _fingerprint_and_check(
             f"Fix: pick one of: {known}."
         )
     host_class = classes[class_name]
-    fp = take_fingerprint(probe_runtime)
+    fp = take_fingerprint(probe)
     mismatches = class_mismatches(fp, host_class)
     if mismatches and not emulate:
         rules = "\n  ".join(mismatches)
@@ -308,6 +317,7 @@ def qualify_run(
     on_worker_start: Callable[[str, int], None] | None = None,
     on_wait: EventSink | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    workers: Workers = SUBPROCESSES,
 ) -> RunOutcome:
     """Qualify every artifact of the project on one host class.
 
@@ -320,6 +330,8 @@ def qualify_run(
         on_wait: receives the lines that say whose lock the run waits for (default: on_event;
             the CLI shows them even with --json, where on_event is silent).
         now: the clock.
+        workers: where the measuring processes come from (`qualify.runner.SUBPROCESSES`);
+            tests hand scripted stand-ins.
 
     The rollback check proves what the class's hosts fall back to: the artifact the latest
     manifest in the matrix gave the class (`manifest.policy.rollback_target`), else the
@@ -334,7 +346,9 @@ def qualify_run(
         ArtifactError: an artifact file is missing.
     """
     project = loaded.project
-    host_class, fp, mismatches = _fingerprint_and_check(loaded, class_name, options.emulate)
+    host_class, fp, mismatches = _fingerprint_and_check(
+        loaded, class_name, options.emulate, workers.probe
+    )
     emulated = bool(mismatches)
     db_dir = options.db_path.resolve().parent
     store = ArtifactStore(options.store_dir or db_dir / "artifacts")
@@ -387,6 +401,7 @@ def qualify_run(
             fp,
             on_event,
             on_worker_start,
+            workers,
         )
         baseline_evidence = outcomes.evidence[0]
         confidence = comparison_confidence(wl.confidence, len(configs))
@@ -411,21 +426,14 @@ def qualify_run(
                 else:
                     baseline_error = outcome.error_message
             elif outcome.error_code is None:
-                if baseline_outputs is not None and outputs_path.exists():
-                    parity = compare_outputs(
-                        baseline_outputs,
-                        dict(np.load(outputs_path)),
-                        project.tolerance(spec.precision),
-                        reference_digest=baseline_digest,
-                    )
-                else:
-                    reasons.append(
-                        Reason(
-                            code="baseline_failed",
-                            message=f"the baseline could not be run ({baseline_error}), so "
-                            "parity could not be judged",
-                        )
-                    )
+                parity, missing = _parity(
+                    baseline_outputs,
+                    outputs_path,
+                    project.tolerance(spec.precision),
+                    baseline_digest,
+                    baseline_error,
+                )
+                reasons.extend(missing)
             cell = Cell(
                 run_id=run_id,
                 host_class=class_name,
@@ -458,24 +466,11 @@ def qualify_run(
             cell = cell.model_copy(update={"verdict": verdict, "reasons": why})
             cells.append(cell)
             on_event(f"{spec.label}: {verdict}" + "".join(f"; {r.code}" for r in why))
-            for (b, c), ev in outcomes.evidence[index].items():
-                ns = ev.samples_ns
-                sample_tables.append(
-                    pa.table(
-                        [
-                            pa.array([digest] * ns.size, pa.string()),
-                            pa.array(np.full(ns.size, b, np.int32)),
-                            pa.array(np.full(ns.size, c, np.int32)),
-                            pa.array(np.arange(ns.size, dtype=np.int32)),
-                            pa.array(ns.astype(np.int64)),
-                        ],
-                        schema=SAMPLES_SCHEMA,
-                    )
-                )
+            sample_tables.extend(_sample_tables(digest, outcomes.evidence[index]))
 
         target = _rollback_target(options.db_path, class_name, host_class, stored[0])
         rollback = _rollback_check(
-            target, cells, store, host_class, loaded, inputs_path, work_root, on_event
+            target, cells, store, host_class, loaded, inputs_path, work_root, on_event, workers
         )
     finally:
         held.close()
@@ -572,6 +567,7 @@ def _rollback_check(
     inputs_path: Path,
     work_root: Path,
     on_event: EventSink,
+    workers: Workers,
 ) -> RollbackCheck | None:
     """Prove the class's rollback artifact loads and runs one inference under this runtime;
     None when its bytes are not on this machine (nothing proven, nothing refuted)."""
@@ -602,16 +598,16 @@ def _rollback_check(
         return RollbackCheck(artifact_digest=digest, loaded=False, error=str(exc))
     work = work_root / "rollback"
     work.mkdir()
-    job = _job(
+    job = job_for(
         artifact_path=path,
         digest=digest,
         host_class=host_class,
-        loaded=loaded,
+        workload=loaded.project.workload,
         inputs_path=inputs_path,
         work=work,
         mode="check",
     )
-    outcome = run_worker(job, work, timeout_s=host_class.budgets.timeout_s)
+    outcome = workers.run(job, work, timeout_s=host_class.budgets.timeout_s)
     if outcome.error_code:
         on_event(f"{label}: FAILED: {outcome.error_code}")
         return RollbackCheck(

@@ -9,6 +9,7 @@ turning every way a child can end (result, error, crash, hang, out of memory) in
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -18,13 +19,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from qualify.errors import QualifyError
+from qualify.job import WorkerJob
 from qualify.procfs import hwm_kb
 from schemas.cell import PeakRssSource
 
-__all__ = ["ServedWorker", "WorkerOutcome", "hwm_kb", "probe_runtime", "run_worker"]
+__all__ = [
+    "SUBPROCESSES",
+    "RoundWorker",
+    "ServedWorker",
+    "WorkerOutcome",
+    "Workers",
+    "hwm_kb",
+    "probe_runtime",
+    "run_worker",
+]
 
 STDERR_TAIL = 2000
 
@@ -119,12 +130,12 @@ def child_peak_rss_mb(
 
 
 def _spawn(
-    job: dict[str, Any], workdir: Path, pass_fds: tuple[int, ...] = (), stdin: Any = None
-) -> tuple[subprocess.Popen[bytes], dict[str, Any], float]:
+    job: WorkerJob, workdir: Path, pass_fds: tuple[int, ...] = (), stdin: Any = None
+) -> tuple[subprocess.Popen[bytes], WorkerJob, float]:
     workdir.mkdir(parents=True, exist_ok=True)
-    job = dict(job, result_path=str(workdir / "result.json"), parent_pid=os.getpid())
+    job = dataclasses.replace(job, result_path=str(workdir / "result.json"), parent_pid=os.getpid())
     job_path = workdir / "job.json"
-    job_path.write_text(json.dumps(job), encoding="utf-8")
+    job_path.write_text(job.to_json(), encoding="utf-8")
     out_path, err_path = workdir / "stdout.txt", workdir / "stderr.txt"
     started = time.monotonic()
     with out_path.open("wb") as out, err_path.open("wb") as err:
@@ -163,7 +174,7 @@ def _reap(
 
 def _outcome(
     proc: subprocess.Popen[bytes],
-    job: dict[str, Any],
+    job: WorkerJob,
     workdir: Path,
     ended: tuple[int, Any, bool, int | None],
     wall: float,
@@ -173,8 +184,8 @@ def _outcome(
     # We reaped the child ourselves; tell Popen so it does not warn or wait again.
     proc.returncode = os.waitstatus_to_exitcode(status)
     stderr = (workdir / "stderr.txt").read_text(encoding="utf-8", errors="replace")
-    result_path = Path(job["result_path"])
     result: dict[str, Any] = {}
+    result_path = Path(job.result_path or workdir / "result.json")
     if result_path.exists():
         try:
             result = json.loads(result_path.read_text(encoding="utf-8"))
@@ -234,7 +245,7 @@ def _outcome(
 
 
 def run_worker(
-    job: dict[str, Any],
+    job: WorkerJob,
     workdir: Path,
     *,
     timeout_s: float,
@@ -243,7 +254,7 @@ def run_worker(
     """Run one job in a fresh ``python -m qualify.worker`` and wait for it.
 
     Args:
-        job: the job document (see ``qualify.worker``); ``result_path`` is set here.
+        job: the job (``qualify.job``); ``result_path`` and ``parent_pid`` are set here.
         workdir: a private directory for the job, result and child output files.
         timeout_s: wall-clock limit; the child's whole process group is killed past it.
         on_start: called with the child's pid once started (tests use it to inject faults).
@@ -273,7 +284,7 @@ class ServedWorker:
 
     def __init__(
         self,
-        job: dict[str, Any],
+        job: WorkerJob,
         workdir: Path,
         *,
         timeout_s: float,
@@ -283,7 +294,7 @@ class ServedWorker:
         commands_r, commands_w = os.pipe()
         try:
             self._proc, self._job, started = _spawn(
-                dict(job, mode="serve", reply_fd=write_fd),
+                dataclasses.replace(job, mode="serve", reply_fd=write_fd),
                 workdir,
                 pass_fds=(write_fd,),
                 stdin=commands_r,
@@ -398,3 +409,48 @@ class ServedWorker:
         with contextlib.suppress(OSError):
             os.close(self._read_fd)
         self._read_fd = -1
+
+
+class RoundWorker(Protocol):
+    """What the interleaved A/B needs of one artifact's live process (`ServedWorker`)."""
+
+    alive: bool
+
+    @property
+    def pid(self) -> int:
+        """The process id (a scripted stand-in may give its own)."""
+        ...
+
+    def ready(self) -> bool:
+        """Wait until prepared; False if it ended instead."""
+        ...
+
+    def round(self, cmd: dict[str, Any]) -> dict[str, Any] | None:
+        """One timed round; None if it ended instead of answering."""
+        ...
+
+    def finish(self, configs: list[dict[str, int]]) -> WorkerOutcome:
+        """Throughput and profile, then the outcome of the whole process."""
+        ...
+
+    def close(self) -> None:
+        """Stop it if it still runs (safe to call twice)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Workers:
+    """Where a run gets its measuring processes: the seam between `qualify.run` and the
+    subprocesses. Real runs use `SUBPROCESSES`; a test hands `qualify.run.qualify_run` scripted
+    stand-ins to drive every way a worker can end, in milliseconds and without onnxruntime."""
+
+    serve: Callable[..., RoundWorker]
+    """``serve(job, workdir, *, timeout_s, on_start)``: a live process per artifact."""
+    run: Callable[..., WorkerOutcome]
+    """``run(job, workdir, *, timeout_s)``: one job to its end (the rollback check)."""
+    probe: Callable[[], dict[str, Any]]
+    """The host's onnxruntime identity (`probe_runtime`)."""
+
+
+SUBPROCESSES = Workers(serve=ServedWorker, run=run_worker, probe=probe_runtime)
+"""Fresh ``python -m qualify.worker`` processes: what every real run measures with."""

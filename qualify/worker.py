@@ -3,8 +3,8 @@
 Owns everything that happens inside the measured subprocess: verifying the artifact's digest on
 the exact bytes it loads, cold and warm init, actual node placement, parity outputs, the latency
 protocol with adaptive p99 sampling, and the separate throughput pass. It is the only module that
-imports onnxruntime. It speaks plain JSON files with the parent (``qualify.runner``): a job in, a
-result out, latency samples and parity outputs as ``.npz``. It does not judge anything; verdicts
+imports onnxruntime. It speaks plain JSON files with the parent (``qualify.runner``): a job in (the
+typed contract of ``qualify.job``), a result out, latency samples and parity outputs as ``.npz``. It does not judge anything; verdicts
 are the parent's business.
 
 Run as ``python -m qualify.worker JOB.json`` or ``python -m qualify.worker --probe``.
@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from qualify.job import JobError, WorkerJob
 from qualify.procfs import hwm_kb, reset_hwm
 from schemas.rules import fallback_count
 
@@ -116,23 +117,23 @@ class _Failure(Exception):
         self.code = code
 
 
-def _session_options(ort: Any, job: dict[str, Any], record_placement: bool) -> Any:
+def _session_options(ort: Any, job: WorkerJob, record_placement: bool) -> Any:
     so = ort.SessionOptions()
-    provider = job["provider"]
-    if provider.get("intra_op_threads") is not None:
-        so.intra_op_num_threads = int(provider["intra_op_threads"])
-    if provider.get("inter_op_threads") is not None:
-        so.inter_op_num_threads = int(provider["inter_op_threads"])
+    provider = job.provider
+    if provider.intra_op_threads is not None:
+        so.intra_op_num_threads = provider.intra_op_threads
+    if provider.inter_op_threads is not None:
+        so.inter_op_num_threads = provider.inter_op_threads
     level = {
         "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
         "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
         "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    }[provider.get("graph_optimization_level", "all")]
+    }[provider.graph_optimization_level]
     so.graph_optimization_level = level
-    for key, value in provider.get("session_config", {}).items():
+    for key, value in provider.session_config.items():
         so.add_session_config_entry(str(key), _option_text(value))
-    if provider.get("strict_fallback"):
+    if provider.strict_fallback:
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     if record_placement:
         so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
@@ -165,17 +166,14 @@ def _option_text(value: Any) -> str:
 def _create(
     ort: Any,
     model: bytes,
-    job: dict[str, Any],
+    job: WorkerJob,
     record_placement: bool,
     profile_prefix: str | None = None,
 ) -> Any:
-    provider = job["provider"]
-    names = list(provider["execution_providers"])
+    provider = job.provider
+    names = list(provider.execution_providers)
     options = [
-        {
-            str(k): _option_text(v)
-            for k, v in provider.get("provider_options", {}).get(n, {}).items()
-        }
+        {str(k): _option_text(v) for k, v in provider.provider_options.get(n, {}).items()}
         for n in names
     ]
     so = _session_options(ort, job, record_placement)
@@ -211,10 +209,10 @@ def _placement(session: Any, expected: str) -> dict[str, Any] | None:
 
 
 def _profile_events(
-    ort: Any, model: bytes, job: dict[str, Any], feeds: list[dict[str, Any]], runs: int, name: str
+    ort: Any, model: bytes, job: WorkerJob, feeds: list[dict[str, Any]], runs: int, name: str
 ) -> list[dict[str, Any]]:
     """onnxruntime's profiler events for ``runs`` inferences on a fresh profiled session."""
-    prefix = str(Path(job["outputs_path"]).with_name(name))
+    prefix = str(Path(job.outputs_path).with_name(name))
     session = _create(ort, model, job, record_placement=False, profile_prefix=prefix)
     for k in range(runs):
         session.run(None, feeds[k % len(feeds)])
@@ -237,7 +235,7 @@ def _node_events(events: list[dict[str, Any]]) -> Iterator[tuple[str, str, float
 
 
 def _placement_from_profile(
-    ort: Any, model: bytes, job: dict[str, Any], feed: dict[str, Any], session: Any
+    ort: Any, model: bytes, job: WorkerJob, feed: dict[str, Any], session: Any
 ) -> dict[str, Any]:
     """Nodes per provider from one profiled inference, for builds without the placement API.
 
@@ -253,15 +251,15 @@ def _placement_from_profile(
     counts: dict[str, int] = {}
     for provider in first.values():
         counts[provider] = counts.get(provider, 0) + 1
-    return _placement_doc(counts, job["provider"]["expected"], session, "profiler")
+    return _placement_doc(counts, job.provider.expected, session, "profiler")
 
 
-def _batch(pool: dict[str, Any], job: dict[str, Any], start: int, size: int) -> dict[str, Any]:
+def _batch(pool: dict[str, Any], job: WorkerJob, start: int, size: int) -> dict[str, Any]:
     import numpy as np
 
     feed: dict[str, Any] = {}
     for name, array in pool.items():
-        if job["inputs"][name]["source"] == "fixed":
+        if job.inputs[name]["source"] == "fixed":
             feed[name] = array
             continue
         n = array.shape[0]
@@ -363,25 +361,25 @@ def _latency_config(
     feeds: list[dict[str, Any]],
     concurrency: int,
     post: Callable[[list[Any]], Any],
-    job: dict[str, Any],
+    job: WorkerJob,
 ) -> tuple[Any, dict[str, Any]]:
     """Warm up, sample until the p99 evidence decides (or a cap), then measure throughput."""
     import numpy as np
 
     from qualify.stats import AdaptiveP99, look_schedule, time_cap
 
-    warmup = int(job["warmup"])
+    warmup = job.warmup
     t0 = time.perf_counter()
     for k in range(warmup):
         session.run(None, feeds[k % len(feeds)])
     warm_s = time.perf_counter() - t0
-    min_n, max_n = int(job["min_samples"]), int(job["max_samples"])
+    min_n, max_n = job.min_samples, job.max_samples
     # One thread's warm-up rate, times the threads: the adaptive cap needs only its order.
     rate = warmup * concurrency / warm_s if warmup and warm_s > 0 else None
-    cap = time_cap(job["time_cap_s"], min_n, rate)
+    cap = time_cap(job.time_cap_s, min_n, rate)
     tracker = AdaptiveP99(
-        budget_ms=float(job["budget_p99_ms"]),
-        confidence=float(job["confidence"]),
+        budget_ms=job.budget_p99_ms,
+        confidence=job.confidence,
         min_samples=min_n,
         schedule=look_schedule(min_n, max_n),
     )
@@ -407,7 +405,7 @@ def _latency_config(
     per_thread = _timed_loop(session, feeds, concurrency, post, should_stop)
     duration = time.perf_counter() - started
     flat = np.array([x for lst in per_thread for x in lst], dtype=np.int64)
-    ips = _throughput(session, feeds, concurrency, float(job["throughput_s"]))
+    ips = _throughput(session, feeds, concurrency, job.throughput_s)
     return flat, {
         "stopped": stopped,
         "duration_s": duration,
@@ -422,14 +420,14 @@ def _latency_config(
 
 
 def _kernel_time_per_provider(
-    ort: Any, model: bytes, job: dict[str, Any], feeds: list[dict[str, Any]]
+    ort: Any, model: bytes, job: WorkerJob, feeds: list[dict[str, Any]]
 ) -> dict[str, float] | None:
     """Mean kernel time per inference by provider, from onnxruntime's profiler.
 
     A separate session and pass: profiling slows every node, so it never overlaps the timed
     loop. Sums the ``Node`` events' durations per ``args.provider``.
     """
-    runs = int(job.get("profile_runs", 0))
+    runs = job.profile_runs
     if runs <= 0:
         return None
     totals: dict[str, float] = {}
@@ -449,7 +447,7 @@ class _Prepared:
         self.pool = pool
         self._feeds: dict[int, list[dict[str, Any]]] = {}
 
-    def feeds(self, job: dict[str, Any], batch_size: int) -> list[dict[str, Any]]:
+    def feeds(self, job: WorkerJob, batch_size: int) -> list[dict[str, Any]]:
         """Sixteen batches of ``batch_size`` rows, built once per size."""
         if batch_size not in self._feeds:
             self._feeds[batch_size] = [
@@ -458,7 +456,7 @@ class _Prepared:
         return self._feeds[batch_size]
 
 
-def _prepare(job: dict[str, Any], result: dict[str, Any]) -> _Prepared | None:
+def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
     """Digest check, cold init, placement, warm init and parity outputs; None in check mode."""
     t_numpy = time.perf_counter_ns()
     import numpy as np
@@ -474,16 +472,16 @@ def _prepare(job: dict[str, Any], result: dict[str, Any]) -> _Prepared | None:
     result["import_hwm_kb"] = hwm_kb()
     result["runtime_version"] = ort.__version__
 
-    model = Path(job["artifact_path"]).read_bytes()
+    model = Path(job.artifact_path).read_bytes()
     digest = "sha256:" + _sha256_hex(model)
-    if digest != job["expected_digest"]:
+    if digest != job.expected_digest:
         raise _Failure(
             "digest_mismatch",
-            f"{job['artifact_path']} has {digest}, expected {job['expected_digest']}; "
+            f"{job.artifact_path} has {digest}, expected {job.expected_digest}; "
             "the stored copy was modified",
         )
-    pool = dict(np.load(job["inputs_path"]))
-    expected = job["provider"]["expected"]
+    pool = dict(np.load(job.inputs_path))
+    expected = job.provider.expected
 
     # Cold init: session creation plus first inference in this fresh process.
     with warnings.catch_warnings(record=True) as caught:
@@ -509,7 +507,7 @@ def _prepare(job: dict[str, Any], result: dict[str, Any]) -> _Prepared | None:
             result["placement"] = _placement_from_profile(ort, model, job, first_feed, session)
         except Exception as exc:  # then placement stays unknown, and the verdict says so
             result["warnings"].append(f"placement from the profiler failed: {exc}")
-    if job.get("mode") == "check":
+    if job.mode == "check":
         return None
 
     # Warm init: a second session in the same process. A host never holds two, so the peak
@@ -525,7 +523,7 @@ def _prepare(job: dict[str, Any], result: dict[str, Any]) -> _Prepared | None:
 
     # Parity outputs on identical rows, one row at a time (works for fixed batch dims too).
     names = [o.name for o in session.get_outputs()]
-    rows = int(job["parity_rows"])
+    rows = job.parity_rows
     collected: dict[str, list[Any]] = {n: [] for n in names}
     try:
         for r in range(rows):
@@ -535,14 +533,14 @@ def _prepare(job: dict[str, Any], result: dict[str, Any]) -> _Prepared | None:
     except Exception as exc:
         raise _Failure(classify_exception(exc, "run"), f"{type(exc).__name__}: {exc}") from exc
     np.savez(
-        job["outputs_path"],
+        job.outputs_path,
         allow_pickle=False,
         **{n: np.concatenate(v, axis=0) for n, v in collected.items()},
     )
     return _Prepared(ort, model, session, pool)
 
 
-def _profile(prepared: _Prepared, job: dict[str, Any], result: dict[str, Any]) -> None:
+def _profile(prepared: _Prepared, job: WorkerJob, result: dict[str, Any]) -> None:
     # The profiled pass builds its own session beside the served one, which no host does: the
     # peak reported is the one reached before it (see main).
     result["hwm_before_profile_kb"] = hwm_kb()
@@ -555,7 +553,7 @@ def _profile(prepared: _Prepared, job: dict[str, Any], result: dict[str, Any]) -
         result.setdefault("warnings", []).append(f"profiling pass failed: {exc}")
 
 
-def _measure(job: dict[str, Any], result: dict[str, Any]) -> None:
+def _measure(job: WorkerJob, result: dict[str, Any]) -> None:
     """``full`` mode: everything in one go, configs one after another (the bench harness's
     single-artifact protocol); ``check`` mode stops after the first inference."""
     import numpy as np
@@ -563,11 +561,10 @@ def _measure(job: dict[str, Any], result: dict[str, Any]) -> None:
     prepared = _prepare(job, result)
     if prepared is None:
         return
-    post = _postprocess(job["postprocess"])
+    post = _postprocess(job.postprocess)
     samples: dict[str, Any] = {}
     configs: list[dict[str, Any]] = []
-    for cfg in job["configs"]:
-        b, c = int(cfg["batch_size"]), int(cfg["concurrency"])
+    for b, c in job.configs:
         try:
             flat, doc = _latency_config(prepared.session, prepared.feeds(job, b), c, post, job)
         except Exception as exc:
@@ -575,12 +572,12 @@ def _measure(job: dict[str, Any], result: dict[str, Any]) -> None:
         samples[f"b{b}_c{c}"] = flat
         configs.append({"batch_size": b, "concurrency": c, **doc})
         result["configs"] = configs
-    np.savez(job["samples_path"], allow_pickle=False, **samples)
+    np.savez(job.samples_path, allow_pickle=False, **samples)
     _profile(prepared, job, result)
 
 
 def _round(
-    prepared: _Prepared, job: dict[str, Any], post: Callable[[list[Any]], Any], cmd: dict[str, Any]
+    prepared: _Prepared, job: WorkerJob, post: Callable[[list[Any]], Any], cmd: dict[str, Any]
 ) -> dict[str, Any]:
     """One timed round of an interleaved A/B: a short warm-up, then ``time_s`` of samples."""
     b, c = int(cmd["batch_size"]), int(cmd["concurrency"])
@@ -609,16 +606,18 @@ def _reply(fd: int, doc: dict[str, Any]) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _serve(job: dict[str, Any], result: dict[str, Any]) -> None:
+def _serve(job: WorkerJob, result: dict[str, Any]) -> None:
     """``serve`` mode: prepare, say ready, then answer the parent's commands one per line on
     stdin (``round`` -> samples on the reply pipe; ``finish`` -> throughput and the profile, then
     exit) so that one fresh process per artifact can be measured in rounds interleaved with the
     others'. Idle between rounds, it blocks on a read and takes no CPU from them."""
-    fd = int(job["reply_fd"])
+    if job.reply_fd is None:
+        raise _Failure("crashed", "a serve job without a reply pipe (job.reply_fd)")
+    fd = job.reply_fd
     prepared = _prepare(job, result)
     assert prepared is not None
     _reply(fd, {"ready": True})
-    post = _postprocess(job["postprocess"])
+    post = _postprocess(job.postprocess)
     for line in sys.stdin:
         cmd = json.loads(line)
         if cmd.get("cmd") == "round":
@@ -632,7 +631,7 @@ def _serve(job: dict[str, Any], result: dict[str, Any]) -> None:
         for cfg in cmd.get("configs", []):
             b, c = int(cfg["batch_size"]), int(cfg["concurrency"])
             throughput[f"b{b}_c{c}"] = _throughput(
-                prepared.session, prepared.feeds(job, b), c, float(job["throughput_s"])
+                prepared.session, prepared.feeds(job, b), c, job.throughput_s
             )
         result["throughput_ips"] = throughput
         _profile(prepared, job, result)
@@ -661,12 +660,19 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m qualify.worker JOB.json | --probe", file=sys.stderr)
         return 2
-    job = json.loads(Path(args[0]).read_text(encoding="utf-8"))
-    _die_with_parent(job.get("parent_pid"))
-    _set_memory_limit(job.get("memory_limit_mb"))
+    try:
+        job = WorkerJob.from_json(Path(args[0]).read_bytes())
+    except (OSError, JobError) as exc:
+        print(f"qualify.worker: {args[0]}: {exc}", file=sys.stderr)
+        return 2
+    if job.result_path is None:
+        print(f"qualify.worker: {args[0]}: job.result_path is not set", file=sys.stderr)
+        return 2
+    _die_with_parent(job.parent_pid)
+    _set_memory_limit(job.memory_limit_mb)
     result: dict[str, Any] = {"pid": os.getpid()}
     try:
-        (_serve if job.get("mode") == "serve" else _measure)(job, result)
+        (_serve if job.mode == "serve" else _measure)(job, result)
         result["ok"] = True
     except _Failure as failure:
         result["ok"] = False
@@ -689,7 +695,7 @@ def main(argv: list[str] | None = None) -> int:
     before_warm = result.get("hwm_before_warm_kb")
     result["vm_hwm_kb"] = max(peak, before_warm) if peak is not None and before_warm else peak
     result["imported_at_peak"] = _third_party_modules()
-    _write_json(job["result_path"], result)
+    _write_json(job.result_path, result)
     return 0
 
 

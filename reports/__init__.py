@@ -6,9 +6,10 @@ The CLI reads the matrix (and verifies the manifest), then::
     reports.write_report(view, path)
 """
 
-from reports.context import ReportView, SignatureStatus, build_report
+from reports.context import build_report
 from reports.errors import ReportError, ReportWriteError
 from reports.render import render_report, write_report
+from reports.view import ReportView, SignatureStatus
 
 __all__ = [
     "ReportError",

@@ -17,8 +17,8 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from reports.context import ReportView
 from reports.errors import ReportWriteError
+from reports.view import ReportView
 from schemas.atomic import write_atomic
 
 __all__ = ["environment", "render_report", "write_report"]

@@ -3,9 +3,9 @@
 Owns the models only: ``TelemetryEvent`` (one JSON line a host appends; published as
 ``telemetry-event.schema.json``), ``Alert``, ``ClassState`` and ``TelemetryCheck`` (what
 ``qualify telemetry check`` prints) and ``StaleItem`` (what ``qualify matrix stale`` prints).
-Hosts write events with ``manifest.telemetry`` (standard library only, so it does not import
+Hosts write events with ``manifest.host_events`` (standard library only, so it does not import
 this module: the schema file and a test keep the two in step); ``matrix.telemetry`` stores them;
-``qualify.telemetry`` decides over them.
+``qualify.telemetry_check`` judges them and ``qualify.staleness`` lists what to re-run.
 
 An event line looks like::
 
@@ -109,7 +109,7 @@ class TelemetryEvent(Document):
     )
     source: Literal["resolve", "session"] = Field(
         description="Who wrote it: 'resolve' (resolve-artifact --emit-telemetry, at service "
-        "start) or 'session' (manifest.telemetry.record_session, from the serving process)."
+        "start) or 'session' (manifest.host_events.record_session, from the serving process)."
     )
     host_id: str = Field(min_length=1, description="The host's name or id (hostname by default).")
     host_class: str = Field(min_length=1, description="The host class the host resolved as.")

@@ -15,6 +15,11 @@ MODULES = (
     "manifest.signing",
     "manifest.policy",
     "manifest.build",
+    "manifest.load",
+    "manifest.diff",
+    "manifest.show",
+    "manifest.host_events",
+    "manifest.telemetry",
     "manifest.resolve",
     "schemas.manifest",
 )

@@ -16,7 +16,6 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from matrix.store import Store
@@ -24,6 +23,7 @@ from qualify.errors import HostMismatchError, ProjectError
 from qualify.project import load_project
 from qualify.run import RunOptions, qualify_run
 from tests.models import build, padded_mlp
+from tests.qualify.jobs import make_job
 from tests.qualify.projects import write_project
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,8 +178,7 @@ def test_modified_artifact_copy_is_refused_before_loading(tmp_path: Path) -> Non
 def test_worker_refuses_bytes_that_do_not_match_the_digest(tmp_path: Path) -> None:
     from qualify.runner import run_worker
 
-    job = _check_job(tmp_path, build("identity_mlp", tmp_path))
-    job["expected_digest"] = "sha256:" + "0" * 64
+    job = make_job(tmp_path, build("identity_mlp", tmp_path), expected_digest="sha256:" + "0" * 64)
     outcome = run_worker(job, tmp_path / "w", timeout_s=60)
     assert outcome.error_code == "digest_mismatch"
     assert "expected sha256:000" in (outcome.error_message or "")
@@ -254,31 +253,13 @@ def test_the_next_run_cleans_what_killed_runs_left_and_records_their_bundles(
     assert leftovers == [f".work-live.p{os.getpid()}.abc.tmp"]  # its own work folder is gone
 
 
-def _check_job(tmp_path: Path, model: Path) -> dict[str, object]:
-    import hashlib
-
-    np.savez(tmp_path / "in.npz", x=np.ones((4, 16), np.float32))
-    return {
-        "mode": "check",
-        "artifact_path": str(model),
-        "expected_digest": "sha256:" + hashlib.sha256(model.read_bytes()).hexdigest(),
-        "provider": {
-            "execution_providers": ["CPUExecutionProvider"],
-            "expected": "CPUExecutionProvider",
-        },
-        "inputs_path": str(tmp_path / "in.npz"),
-        "inputs": {"x": {"source": "recorded"}},
-        "outputs_path": str(tmp_path / "outputs.npz"),
-    }
-
-
 def test_placement_falls_back_to_the_profiler_on_an_onnxruntime_without_the_api(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from qualify import worker
 
     model = build("classifier", tmp_path)
-    job = _check_job(tmp_path, model)
+    job = make_job(tmp_path, model)
     measured: dict[str, object] = {"warnings": []}
     worker._measure(job, measured)
     by_api = measured["placement"]

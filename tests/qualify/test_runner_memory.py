@@ -32,17 +32,13 @@ def _worker_in_a_big_parent(tmp_path: Path) -> list[object]:
 
     model = build("identity_mlp", tmp_path)
     code = f"""
-import hashlib, json, numpy as np
+import json, numpy as np
 from pathlib import Path
 from qualify.runner import run_worker
 ballast = np.ones(50_000_000)  # 400 MB resident in the parent
 model = Path({str(model)!r})
-np.savez({str(tmp_path / "in.npz")!r}, x=np.zeros((4, 16), np.float32))
-job = {{"mode": "check", "artifact_path": str(model),
-        "expected_digest": "sha256:" + hashlib.sha256(model.read_bytes()).hexdigest(),
-        "provider": {{"execution_providers": ["CPUExecutionProvider"],
-                      "expected": "CPUExecutionProvider"}},
-        "inputs_path": {str(tmp_path / "in.npz")!r}, "inputs": {{"x": {{"source": "recorded"}}}}}}
+from tests.qualify.jobs import make_job
+job = make_job(Path({str(tmp_path)!r}), model)
 out = run_worker(job, Path({str(tmp_path / "w")!r}), timeout_s=120)
 print(json.dumps([out.error_code, out.peak_rss_mb, out.peak_rss_source,
                   out.result.get("imported_at_peak"), float(ballast[0])]))

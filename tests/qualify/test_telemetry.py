@@ -19,15 +19,10 @@ from matrix.telemetry import ingest_telemetry
 from qualify.demo_telemetry import write_demo_telemetry
 from qualify.errors import QualifyError
 from qualify.release import parse_duration
-from qualify.telemetry import (
-    check_telemetry,
-    gather_aggregates,
-    load_current_manifest,
-    render_check,
-    run_check,
-    run_stale,
-    stale_items,
-)
+from qualify.staleness import stale_items
+from qualify.telemetry import gather_aggregates, load_current_manifest, run_check, run_stale
+from qualify.telemetry_check import check_telemetry
+from qualify.telemetry_render import render_check
 from schemas.cell import Cell, RunBundle
 from schemas.manifest import Manifest
 from schemas.telemetry import CheckSettings, TelemetryCheck

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reports import ReportView, SignatureStatus, build_report
-from reports.context import CHART_POINTS, ClassView
+from reports.charts import CHART_POINTS
+from reports.view import ClassView
 from tests.reports.factories import (
     CANDIDATE,
     CLOCK,

@@ -1,5 +1,6 @@
-"""Host-side telemetry: events from a real onnxruntime session and from a real resolve-artifact,
-valid against the published schema, appended one line each, sampled, and light to import."""
+"""What a deployed host writes: events from a real onnxruntime session and from a real
+resolve-artifact, valid against the published schema, appended one line each, sampled, light to
+import, and the same objects through the old ``manifest.telemetry`` path."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import jsonschema
 import onnxruntime as ort
 import pytest
 
-from manifest import envelope, resolve
-from manifest.telemetry import (
+from manifest import envelope, host_events, resolve
+from manifest.host_events import (
     PLACEMENT_OPTION,
     append_event,
     event_from_resolution,
@@ -217,9 +218,10 @@ def test_a_telemetry_file_that_cannot_be_written_never_changes_the_exit_code(
     assert "cannot append telemetry" in capsys.readouterr().err
 
 
-def test_the_host_side_helper_imports_nothing_heavy() -> None:
+@pytest.mark.parametrize("module", ["manifest.host_events", "manifest.telemetry"])
+def test_the_host_side_helper_imports_nothing_heavy(module: str) -> None:
     code = (
-        "import sys, manifest.telemetry\n"
+        f"import sys, {module}\n"
         "heavy = [m for m in ('pydantic', 'duckdb', 'pandas', 'pyarrow', 'onnxruntime', "
         "'jinja2', 'click', 'numpy') if m in sys.modules]\n"
         "print(','.join(heavy))\n"
@@ -228,3 +230,12 @@ def test_the_host_side_helper_imports_nothing_heavy() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert out.stdout.strip() == ""
+
+
+def test_the_old_import_path_gives_the_same_objects() -> None:
+    # Hosts deployed from earlier READMEs call manifest.telemetry.record_session.
+    from manifest import telemetry
+
+    assert telemetry.__all__ == host_events.__all__
+    for name in host_events.__all__:
+        assert getattr(telemetry, name) is getattr(host_events, name), name

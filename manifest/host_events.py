@@ -1,0 +1,295 @@
+"""What a deployed host writes: ``qualify-telemetry/1`` events, appended to a JSON-lines file.
+
+Owns what a deployed host writes about the path its model takes: the event of a
+``resolve-artifact`` decision (``event_from_resolution``), the sampled event of a live
+onnxruntime session (``record_session``), and appending one line per event (``append_event``).
+Does not own the event schema (``schemas.telemetry.TelemetryEvent`` and the published
+``schemas/telemetry-event.schema.json``; a test keeps this module's output valid against it),
+storing events (``matrix.telemetry``) or judging them (``qualify.telemetry_check``). Hosts that
+already import ``manifest.telemetry`` get these same objects through that alias.
+
+Standard library only, like ``manifest.resolve`` which imports it: it never imports
+onnxruntime, pydantic or anything heavy. ``record_session`` takes the host's own session object
+(duck-typed) and reads the runtime version from the ``onnxruntime`` module the host has already
+imported, if any.
+
+Only the serving process knows which provider really ran. To record placement, create the
+session with the assignment record switched on, then sample::
+
+    so = onnxruntime.SessionOptions()
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    session = onnxruntime.InferenceSession(path, so, providers=[...])
+    ...
+    record_session(session, path="/var/log/model/telemetry.jsonl", host_class="x86-v4",
+                   model_digest=digest, manifest_version=7,
+                   expected_provider="CPUExecutionProvider", latency_ms=elapsed_ms)
+
+Without that entry the event says ``placement: "registered"`` and lists
+``session.get_providers()``, which names providers that may have received no node.
+
+Appending: the file is opened with ``O_APPEND`` and each event is one ``write`` of one line, so
+lines of concurrent writers on a local file system do not interleave; ``fsync=True`` also forces
+it to disk (off by default: telemetry must not slow the serving path).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from schemas.rules import fallback_count
+
+if TYPE_CHECKING:  # resolve-artifact imports this module at start-up: keep datetime off it
+    from datetime import datetime
+
+__all__ = [
+    "FORMAT",
+    "PLACEMENT_OPTION",
+    "append_event",
+    "encode_event",
+    "event_from_resolution",
+    "format_time",
+    "host_id",
+    "placement_of",
+    "record_session",
+]
+
+FORMAT = "qualify-telemetry/1"
+"""The event format every line carries."""
+
+PLACEMENT_OPTION = "session.record_ep_graph_assignment_info"
+"""The session config entry that must be "1" for actual placement to be readable."""
+
+
+def format_time(moment: float | datetime | None = None) -> str:
+    """An event time: ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (UTC, milliseconds).
+
+    Args:
+        moment: Unix seconds, an aware datetime, or None for now.
+
+    Returns:
+        The formatted time.
+
+    Raises:
+        ValueError: a naive datetime (its zone is unknown).
+    """
+    if moment is None or isinstance(moment, int | float):
+        seconds = time.time() if moment is None else float(moment)
+    else:
+        if moment.tzinfo is None:
+            raise ValueError("event times must be timezone-aware (UTC)")
+        seconds = moment.timestamp()
+    whole = math.floor(seconds)
+    millis = min(round((seconds - whole) * 1000), 999)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{millis:03d}Z"
+
+
+def host_id() -> str:
+    """This host's id: ``$QUALIFY_HOST_ID``, else the node name."""
+    return os.environ.get("QUALIFY_HOST_ID") or os.uname().nodename or "unknown"
+
+
+def encode_event(event: Mapping[str, Any]) -> bytes:
+    """One event as its JSON line: sorted keys, no spaces, UTF-8, ending in a newline.
+
+    Raises:
+        ValueError: the event holds something JSON cannot (NaN, a non-string key).
+    """
+    text = json.dumps(event, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+def append_event(
+    path: str | os.PathLike[str], event: Mapping[str, Any], *, fsync: bool = False
+) -> None:
+    """Append one event as one JSON line (one ``write`` on an ``O_APPEND`` descriptor).
+
+    Args:
+        path: The JSON-lines file; created (mode 0644) if missing.
+        event: The event (see ``schemas.telemetry.TelemetryEvent``).
+        fsync: Force the line to disk before returning.
+
+    Raises:
+        OSError: the file cannot be opened or written.
+        ValueError: the event holds something JSON cannot (NaN, a non-string key).
+    """
+    line = encode_event(event)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        written = os.write(fd, line)
+        if written != len(line):  # a short write on a full disk: say so rather than cut a line
+            raise OSError(f"{os.fspath(path)}: wrote {written} of {len(line)} bytes of an event")
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def event_from_resolution(
+    answer: Mapping[str, Any],
+    *,
+    runtime_package: str | None,
+    runtime_version: str | None,
+    when: str,
+    host: str | None = None,
+) -> dict[str, Any]:
+    """The event of one ``resolve-artifact`` answer (what it decided to serve; nothing ran yet).
+
+    Args:
+        answer: ``resolve``'s answer (the ``--json`` object): host_class, decision, artifact,
+            manifest_version and providers.
+        runtime_package: The host's onnxruntime distribution, if known.
+        runtime_version: Its version, if known ("unknown" is written otherwise).
+        when: The event time, ``format_time`` style.
+        host: The host id; defaults to ``host_id()``.
+
+    Returns:
+        The event, ready for ``append_event``.
+    """
+    artifact = answer.get("artifact")
+    digest = artifact.get("digest") if isinstance(artifact, Mapping) else None
+    version = answer.get("manifest_version")
+    return {
+        "format": FORMAT,
+        "time": when,
+        "source": "resolve",
+        "host_id": host or host_id(),
+        "host_class": str(answer.get("host_class")),
+        "model_digest": digest,
+        "runtime_revision": runtime_version or "unknown",
+        "runtime_package": runtime_package,
+        "providers": [str(p) for p in answer.get("providers") or []],
+        "placement": "requested",
+        "nodes_per_provider": None,
+        "fallback_nodes": None,
+        "latency_ms": None,
+        "manifest_version": version if isinstance(version, int) and version >= 1 else None,
+        "decision": answer.get("decision"),
+    }
+
+
+def placement_of(session: Any) -> dict[str, int] | None:
+    """Nodes per provider of a live session, or None when the session did not record them.
+
+    Args:
+        session: An ``onnxruntime.InferenceSession`` (any object with
+            ``get_provider_graph_assignment_info()`` returning subgraphs that have ``ep_name``
+            and ``get_nodes()``).
+
+    Returns:
+        ``{provider: nodes}`` sorted by provider, or None: the method is missing (onnxruntime
+        older than 1.23) or the session was created without ``PLACEMENT_OPTION`` set to "1".
+    """
+    getter = getattr(session, "get_provider_graph_assignment_info", None)
+    if getter is None:
+        return None
+    try:
+        subgraphs = getter()
+    except Exception:  # onnxruntime raises its own Fail when the option was not set
+        return None
+    counts: dict[str, int] = {}
+    for subgraph in subgraphs:
+        name = str(subgraph.ep_name)
+        counts[name] = counts.get(name, 0) + len(subgraph.get_nodes())
+    return dict(sorted(counts.items()))
+
+
+def _runtime_version() -> str:
+    module = sys.modules.get("onnxruntime")  # the host's own import; never imported here
+    version = getattr(module, "__version__", None)
+    return str(version) if version else "unknown"
+
+
+def record_session(
+    session: Any,
+    *,
+    path: str | os.PathLike[str],
+    host_class: str,
+    model_digest: str | None,
+    manifest_version: int | None,
+    expected_provider: str,
+    latency_ms: float | None = None,
+    sample_rate: float = 0.01,
+    rng: Callable[[], float] | None = None,
+    host: str | None = None,
+    when: float | datetime | None = None,
+    runtime_revision: str | None = None,
+    runtime_package: str | None = None,
+    decision: str | None = None,
+    fsync: bool = False,
+) -> dict[str, Any] | None:
+    """Append, with probability ``sample_rate``, the event of a live session's inference.
+
+    Call it after each timed inference (or once per session with ``sample_rate=1``). When the
+    session recorded its placement, the event lists the providers that received nodes and the
+    nodes off ``expected_provider``; otherwise it lists ``session.get_providers()`` with
+    ``placement: "registered"`` and no fallback count (placement unknown).
+
+    Args:
+        session: The live ``onnxruntime.InferenceSession`` (duck-typed).
+        path: The JSON-lines file to append to.
+        host_class: The class this host resolved as.
+        model_digest: ``sha256:<hex>`` of the model the session runs.
+        manifest_version: The manifest version the host resolved.
+        expected_provider: The class's expected provider (the manifest entry's
+            ``provider.expected``).
+        latency_ms: The sampled inference's latency, if timed.
+        sample_rate: Probability of writing this call's event, 0..1.
+        rng: Returns a float in [0, 1); an event is written when it is below ``sample_rate``
+            (default ``random.random``, imported only here: resolve never samples).
+        host: The host id; defaults to ``host_id()``.
+        when: The event time; defaults to now.
+        runtime_revision: The onnxruntime version; defaults to the imported module's.
+        runtime_package: The onnxruntime distribution, if known.
+        decision: The manifest's decision for the class, if known.
+        fsync: Force the line to disk.
+
+    Returns:
+        The event written, or None when this call was not sampled.
+
+    Raises:
+        ValueError: ``sample_rate`` outside [0, 1], a negative or non-finite latency.
+        OSError: the file cannot be written.
+    """
+    if not 0.0 <= sample_rate <= 1.0:
+        raise ValueError(f"sample_rate must be within [0, 1], got {sample_rate!r}")
+    if latency_ms is not None and not (math.isfinite(latency_ms) and latency_ms >= 0):
+        raise ValueError(f"latency_ms must be a finite number >= 0, got {latency_ms!r}")
+    if rng is None:
+        import random
+
+        rng = random.random
+    if rng() >= sample_rate:
+        return None
+    nodes = placement_of(session)
+    providers: Sequence[str]
+    if nodes is not None:
+        providers = [name for name, count in nodes.items() if count > 0]
+        fallback: int | None = fallback_count(nodes, expected_provider)
+    else:
+        providers = [str(p) for p in session.get_providers()]
+        fallback = None
+    event: dict[str, Any] = {
+        "format": FORMAT,
+        "time": format_time(when),
+        "source": "session",
+        "host_id": host or host_id(),
+        "host_class": host_class,
+        "model_digest": model_digest,
+        "runtime_revision": runtime_revision or _runtime_version(),
+        "runtime_package": runtime_package,
+        "providers": list(providers),
+        "placement": "actual" if nodes is not None else "registered",
+        "nodes_per_provider": nodes,
+        "fallback_nodes": fallback,
+        "latency_ms": None if latency_ms is None else round(float(latency_ms), 6),
+        "manifest_version": manifest_version,
+        "decision": decision,
+    }
+    append_event(path, event, fsync=fsync)
+    return event

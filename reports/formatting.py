@@ -1,0 +1,107 @@
+"""The report's words for numbers: durations, sizes, plain numbers, times, counts, digests.
+
+Owns how one value reads on the page: milliseconds and megabytes with a precision that suits
+their size, parity numbers to four significant digits, times in UTC to the minute, a digest
+cut to what a person compares, a provider without its ``ExecutionProvider`` suffix, and the one
+phrase for an absent measurement (``NOT_MEASURED``). Each function is pure text from a value; a
+missing value reads as missing, never as zero.
+
+Does not own which values a page shows or how they are highlighted (``reports.context``,
+``reports.tones``), the charts' numbers (``reports.charts``) or escaping (the templates
+autoescape).
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+__all__ = [
+    "NOT_MEASURED",
+    "VERDICT_WORDS",
+    "bare_ms",
+    "mb",
+    "ms",
+    "number",
+    "plural",
+    "provider_name",
+    "short_digest",
+    "tolerance",
+    "utc_minute",
+]
+
+NOT_MEASURED = "not measured"
+"""What the page says wherever a value was not measured."""
+
+VERDICT_WORDS = {
+    "pass": "pass",
+    "fail": "fail",
+    "insufficient": "insufficient",
+    "error": "error",
+    "missing": "not measured",
+}
+"""A cell's verdict as the page words it (``missing``: no cell at all)."""
+
+
+def ms(value: float | None) -> str:
+    """A duration in milliseconds with its unit: three decimals below 1 ms, none from 1 s."""
+    if value is None or not math.isfinite(value):
+        return NOT_MEASURED
+    if value < 1:
+        return f"{value:.3f} ms"
+    if value < 10:
+        return f"{value:.2f} ms"
+    if value < 1000:
+        return f"{value:.1f} ms"
+    return f"{value:,.0f} ms"
+
+
+def bare_ms(value: float | None) -> str:
+    """A duration as ``ms`` words it, without the unit, where one unit follows several numbers."""
+    return ms(value).removesuffix(" ms")
+
+
+def mb(value: float | None) -> str:
+    """A size in megabytes with its unit: one decimal below 10 MB, none above."""
+    if value is None or not math.isfinite(value):
+        return NOT_MEASURED
+    return f"{value:.1f} MB" if value < 10 else f"{value:,.0f} MB"
+
+
+def number(value: float | None) -> str:
+    """A plain number (a parity error, a cosine): four significant digits, or scientific."""
+    if value is None:
+        return NOT_MEASURED
+    if value == 0:
+        return "0"
+    if abs(value) >= 1e-3 and abs(value) < 1e4:
+        return f"{value:.4g}"
+    return f"{value:.3e}"
+
+
+def tolerance(value: float | None) -> str:
+    """A parity tolerance; None means the check is off."""
+    return "not checked" if value is None else number(value)
+
+
+def utc_minute(moment: datetime) -> str:
+    """A moment in UTC to the minute (a naive one is taken as UTC)."""
+    aware = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return aware.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def plural(count: int, one: str, many: str) -> str:
+    """``1 class`` or ``3 classes``: the count with the word that agrees with it."""
+    return f"{count} {one if count == 1 else many}"
+
+
+def short_digest(digest: str | None) -> str:
+    """A digest cut to ``sha256:`` and twelve hex digits (other text to twelve characters)."""
+    if digest is None:
+        return "none"
+    return digest[:19] if digest.startswith("sha256:") else digest[:12]
+
+
+def provider_name(provider: str) -> str:
+    """An execution provider without the ``ExecutionProvider`` suffix (``CPU``, ``CUDA``)."""
+    return provider.removesuffix("ExecutionProvider") or provider

@@ -1,0 +1,276 @@
+"""The report's view model: the frozen, display-ready shapes the templates read.
+
+Owns the dataclasses a page is made of (``ReportView`` down to one ``HeatCell``), the ``Tone``
+a value is highlighted with, and ``SignatureStatus``, the caller's verification result as the
+page shows it. Every field is already text (or a tone, a flag, chart data): a template only
+places what it is given.
+
+Does not own building these from the matrix (``reports.context``), formatting numbers
+(``reports.formatting``), deciding a value's tone (``reports.tones``), the chart's data
+(``reports.charts``) or HTML (``reports.render`` and the templates).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "ArtifactColumn",
+    "ChartView",
+    "ClassView",
+    "CompareRow",
+    "DiffRow",
+    "DiffView",
+    "Header",
+    "HeatCell",
+    "HeatRow",
+    "ParityRow",
+    "ReasonView",
+    "ReportView",
+    "RunView",
+    "SignatureStatus",
+    "Tone",
+]
+
+Tone = Literal["", "ok", "bad", "warn", "muted"]
+"""How a value is highlighted: nothing, good, bad, doubtful, absent."""
+
+
+@dataclass(frozen=True)
+class SignatureStatus:
+    """The manifest's signature status, as the caller verified it (this package only shows it).
+
+    Attributes:
+        state: ``verified``, ``unverified`` (signed, but no trusted key was given to check it),
+            ``unsigned`` or ``invalid``.
+        detail: For ``invalid``: why; for ``verified``: optionally which key.
+    """
+
+    state: Literal["verified", "unverified", "unsigned", "invalid"]
+    detail: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> SignatureStatus:
+        """Read ``verified``, ``unsigned`` or ``invalid: <why>`` (also ``verified: <key>``).
+
+        Raises:
+            ValueError: the text starts with none of the three words.
+        """
+        word, _, rest = text.partition(":")
+        word = word.strip()
+        detail = rest.strip() or None
+        if word == "verified":
+            return cls("verified", detail)
+        if word == "unsigned":
+            return cls("unsigned", detail)
+        if word == "unverified":
+            return cls("unverified", detail)
+        if word == "invalid":
+            return cls("invalid", detail)
+        raise ValueError(
+            f"signature status {text!r}: expected 'verified', 'unsigned' or 'invalid: <why>'"
+        )
+
+    @property
+    def text(self) -> str:
+        """The status for people, e.g. ``signature INVALID: bad key``."""
+        head = {
+            "verified": "signature verified",
+            "unverified": "signature NOT VERIFIED",
+            "unsigned": "UNSIGNED",
+            "invalid": "signature INVALID",
+        }[self.state]
+        return f"{head}: {self.detail}" if self.detail else head
+
+    @property
+    def tone(self) -> Tone:
+        """``ok`` when verified, ``bad`` when invalid, ``warn`` when unsigned."""
+        tones: dict[str, Tone] = {
+            "verified": "ok",
+            "unverified": "warn",
+            "unsigned": "warn",
+            "invalid": "bad",
+        }
+        return tones[self.state]
+
+
+@dataclass(frozen=True)
+class ReasonView:
+    """A reason code with its sentence."""
+
+    code: str
+    message: str
+    meaning: str
+
+
+@dataclass(frozen=True)
+class ArtifactColumn:
+    """One artifact of the heat map: a column."""
+
+    name: str
+    role: str
+    precision: str
+    in_project: bool
+
+
+@dataclass(frozen=True)
+class HeatCell:
+    """One heat-map cell: a class measured with an artifact."""
+
+    artifact: str
+    verdict: str
+    verdict_text: str
+    p99_text: str
+    p99_tone: Tone
+    parity_text: str
+    parity_tone: Tone
+    fallback_text: str
+    emulated: bool
+    stale: bool
+
+
+@dataclass(frozen=True)
+class HeatRow:
+    """One heat-map row: a host class."""
+
+    host_class: str
+    anchor: str
+    key_text: str
+    decision: str
+    decision_text: str
+    cells: tuple[HeatCell, ...]
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    """One row of a class's side-by-side table: a measurement, one value per artifact."""
+
+    label: str
+    values: tuple[tuple[str, Tone], ...]
+    parts: tuple[tuple[tuple[str, bool], ...], ...] = ()
+    """When set, one list of (text, highlighted) per artifact replaces ``values``."""
+
+
+@dataclass(frozen=True)
+class ParityRow:
+    """One check of one output of one candidate: measured, tolerance, smallest passing."""
+
+    artifact: str
+    output: str
+    check: str
+    measured: str
+    tolerance: str
+    min_passing: str
+    tone: Tone
+
+
+@dataclass(frozen=True)
+class ChartView:
+    """One latency chart: the data the page's script draws, and a text alternative.
+
+    ``data`` is plain JSON-able data (rendered with Jinja's ``tojson``, which escapes it for a
+    script element): ``nines_max``, ``points``, ``budget``, ``confidence`` and ``series`` (each
+    with ``label``, ``role``, ``y`` in ms or null, ``p50``, ``p99``, ``lo``, ``hi``).
+    """
+
+    dom_id: str
+    data: Mapping[str, Any]
+    caption: str
+
+
+@dataclass(frozen=True)
+class RunView:
+    """The run a class's cells came from, and the host it was measured on."""
+
+    run_id: str
+    when: str
+    emulated: bool
+    mismatches: tuple[str, ...]
+    facts: tuple[tuple[str, str], ...]
+    rollback_text: str
+    rollback_tone: Tone
+
+
+@dataclass(frozen=True)
+class ClassView:
+    """Everything the page says about one host class."""
+
+    name: str
+    anchor: str
+    key_text: str
+    in_project: bool
+    decision: str
+    decision_text: str
+    summary: str
+    reasons: tuple[ReasonView, ...]
+    emulated: bool
+    stale: bool
+    budgets_text: str
+    artifacts: tuple[str, ...]
+    compare: tuple[CompareRow, ...]
+    cell_reasons: tuple[tuple[str, str, tuple[ReasonView, ...], str | None], ...]
+    """Per artifact with reasons or an error: (artifact, verdict, reasons, error detail)."""
+    chart: ChartView | None
+    chart_note: str
+    parity: tuple[ParityRow, ...]
+    warnings: tuple[tuple[str, str], ...]
+    rollback_text: str
+    rollback_tone: Tone
+    runs: tuple[RunView, ...]
+
+
+@dataclass(frozen=True)
+class DiffRow:
+    """What changes for one class from the previous manifest to this one."""
+
+    host_class: str
+    anchor: str | None
+    change: str
+    before: str
+    after: str
+    fields: str
+    summary: str
+    reasons: tuple[ReasonView, ...]
+
+
+@dataclass(frozen=True)
+class DiffView:
+    """The manifest diff section."""
+
+    previous_text: str
+    current_text: str
+    rows: tuple[DiffRow, ...]
+
+
+@dataclass(frozen=True)
+class Header:
+    """The top of the page."""
+
+    model: str
+    release: str
+    manifest_text: str
+    has_manifest: bool
+    signature_text: str
+    signature_tone: Tone
+    snapshot: str
+    snapshot_note: str
+    generated: str
+    tool_version: str
+    verdict_line: str
+    counts: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class ReportView:
+    """The whole page, ready for the templates."""
+
+    header: Header
+    artifacts: tuple[ArtifactColumn, ...]
+    heatmap: tuple[HeatRow, ...]
+    classes: tuple[ClassView, ...]
+    diff: DiffView | None
+    notes: tuple[str, ...]
+    glossary: tuple[tuple[str, str], ...]
+    """Every reason code on the page with its meaning, sorted."""

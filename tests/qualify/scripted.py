@@ -1,0 +1,158 @@
+"""Scripted stand-ins for the measuring subprocesses, for `qualify.run.qualify_run`'s seam
+(`qualify.runner.Workers`): each artifact behaves as its `Script` says, in milliseconds and
+without onnxruntime, so a test can drive every way a worker ends through the whole run."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qualify.job import WorkerJob
+from qualify.runner import WorkerOutcome, Workers
+from schemas.rules import fallback_count
+
+CPU = "CPUExecutionProvider"
+
+
+@dataclass(frozen=True)
+class Script:
+    """How one artifact's process behaves."""
+
+    latency_s: float = 0.002
+    """Every inference takes this long (with 1% seeded jitter)."""
+    placement: Mapping[str, int] = field(default_factory=lambda: {CPU: 10})
+    outputs: Mapping[str, np.ndarray] = field(
+        default_factory=lambda: {"y": np.linspace(0.0, 1.0, 64, dtype=np.float32).reshape(4, 16)}
+    )
+    """What it writes as its parity outputs."""
+    dies: str | None = None
+    """``"ready"``: ends before it is ready; ``"round"``: ends at its first round."""
+    load_error: str | None = None
+    """The rollback check (``run``) reports this error code."""
+    cold_init_ms: float = 12.0
+
+
+def digest_of(path: Path) -> str:
+    """The digest a run's store gives the file (what scripts are keyed by)."""
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _result(job: WorkerJob, script: Script) -> dict[str, Any]:
+    expected = job.provider.expected
+    nodes = dict(script.placement)
+    return {
+        "ok": True,
+        "runtime_version": "1.32.0",
+        "cold_init_ms": script.cold_init_ms,
+        "warm_init_ms": script.cold_init_ms / 2,
+        "placement": {
+            "nodes_per_provider": nodes,
+            "total_nodes": sum(nodes.values()),
+            "expected_provider": expected,
+            "fallback_nodes": fallback_count(nodes, expected),
+            "session_providers": list(job.provider.execution_providers),
+            "source": "graph_assignment",
+        },
+        "warnings": [],
+    }
+
+
+class ScriptedWorker:
+    """One artifact's scripted process (`qualify.runner.RoundWorker`)."""
+
+    def __init__(self, job: WorkerJob, script: Script, pid: int) -> None:
+        self.job, self.script, self.pid = job, script, pid
+        self.alive = script.dies != "ready"
+        self.rounds = 0
+        self._rng = np.random.default_rng(pid)
+        if self.alive:
+            np.savez(job.outputs_path, allow_pickle=False, **dict(script.outputs))
+
+    def ready(self) -> bool:
+        return self.alive
+
+    def round(self, cmd: dict[str, Any]) -> dict[str, Any] | None:
+        if self.script.dies == "round":
+            self.alive = False
+            return None
+        self.rounds += 1
+        n = max(1, min(int(cmd["max_samples"]), int(float(cmd["time_s"]) / self.script.latency_s)))
+        samples = self.script.latency_s * (1 + 0.01 * self._rng.random(n))
+        ns = (samples * 1e9).astype(np.int64)
+        return {"samples_ns": ns.tolist(), "duration_s": float(samples.sum())}
+
+    def finish(self, configs: list[dict[str, int]]) -> WorkerOutcome:
+        self.alive = False
+        died = self.script.dies
+        result = {} if died else _result(self.job, self.script)
+        return WorkerOutcome(
+            result=result,
+            error_code="crashed" if died else None,
+            error_message=f"the scripted process ended at {died}" if died else None,
+            peak_rss_mb=None if died else 80.0,
+            peak_rss_source=None if died else "vmhwm",
+            exit_status=1 if died else 0,
+            signal_name=None,
+            wall_s=0.01,
+        )
+
+    def close(self) -> None:
+        self.alive = False
+
+
+@dataclass
+class ScriptedWorkers:
+    """Scripts by artifact digest; what was started, for the test to inspect."""
+
+    scripts: Mapping[str, Script]
+    started: list[ScriptedWorker] = field(default_factory=list)
+    checked: list[WorkerJob] = field(default_factory=list)
+    runtime_version: str = "1.32.0"
+
+    def _script(self, job: WorkerJob) -> Script:
+        return self.scripts.get(job.expected_digest, Script())
+
+    def serve(
+        self,
+        job: WorkerJob,
+        workdir: Path,
+        *,
+        timeout_s: float,
+        on_start: Callable[[int], None] | None = None,
+    ) -> ScriptedWorker:
+        worker = ScriptedWorker(job, self._script(job), pid=1000 + len(self.started))
+        self.started.append(worker)
+        if on_start is not None:
+            on_start(worker.pid)
+        return worker
+
+    def run(self, job: WorkerJob, workdir: Path, *, timeout_s: float) -> WorkerOutcome:
+        self.checked.append(job)
+        error = self._script(job).load_error
+        return WorkerOutcome(
+            result={} if error else {"ok": True},
+            error_code=error,
+            error_message=f"scripted {error}" if error else None,
+            peak_rss_mb=None,
+            exit_status=0,
+            signal_name=None,
+            wall_s=0.01,
+        )
+
+    def probe(self) -> dict[str, Any]:
+        return {
+            "package": "onnxruntime",
+            "version": self.runtime_version,
+            "build_info": "scripted",
+            "available_providers": [CPU],
+            "ep_devices": [],
+        }
+
+    def seam(self) -> Workers:
+        """The seam `qualify_run` takes."""
+        return Workers(serve=self.serve, run=self.run, probe=self.probe)

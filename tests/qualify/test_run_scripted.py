@@ -1,0 +1,105 @@
+"""The whole run (`qualify_run`) driven through its worker seam by scripted processes: the
+verdicts, cells, bundle and rollback check that each way a worker behaves must give."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from matrix.store import Store
+from qualify.project import load_project
+from qualify.run import RunOptions, RunOutcome, qualify_run
+from tests.qualify.projects import write_project
+from tests.qualify.scripted import CPU, Script, ScriptedWorkers, digest_of
+
+BASELINE = "identity_mlp"
+CANDIDATE = "classifier"
+
+
+def _run(tmp_path: Path, baseline: Script, candidate: Script) -> tuple[RunOutcome, ScriptedWorkers]:
+    project = write_project(tmp_path, [CANDIDATE])
+    models = tmp_path / "models"
+    workers = ScriptedWorkers(
+        {
+            digest_of(models / f"{BASELINE}.onnx"): baseline,
+            digest_of(models / f"{CANDIDATE}.onnx"): candidate,
+        }
+    )
+    outcome = qualify_run(
+        load_project(project),
+        "here-cpu",
+        RunOptions(db_path=tmp_path / "m.duckdb", measure_alone=False),
+        workers=workers.seam(),
+    )
+    return outcome, workers
+
+
+def _cells(outcome: RunOutcome) -> dict[str, tuple[str, list[str]]]:
+    return {c.artifact_name: (c.verdict, [r.code for r in c.reasons]) for c in outcome.bundle.cells}
+
+
+def test_a_scripted_run_lands_in_the_matrix_with_the_verdicts_its_workers_earned(
+    tmp_path: Path,
+) -> None:
+    fallback = Script(placement={CPU: 7, "CUDAExecutionProvider": 3})
+    outcome, workers = _run(tmp_path, Script(), fallback)
+    assert _cells(outcome) == {
+        BASELINE: ("pass", []),
+        CANDIDATE: ("fail", ["provider_fallback"]),
+    }
+    assert outcome.written and outcome.bundle_path.exists()
+    with Store.open(tmp_path / "m.duckdb", read_only=True) as db:
+        stored = {c.artifact_name: c.verdict for c in db.latest_cells()}
+    assert stored == {BASELINE: "pass", CANDIDATE: "fail"}
+    # Each artifact had its own process. With no manifest yet the class rolls back to the
+    # baseline, which this run measured: that cell is the proof, no extra process needed.
+    assert len(workers.started) == 2 and all(w.rounds >= 2 for w in workers.started)
+    rollback = outcome.bundle.run.rollback
+    assert rollback is not None and rollback.loaded
+    assert rollback.artifact_digest == outcome.bundle.cells[0].artifact_digest
+    assert workers.checked == []
+
+
+def test_a_candidate_twice_as_slow_fails_max_slowdown_and_its_twin_passes(tmp_path: Path) -> None:
+    slow, _ = _run(tmp_path / "slow", Script(latency_s=0.001), Script(latency_s=0.002))
+    verdict, codes = _cells(slow)[CANDIDATE]
+    assert (verdict, codes) == ("fail", ["slower_than_baseline"])
+    twin, _ = _run(tmp_path / "twin", Script(latency_s=0.001), Script(latency_s=0.001))
+    assert _cells(twin)[CANDIDATE] == ("pass", [])
+
+
+def test_a_candidate_that_dies_in_its_first_round_is_an_error_and_the_baseline_still_lands(
+    tmp_path: Path,
+) -> None:
+    outcome, _ = _run(tmp_path, Script(), Script(dies="round"))
+    assert _cells(outcome) == {BASELINE: ("pass", []), CANDIDATE: ("error", ["crashed"])}
+    died = next(c for c in outcome.bundle.cells if c.artifact_name == CANDIDATE)
+    assert died.latency == [] and died.peak_rss_mb is None and died.placement is None
+
+
+def test_a_baseline_that_never_gets_ready_leaves_the_candidate_without_parity(
+    tmp_path: Path,
+) -> None:
+    outcome, _ = _run(tmp_path, Script(dies="ready"), Script())
+    cells = _cells(outcome)
+    assert cells[BASELINE] == ("error", ["crashed"])
+    assert cells[CANDIDATE] == ("insufficient", ["baseline_failed"])
+
+
+def test_candidate_outputs_off_the_baseline_fail_parity_with_the_measured_error(
+    tmp_path: Path,
+) -> None:
+    off = {"y": np.linspace(0.0, 1.0, 64, dtype=np.float32).reshape(4, 16) + 0.5}
+    outcome, _ = _run(tmp_path, Script(), Script(outputs=off))
+    assert _cells(outcome)[CANDIDATE] == ("fail", ["parity_failed"])
+    reason = next(c for c in outcome.bundle.cells if c.artifact_name == CANDIDATE).reasons[0]
+    assert "max_abs 0.5" in reason.message
+
+
+def test_a_baseline_that_cannot_run_refutes_the_rollback_to_it(tmp_path: Path) -> None:
+    outcome, workers = _run(tmp_path, Script(dies="round"), Script())
+    rollback = outcome.bundle.run.rollback
+    assert rollback is not None and not rollback.loaded
+    assert "ended at round" in (rollback.error or "")
+    assert workers.checked == []
