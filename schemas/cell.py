@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from schemas.base import Digest, Document, Precision, Role, Verdict
 from schemas.host import Fingerprint
@@ -48,8 +48,23 @@ REASON_CODES: dict[str, str] = {code: REASONS[code] for code in CELL_CODES}
 class Reason(Document):
     """A machine-readable reason code with a sentence a person can act on."""
 
-    code: str = Field(description="Reason code; see REASON_CODES.")
+    code: str = Field(
+        description="Reason code, one of schemas.reasons.REASONS: "
+        + "; ".join(f"{code}: {meaning}" for code, meaning in REASONS.items())
+        + ".",
+        json_schema_extra={"enum": list(REASONS)},
+    )
     message: str = Field(description="One sentence with the evidence.")
+
+    @field_validator("code")
+    @classmethod
+    def _known_code(cls, code: str) -> str:
+        if code not in REASONS:
+            raise ValueError(
+                f"unknown reason code {code[:60]!r}; known: {', '.join(REASONS)} "
+                "(written by a newer qualify? use that version to read it)"
+            )
+        return code
 
 
 class Placement(Document):
