@@ -195,36 +195,38 @@ def _slowdown(cell: Cell, host_class: HostClass) -> Finding:
     return _passed() if compared else Finding("off")
 
 
-def _peak_rss(cell: Cell, host_class: HostClass) -> Finding:
-    budget = host_class.budgets.peak_rss_mb
+def _within(value: float | None, budget: float | None, what: str, code: str, shown: str) -> Finding:
+    """A measured value against an optional budget: ``<code>_missing`` when the budget is set
+    but nothing was measured, ``<code>_over_budget`` when it is exceeded."""
     if budget is None:
         return Finding("off")
-    if cell.peak_rss_mb is None:
-        return _undecided("peak_rss_missing", "peak memory was not measured; budget is set")
-    if cell.peak_rss_mb > budget:
-        return _failed(
-            Reason(
-                code="peak_rss_over_budget",
-                message=f"peak RSS {cell.peak_rss_mb:.0f} MB > budget {budget:g} MB",
-            )
-        )
+    if value is None:
+        return _undecided(f"{code}_missing", f"{what} was not measured; budget is set")
+    if value > budget:
+        return _failed(Reason(code=f"{code}_over_budget", message=shown))
     return _passed()
+
+
+def _peak_rss(cell: Cell, host_class: HostClass) -> Finding:
+    budget, value = host_class.budgets.peak_rss_mb, cell.peak_rss_mb
+    return _within(
+        value,
+        budget,
+        "peak memory",
+        "peak_rss",
+        f"peak RSS {value or 0:.0f} MB > budget {budget or 0:g} MB",
+    )
 
 
 def _cold_init(cell: Cell, host_class: HostClass) -> Finding:
-    budget = host_class.budgets.cold_init_ms
-    if budget is None:
-        return Finding("off")
-    if cell.cold_init_ms is None:
-        return _undecided("cold_init_missing", "cold init was not measured; budget is set")
-    if cell.cold_init_ms > budget:
-        return _failed(
-            Reason(
-                code="cold_init_over_budget",
-                message=f"cold init {_fmt(cell.cold_init_ms)} > budget {_fmt(budget)}",
-            )
-        )
-    return _passed()
+    budget, value = host_class.budgets.cold_init_ms, cell.cold_init_ms
+    return _within(
+        value,
+        budget,
+        "cold init",
+        "cold_init",
+        f"cold init {_fmt(value or 0.0)} > budget {_fmt(budget or 0.0)}",
+    )
 
 
 GATES: tuple[Gate, ...] = (

@@ -39,7 +39,7 @@ EXIT_INTERNAL = 70
 """An unexpected error (a bug), as sysexits' EX_SOFTWARE."""
 
 
-class QualifyGroup(click.Group):
+class _QualifyGroup(click.Group):
     """A group that turns known errors into messages and exit codes."""
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -88,7 +88,7 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     sys.exit(code)
 
 
-def project_option(f: F) -> F:
+def _project_option(f: F) -> F:
     return click.option(
         "--project",
         "project_path",
@@ -99,7 +99,7 @@ def project_option(f: F) -> F:
     )(f)
 
 
-def db_option(f: F) -> F:
+def _db_option(f: F) -> F:
     return click.option(
         "--db",
         "db_path",
@@ -110,7 +110,7 @@ def db_option(f: F) -> F:
     )(f)
 
 
-@click.group(cls=QualifyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_QualifyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="qualify")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 def cli(debug: bool) -> None:
@@ -119,8 +119,8 @@ def cli(debug: bool) -> None:
 
 @cli.command("run")
 @click.option("--host-class", "host_class", required=True, help="Host class to qualify.")
-@project_option
-@db_option
+@_project_option
+@_db_option
 @click.option(
     "--emulate",
     is_flag=True,
@@ -169,8 +169,8 @@ def matrix_group() -> None:
 
 
 @matrix_group.command("show")
-@db_option
-@project_option
+@_db_option
+@_project_option
 @click.option(
     "--format",
     "fmt",
@@ -210,7 +210,7 @@ def _require_db(db_path: Path) -> None:
 
 @matrix_group.command("ingest")
 @click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
-@db_option
+@_db_option
 def matrix_ingest(bundles: tuple[Path, ...], db_path: Path) -> None:
     """Load run bundles (from other hosts) into the matrix; idempotent by run id."""
     from matrix.ingest import ingest_bundles
@@ -232,7 +232,7 @@ def matrix_ingest(bundles: tuple[Path, ...], db_path: Path) -> None:
     type=click.Path(path_type=Path, file_okay=False),
     help="Directory to write one Parquet file per table.",
 )
-@db_option
+@_db_option
 def matrix_export(out_dir: Path, db_path: Path) -> None:
     """Export the matrix tables and view as Parquet."""
     from matrix.store import Store
@@ -245,8 +245,8 @@ def matrix_export(out_dir: Path, db_path: Path) -> None:
 
 
 @matrix_group.command("stale")
-@db_option
-@project_option
+@_db_option
+@_project_option
 @click.option(
     "--since",
     default="7d",
@@ -279,7 +279,7 @@ def telemetry_group() -> None:
 
 @telemetry_group.command("ingest")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@db_option
+@_db_option
 def telemetry_ingest(files: tuple[Path, ...], db_path: Path) -> None:
     """Load JSON-lines telemetry files; idempotent, bad lines reported and skipped."""
     from datetime import UTC, datetime
@@ -334,7 +334,7 @@ def _check_defaults() -> Any:
     help="Manifest to compare with; default: the newest in the matrix, else ./manifest.json.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the alerts as JSON.")
-@db_option
+@_db_option
 def telemetry_check(
     since: str,
     tolerance: float,
@@ -423,8 +423,8 @@ def manifest_group() -> None:
     help="Base URL hosts fetch artifacts from (BASE/sha256/<hex>.onnx); default: file:// URIs "
     "of the artifact store beside the matrix.",
 )
-@project_option
-@db_option
+@_project_option
+@_db_option
 def manifest_generate(
     release: str,
     out: Path,
@@ -556,8 +556,8 @@ def manifest_show(path: Path) -> None:
     type=click.Path(path_type=Path, dir_okay=False, exists=True),
     help="Trusted public key to verify the manifest's signature for the header.",
 )
-@project_option
-@db_option
+@_project_option
+@_db_option
 def report_cmd(
     out: Path, manifest_path: Path | None, pubkey: Path | None, project_path: Path, db_path: Path
 ) -> None:

@@ -21,7 +21,15 @@ from qualify.text import one_line
 from schemas.cell import Cell, RunBundle
 from schemas.project import Project
 
-__all__ = ["RunDisplay", "plain", "print_matrix", "rows_to_csv", "run_summary", "with_budgets"]
+__all__ = [
+    "RunDisplay",
+    "cell_summary",
+    "plain",
+    "print_matrix",
+    "rows_to_csv",
+    "run_summary",
+    "with_budgets",
+]
 
 VERDICT_STYLE = {"pass": "green", "fail": "red", "insufficient": "yellow", "error": "magenta"}
 

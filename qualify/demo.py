@@ -136,7 +136,7 @@ ASSETS = {
 }
 
 
-def lay_out(workdir: Path) -> Path:
+def _lay_out(workdir: Path) -> Path:
     """Copy the packaged model and data into ``workdir`` and write ``qualify.yaml``.
 
     Returns:
@@ -155,7 +155,7 @@ def lay_out(workdir: Path) -> Path:
     return project_path
 
 
-def resolve_as_host(
+def _resolve_as_host(
     workdir: Path, name: str, host_class: HostClass, runtime_version: str
 ) -> tuple[int, dict[str, object]]:
     """Run the real ``resolve-artifact`` as a host of ``name`` would (its runtime package and
@@ -202,7 +202,7 @@ def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
     from qualify.project import load_project
     from qualify.run import RunOptions, qualify_run
 
-    project_path = lay_out(workdir)
+    project_path = _lay_out(workdir)
     echo(f"demo project: {project_path}")
     loaded = load_project(project_path)
     db_path = workdir / "qualify.duckdb"
@@ -222,7 +222,7 @@ def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
         rows = with_budgets(db.matrix_rows(), loaded.project)
     echo("")
     print_matrix(rows)
-    release(workdir, loaded, db_path, runtime_version, echo)
+    _release(workdir, loaded, db_path, runtime_version, echo)
     import sys
 
     exe = Path(sys.executable).parent / "qualify"
@@ -234,7 +234,7 @@ def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
     return ok
 
 
-def release(
+def _release(
     workdir: Path, loaded: LoadedProject, db_path: Path, runtime_version: str, echo: Echo
 ) -> None:
     """Sign a manifest from the demo matrix, resolve every class as its hosts would, report."""
@@ -267,7 +267,7 @@ def release(
     )
     echo("\n== resolve-artifact on a host of each class")
     for name, host_class in loaded.project.host_classes.items():
-        code, answer = resolve_as_host(workdir, name, host_class, runtime_version)
+        code, answer = _resolve_as_host(workdir, name, host_class, runtime_version)
         entry = signed.entries[name]
         served = answer.get("served", "artifact")
         chosen = entry.rollback if served == "rollback" else entry.artifact
@@ -282,10 +282,10 @@ def release(
             loaded, db, workdir / "report.html", now=now, pubkey=workdir / "release.pub"
         )
     echo(f"\n== qualify report\n  {path}")
-    watch(workdir, db_path, result.manifest, now, echo)
+    _watch(workdir, db_path, result.manifest, now, echo)
 
 
-def watch(workdir: Path, db_path: Path, manifest: Manifest, now: datetime, echo: Echo) -> None:
+def _watch(workdir: Path, db_path: Path, manifest: Manifest, now: datetime, echo: Echo) -> None:
     """Sample telemetry from the fleet (with two injected problems), ingest it and check it."""
     from matrix.store import Store
     from qualify.demo_telemetry import run_demo_telemetry

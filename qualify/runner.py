@@ -32,6 +32,7 @@ __all__ = [
     "ServedWorker",
     "WorkerOutcome",
     "Workers",
+    "child_peak_rss_mb",
     "hwm_kb",
     "probe_runtime",
     "run_worker",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import numpy as np
@@ -30,6 +31,25 @@ def _class(view: ReportView, name: str) -> ClassView:
 
 def _row(cls: ClassView, label: str) -> tuple[tuple[str, str], ...]:
     return next(r.values for r in cls.compare if r.label == label)
+
+
+def _one_class(
+    seed: int, candidate_p99: Callable[[float], float], samples: int
+) -> tuple[Fleet, str, ReportView]:
+    """One class, one run: a baseline and a candidate whose p99 is a function of the budget."""
+    fleet = Fleet(project=synthetic_fleet(1).project, seed=seed)
+    name = next(iter(fleet.project.host_classes))
+    budget = fleet.project.host_classes[name].budgets.p99_ms
+    fleet.qualify(name, candidate_p99_ms=candidate_p99(budget), samples=samples)
+    view = build_report(
+        fleet.project,
+        fleet.cells,
+        fleet.runs,
+        fleet.samples,
+        now=datetime(2025, 1, 1, tzinfo=UTC),
+        tool_version="x",
+    )
+    return fleet, name, view
 
 
 def test_class_without_measurement_says_not_measured(golden_view: ReportView) -> None:
@@ -180,17 +200,7 @@ def test_manifest_snapshot_other_than_the_matrix_is_said() -> None:
     seed=st.integers(min_value=0, max_value=2**16),
 )
 def test_chart_values_stay_within_the_samples(p99: float, n: int, seed: int) -> None:
-    fleet = Fleet(project=synthetic_fleet(1).project, seed=seed)
-    name = next(iter(fleet.project.host_classes))
-    fleet.qualify(name, candidate_p99_ms=p99, samples=n)
-    view = build_report(
-        fleet.project,
-        fleet.cells,
-        fleet.runs,
-        fleet.samples,
-        now=datetime(2025, 1, 1, tzinfo=UTC),
-        tool_version="x",
-    )
+    fleet, _, view = _one_class(seed, lambda _budget: p99, n)
     chart = view.classes[0].chart
     assert chart is not None
     for series, cell in zip(chart.data["series"], fleet.cells, strict=True):
@@ -249,18 +259,8 @@ def test_the_report_colours_a_p99_exactly_as_the_gate_judges_it(
     # the budget is undecided (warn) in the heatmap and the comparison, never failed or passed.
     from manifest.gates import assess
 
-    fleet = Fleet(project=synthetic_fleet(1).project, seed=seed)
-    name = next(iter(fleet.project.host_classes))
+    fleet, name, view = _one_class(seed, lambda budget: budget * ratio, n)
     cls = fleet.project.host_classes[name]
-    fleet.qualify(name, candidate_p99_ms=cls.budgets.p99_ms * ratio, samples=n)
-    view = build_report(
-        fleet.project,
-        fleet.cells,
-        fleet.runs,
-        fleet.samples,
-        now=datetime(2025, 1, 1, tzinfo=UTC),
-        tool_version="x",
-    )
     heat = next(r for r in view.heatmap if r.host_class == name)
     bounds = _row(_class(view, name), "p99 bound")
     tones = {"pass": "ok", "fail": "bad", "undecided": "warn"}
