@@ -45,6 +45,7 @@ from matrix.migrations import (
     check_current,
     current_version,
 )
+from schemas.atomic import read_bounded
 from schemas.cell import Cell, RunBundle, RunRecord
 
 __all__ = ["EXPORTED", "MEMORY", "LockWait", "Store"]
@@ -79,6 +80,8 @@ _LOCK_MARK = "Could not set lock on file"
 _ANNOUNCE_EVERY_S = 10.0
 """A wait for the file lock is said when it starts, when the holder changes, and this often."""
 _PID_RE = re.compile(r"PID (\d+)")
+_DUCKDB_MAGIC_START, _DUCKDB_MAGIC_END = 8, 12
+"""Where a DuckDB file's header says ``DUCK``."""
 _FIRST_DELAY_S = 0.05
 _MAX_DELAY_S = 1.0
 
@@ -305,6 +308,22 @@ def _latency_rows(cell: Cell) -> list[dict[str, Any]]:
     ]
 
 
+def _check_duckdb_file(file: Path) -> None:
+    """Refuse, by name, an existing file that is not a DuckDB database (DuckDB's own message
+    for one is about in-memory databases or invalid files, and says nothing of what to do)."""
+    try:
+        head = read_bounded(file, _DUCKDB_MAGIC_END)
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise MatrixError(f"cannot use {file} as the matrix: {error.strerror}") from error
+    if head and head[_DUCKDB_MAGIC_START:_DUCKDB_MAGIC_END] != b"DUCK":
+        raise MatrixError(
+            f"{file} is not a qualify matrix (not a DuckDB database file); pass the path of a "
+            "matrix qualify wrote, or a new path to create one"
+        )
+
+
 class Store:
     """An open matrix database. Create with ``Store.open``; use as a context manager.
 
@@ -378,6 +397,7 @@ class Store:
                     f"no matrix at {file}: run `qualify run` or `qualify matrix ingest` to create "
                     "it, or pass the path of an existing matrix"
                 )
+            _check_duckdb_file(file)
             if not read_only:
                 try:
                     file.parent.mkdir(parents=True, exist_ok=True)

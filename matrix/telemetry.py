@@ -46,7 +46,7 @@ from pydantic import ValidationError
 from matrix.errors import MatrixError, TelemetryFileError
 from matrix.migrations import _rollback_quietly
 from matrix.store import Store
-from schemas.telemetry import TELEMETRY_FORMAT, TelemetryEvent
+from schemas.telemetry import MAX_PROVIDERS, MAX_TEXT_CHARS, TELEMETRY_FORMAT, TelemetryEvent
 
 __all__ = [
     "BLOCK_BYTES",
@@ -280,6 +280,13 @@ def _nodes_map(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     return pa.MapArray.from_arrays(pa.array(offsets), keys, items, mask=mask)
 
 
+def _over(values: pa.Array | pa.ChunkedArray, most: int) -> npt.NDArray[np.bool_]:
+    """Where ``values`` exceed ``most`` (a null is not over)."""
+    return np.asarray(
+        pc.greater(values, most).fill_null(False).to_numpy(zero_copy_only=False), dtype=bool
+    )
+
+
 def _suspects(table: pa.Table) -> npt.NDArray[np.bool_]:
     """Rows the vectorised rules cannot vouch for (the model re-validates them)."""
 
@@ -300,6 +307,8 @@ def _suspects(table: pa.Table) -> npt.NDArray[np.bool_]:
     )
     for name in ("host_id", "host_class", "runtime_revision"):
         flags |= nonempty_missing(name)
+    for name in ("host_id", "host_class", "runtime_revision", "runtime_package"):
+        flags |= _over(pc.utf8_length(col(name)), MAX_TEXT_CHARS)
     digest = col("model_digest")
     flags |= np.asarray(
         pc.and_(
@@ -317,10 +326,13 @@ def _suspects(table: pa.Table) -> npt.NDArray[np.bool_]:
     )
     providers = col("providers").combine_chunks()
     flags |= np.asarray(providers.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    flags |= _over(pc.list_value_length(providers), MAX_PROVIDERS)
     flat = pc.list_flatten(providers)
-    if flat.null_count:
+    too_long = _over(pc.utf8_length(flat), MAX_TEXT_CHARS)
+    if flat.null_count or too_long.any():
         parents = pc.list_parent_indices(providers).to_numpy(zero_copy_only=False)
-        flags[np.unique(parents[flat.is_null().to_numpy(zero_copy_only=False)])] = True
+        wrong = flat.is_null().to_numpy(zero_copy_only=False) | too_long
+        flags[np.unique(parents[wrong])] = True
     for name, low in (("fallback_nodes", 0), ("manifest_version", 1)):
         values = col(name)
         flags |= np.asarray(
@@ -332,6 +344,9 @@ def _suspects(table: pa.Table) -> npt.NDArray[np.bool_]:
     latency_valid = col("latency_ms").is_valid().to_numpy(zero_copy_only=False)
     flags |= latency_valid & np.isnan(latency)
     nodes = col("nodes_per_provider").combine_chunks()
+    names = [nodes.type.field(i).name for i in range(nodes.type.num_fields)]
+    if len(names) > MAX_PROVIDERS or any(len(n) > MAX_TEXT_CHARS for n in names):
+        return np.ones(table.num_rows, dtype=bool)  # the model says which line and why
     for i in range(nodes.type.num_fields):
         child = nodes.field(i)
         if not pa.types.is_integer(child.type):

@@ -29,6 +29,8 @@ from schemas.base import Digest, Document
 
 __all__ = [
     "ALERT_KINDS",
+    "MAX_PROVIDERS",
+    "MAX_TEXT_CHARS",
     "STALE_REASONS",
     "TELEMETRY_FORMAT",
     "Alert",
@@ -88,6 +90,15 @@ STALE_REASONS: dict[str, str] = {
 _Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
 """A count that fits the matrix's BIGINT column: a larger one is a bad line, not a crash."""
 
+MAX_TEXT_CHARS = 256
+"""The longest host id, class name, runtime revision, package or provider name an event may
+carry: a hostname is at most 64, a DNS name 253; anything longer is a bad line, not a row that
+every later query and report has to carry."""
+MAX_PROVIDERS = 32
+"""The most providers (and node-count entries) one event may list; onnxruntime has ~20."""
+
+_Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
+
 
 class TelemetryEvent(Document):
     """One sampled observation from a deployed host: what it runs, where and how fast.
@@ -111,32 +122,33 @@ class TelemetryEvent(Document):
         description="Who wrote it: 'resolve' (resolve-artifact --emit-telemetry, at service "
         "start) or 'session' (manifest.host_events.record_session, from the serving process)."
     )
-    host_id: str = Field(min_length=1, description="The host's name or id (hostname by default).")
-    host_class: str = Field(min_length=1, description="The host class the host resolved as.")
+    host_id: _Text = Field(description="The host's name or id (hostname by default).")
+    host_class: _Text = Field(description="The host class the host resolved as.")
     model_digest: Digest | None = Field(
         default=None,
         description="sha256 of the model the host runs ('sha256:<hex>'); null when it runs "
         "nothing from this manifest (a class on hold).",
     )
-    runtime_revision: str = Field(
-        min_length=1, description="onnxruntime version the host runs, e.g. '1.32.0'."
-    )
-    runtime_package: str | None = Field(
+    runtime_revision: _Text = Field(description="onnxruntime version the host runs, e.g. '1.32.0'.")
+    runtime_package: _Text | None = Field(
         default=None,
         description="onnxruntime distribution, e.g. 'onnxruntime-gpu'; null if unknown.",
     )
-    providers: list[str] = Field(
+    providers: list[_Text] = Field(
+        max_length=MAX_PROVIDERS,
         description="Execution providers: those that received nodes (placement 'actual'), those "
         "registered in the session (placement 'registered'), or those the manifest asks for and "
-        "the host has (placement 'requested')."
+        "the host has (placement 'requested').",
     )
     placement: Placement = Field(
         description="What 'providers' means: 'actual' (from "
         "get_provider_graph_assignment_info), 'registered' (session.get_providers(): placement "
         "unknown) or 'requested' (resolve-artifact: nothing ran yet)."
     )
-    nodes_per_provider: dict[str, _Count] | None = Field(
-        default=None, description="Nodes assigned per provider; null unless placement is 'actual'."
+    nodes_per_provider: dict[_Text, _Count] | None = Field(
+        default=None,
+        max_length=MAX_PROVIDERS,
+        description="Nodes assigned per provider; null unless placement is 'actual'.",
     )
     fallback_nodes: _Count | None = Field(
         default=None,

@@ -371,3 +371,25 @@ def test_a_read_only_store_refuses_writes(db_path: Path) -> None:
         assert store.runs() == []
         with pytest.raises(MatrixError, match="opened read-only"):
             store.write_run(make_bundle("run-1"), empty_samples())
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00garbage", b"{}\n" * 100, bytes(range(256)) * 40])
+def test_a_file_that_is_not_a_duckdb_database_is_refused_by_name_and_left_alone(
+    tmp_path: Path, content: bytes, read_only: bool
+) -> None:
+    path = tmp_path / "notes.duckdb"
+    path.write_bytes(content)
+    with pytest.raises(MatrixError, match="is not a qualify matrix") as caught:
+        Store.open(path, read_only=read_only, wait_s=0)
+    assert str(path) in str(caught.value)
+    assert path.read_bytes() == content
+
+
+def test_a_pipe_given_as_the_matrix_is_refused_without_blocking(tmp_path: Path) -> None:
+    import os
+
+    path = tmp_path / "pipe"
+    os.mkfifo(path)
+    with pytest.raises(MatrixError, match="not a regular file"):
+        Store.open(path)

@@ -232,6 +232,18 @@ MUTATIONS: list[dict[str, Any]] = [
     {"nodes_per_provider": {}},
     {"extra": None},
     {"runtime_revision": _DROP},
+    {"host_id": "h" * 256},
+    {"host_id": "h" * 257},
+    {"host_id": "é" * 257},
+    {"host_class": "c" * 300},
+    {"runtime_revision": "1" * 257},
+    {"runtime_package": "p" * 257},
+    {"runtime_package": "onnxruntime-gpu"},
+    {"providers": ["P" * 257]},
+    {"providers": [f"P{i}" for i in range(33)]},
+    {"providers": [f"P{i}" for i in range(32)]},
+    {"nodes_per_provider": {"N" * 257: 1}},
+    {"nodes_per_provider": {f"N{i}": 1 for i in range(33)}},
 ]
 
 
@@ -373,3 +385,18 @@ def test_an_overlong_line_is_skipped_unread_and_the_rest_kept(
     assert [(b.line, "longer than" in b.message) for b in done.bad] == [(2, True), (4, True)]
     lines = store.connection.execute("SELECT host_id, line FROM telemetry ORDER BY line").fetchall()
     assert lines == [("a", 1), ("b", 3), ("c", 5)]
+
+
+@pytest.mark.parametrize("mutation", MUTATIONS, ids=lambda m: ",".join(m)[:40] or "valid")
+def test_each_mutation_beside_a_valid_line_gets_the_models_verdict(
+    mutation: dict[str, Any], store: Store, tmp_path: Path
+) -> None:
+    lines = [line(host_id="before"), line(**{"host_id": "x", **mutation}), line(host_id="after")]
+    path = write(tmp_path / "t.jsonl", lines)
+    done = ingest_telemetry(store, [path], now=NOW).files[0]
+    kept = [
+        r[0]
+        for r in store.connection.execute("SELECT line FROM telemetry ORDER BY line").fetchall()
+    ]
+    assert kept == [i + 1 for i, raw in enumerate(lines) if _model_accepts(raw)]
+    assert all(len(b.message) <= 400 for b in done.bad)

@@ -22,6 +22,7 @@ from matrix.store import Store
 from qualify.errors import HostMismatchError, ProjectError
 from qualify.project import load_project
 from qualify.run import RunOptions, qualify_run
+from qualify.stats import rounds_for_median_bound
 from tests.models import build, padded_mlp
 from tests.qualify.jobs import make_job
 from tests.qualify.projects import write_project
@@ -361,7 +362,11 @@ def test_interleaved_ab_fails_a_slower_candidate_and_passes_a_twin(tmp_path: Pat
     for cell in (slow, twin):
         for result in cell.latency:
             ratio = result.vs_baseline
-            assert ratio is not None and ratio.rounds >= 10
+            # Pairs are rounds where both sides took samples; the last round before a time cap
+            # may have no time left for one side, so a pair short of the scheduled rounds is
+            # fine as long as the pairs still bound the median ratio.
+            assert ratio is not None
+            assert ratio.rounds >= rounds_for_median_bound(ratio.confidence)
             assert ratio.p50_lower is not None and ratio.p50_lower <= ratio.p50_ratio  # type: ignore[operator]
             assert len(result.rounds) >= 10
             assert {f.position for f in result.rounds} == {0, 1, 2}  # the order alternates
