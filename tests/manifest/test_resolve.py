@@ -509,3 +509,27 @@ def test_class_names_with_quotes_and_unicode_resolve(host: Host) -> None:
     path = dump(sign_document(doc["signed"], fixed_key()), host.tmp / "m.json")
     code, out, err = host.run(path, "--host-class", name, "--json")
     assert (code, json.loads(out)["host_class"]) == (0, name), err
+
+
+@pytest.mark.parametrize("arrived", ["pointer only", "empty folder", "truncated document"])
+def test_a_per_class_set_synced_out_of_order_serves_the_last_known_good(
+    host: Host, arrived: str
+) -> None:
+    # rsync or a CDN may deliver the new `current` pointer before (all of) the set it names.
+    from manifest.build import write_per_class
+
+    directory = host.tmp / "classes"
+    write_per_class(fresh(version=2), fixed_key(), directory)
+    assert host.run(directory, "--host-class", "x86-vnni")[0] == resolve.EXIT_RESOLVED
+    kept = host.lkg()
+    (directory / envelope.CURRENT_POINTER).write_text("v3\n")
+    if arrived != "pointer only":
+        (directory / "v3").mkdir()
+    if arrived == "truncated document":
+        whole = (directory / "v2" / envelope.class_filename("x86-vnni")).read_bytes()
+        (directory / "v3" / envelope.class_filename("x86-vnni")).write_bytes(whole[:100])
+    code, out, err = host.run(directory, "--host-class", "x86-vnni")
+    assert code == resolve.EXIT_RESOLVED, err
+    assert out.strip() == "https://models.example/rec-int8.onnx"
+    assert "using the last-known-good manifest, version 2" in err
+    assert host.lkg() == kept and host.accepted_version() == 2
