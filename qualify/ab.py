@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +66,17 @@ class ConfigEvidence:
     duration_s: float = 0.0
     time_cap_s: float = AUTO_TIME_CAP_FLOOR_S
     """Its sampling time cap: ``workload.time_cap_s``, else adapted after the first round."""
+    inference_round_ns: list[np.ndarray] = field(default_factory=list)
+    """With a pipeline: the model call alone, per round (empty without one)."""
+    stage_ns: dict[str, int] = field(default_factory=dict)
+    """With a pipeline: total time per stage (pre, inference, post) over the rounds."""
+
+    @property
+    def inference_ns(self) -> np.ndarray:
+        """Every inference-only sample (empty without a pipeline)."""
+        if not self.inference_round_ns:
+            return np.empty(0, dtype=np.int64)
+        return np.concatenate(self.inference_round_ns).astype(np.int64)
 
     @property
     def samples_ns(self) -> np.ndarray:
@@ -216,6 +228,7 @@ def interleave(
                     continue  # it ended; its outcome says why
                 ns = np.asarray(reply["samples_ns"], dtype=np.int64)
                 ev.per_round_ns.append(ns)
+                _add_stages(ev, reply)
                 ev.duration_s += float(reply["duration_s"])
                 ev.rounds.append(_figure(ns, index, position, load, _steal(before, cpu_times())))
                 if ns.size:
@@ -236,6 +249,15 @@ def interleave(
                 ev.stopped = "time_cap"
         on_event(f"batch {b}, concurrency {c}: {index} interleaved rounds of {slice_s:.2g} s")
     return Interleaved(evidence=evidence, host_busy=busy)
+
+
+def _add_stages(ev: ConfigEvidence, reply: dict[str, Any]) -> None:
+    """A pipeline round's inference-only samples and stage times, kept beside its samples."""
+    if "inference_ns" not in reply:
+        return
+    ev.inference_round_ns.append(np.asarray(reply["inference_ns"], dtype=np.int64))
+    for stage, ns in dict(reply.get("stage_ns") or {}).items():
+        ev.stage_ns[str(stage)] = ev.stage_ns.get(str(stage), 0) + int(ns)
 
 
 def slowdowns(

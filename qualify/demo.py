@@ -16,6 +16,7 @@ from pathlib import Path
 from qualify.demo_assets import asset_path
 from qualify.project import LoadedProject
 from qualify.runner import probe_runtime
+from schemas.atomic import write_atomic
 from schemas.manifest import Manifest
 from schemas.project import (
     Artifacts,
@@ -25,6 +26,7 @@ from schemas.project import (
     HostClassKey,
     InputSpec,
     MatchRules,
+    Pipeline,
     Policy,
     Project,
     ProviderSpec,
@@ -73,11 +75,14 @@ def demo_project(ort_version: str) -> Project:
             ],
         ),
         workload=Workload(
+            # Raw 0..16 pixel counts, as a scanner hands them over; the service scales them the
+            # way the model was trained (prep.py), and that step is timed with the model.
             inputs={
                 "pixels": InputSpec(
-                    shape=[1, 64], dtype="float32", source="recorded", file="data/digits_inputs.npy"
+                    shape=[1, 64], dtype="uint8", source="recorded", file="data/digits_counts.npy"
                 )
             },
+            pipeline=Pipeline(pre="prep:scale"),
             batch_sizes=[1],
             concurrency=[1, 2],
             parity_samples=256,
@@ -136,6 +141,18 @@ ASSETS = {
 }
 
 
+PREP = '''"""The demo service's pre-processing: raw 0..16 pixel counts to the model's input."""
+
+import numpy as np
+
+
+def scale(feed):
+    """The digits model was trained on counts divided by 16, as float32."""
+    return {"pixels": feed["pixels"].astype(np.float32) / np.float32(16.0)}
+'''
+"""``prep.py`` of the demo workdir: the ``workload.pipeline.pre`` hook."""
+
+
 def _lay_out(workdir: Path) -> Path:
     """Copy the packaged model and data into ``workdir`` and write ``qualify.yaml``.
 
@@ -149,6 +166,13 @@ def _lay_out(workdir: Path) -> Path:
         target = workdir / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(asset_path(name), target)
+    # The recorded inputs are the counts already divided by 16 (exactly: 16 * x is an integer).
+    import numpy as np
+
+    scaled = np.load(workdir / "data/digits_inputs.npy")
+    counts = np.rint(scaled * 16).astype(np.uint8)
+    np.save(workdir / "data/digits_counts.npy", counts)
+    write_atomic(workdir / "prep.py", PREP)
     runtime = probe_runtime()
     project_path = workdir / "qualify.yaml"
     write_project(demo_project(str(runtime["version"])), project_path)

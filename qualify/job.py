@@ -77,6 +77,12 @@ class WorkerJob:
     confidence: float
     budget_p99_ms: float
     postprocess: str
+    pre_hook: str | None
+    """``workload.pipeline.pre`` (``module:function``), None without one."""
+    post_hook: str | None
+    """``workload.pipeline.post``, None without one."""
+    hook_root: str
+    """The project file's folder: hooks are imported from there first."""
     profile_runs: int
     result_path: str | None
     """Set by `qualify.runner` when it spawns the child; None until then."""
@@ -133,11 +139,13 @@ def job_for(
     digest: str,
     host_class: HostClass,
     workload: Workload,
+    root: Path,
     inputs_path: Path,
     work: Path,
     mode: JobMode,
 ) -> WorkerJob:
-    """The job of one artifact on one class, every setting from the project file's models."""
+    """The job of one artifact on one class, every setting from the project file's models
+    (``root``: the project file's folder, where hooks are imported from)."""
     wl = workload
     provider = host_class.provider
     return WorkerJob(
@@ -169,6 +177,9 @@ def job_for(
         confidence=wl.confidence,
         budget_p99_ms=host_class.budgets.p99_ms,
         postprocess=wl.postprocess,
+        pre_hook=wl.pipeline.pre if wl.pipeline else None,
+        post_hook=wl.pipeline.post if wl.pipeline else None,
+        hook_root=str(root),
         profile_runs=wl.profile_runs,
         result_path=None,
         parent_pid=None,

@@ -35,6 +35,8 @@ __all__ = [
     "PROJECT_FILENAME",
     "LoadedProject",
     "dump_project",
+    "hook_problem",
+    "hook_source",
     "load_project",
     "parse_project",
     "write_project",
@@ -737,12 +739,99 @@ def load_project(path: Path, *, check_models: bool = True) -> LoadedProject:
         if (problem := _check_file(loaded, doc, loc, relpath, npy=npy)) is not None
     ]
     problems += _check_lineage(project, doc)
+    problems += _check_hooks(loaded, doc)
     if problems:
         raise _fail(display, doc, problems)
     problems = _check_models(loaded, doc) if check_models else []
     if problems:
         raise _fail(display, doc, problems)
     return loaded
+
+
+MAX_HOOK_SOURCE_BYTES = 4 * 1024 * 1024
+"""The largest hook module source the load check parses."""
+
+
+def _check_hooks(loaded: LoadedProject, doc: _Document) -> list[_Problem]:
+    """Every ``workload.pipeline`` hook names a module that exists (beside the project file, or
+    installed) and a function it defines. Checked without running the user's code: the module's
+    source is parsed, never imported, in this process."""
+    pipeline = loaded.project.workload.pipeline
+    found: list[_Problem] = []
+    for stage in ("pre", "post"):
+        hook = getattr(pipeline, stage) if pipeline is not None else None
+        if hook is None:
+            continue
+        loc: Loc = ("workload", "pipeline", stage)
+        why = hook_problem(loaded.root, hook)
+        if why is not None:
+            message, fix = why
+            found.append(_Problem(loc, message, fix, doc.mark_for(loc)))
+    return found
+
+
+def hook_source(root: Path, module: str) -> Path | None:
+    """The source file of a hook's module: ``<root>/<a>/<b>.py`` (or its package's
+    ``__init__.py``) beside the project file first, as the worker imports it, else an installed
+    module's; None when there is none."""
+    local = root.joinpath(*module.split("."))
+    for candidate in (local.with_suffix(".py"), local / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    origin = spec.origin if spec is not None else None
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
+def hook_problem(root: Path, hook: str) -> tuple[str, str] | None:
+    """Why ``module:function`` cannot be a hook, with the fix; None when it can."""
+    import ast
+
+    module, _, function = hook.partition(":")
+    source = hook_source(root, module)
+    if source is None:
+        return (
+            f"hook {hook!r}: no module {module!r} beside the project file or installed",
+            f"create {module.replace('.', '/')}.py in {root} defining {function}(...), or "
+            "install the package that has it",
+        )
+    try:
+        data = read_bounded(source, MAX_HOOK_SOURCE_BYTES)
+        if len(data) > MAX_HOOK_SOURCE_BYTES:
+            raise ValueError(f"larger than {MAX_HOOK_SOURCE_BYTES // 2**20} MiB")
+        tree = ast.parse(data)
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return f"hook {hook!r}: cannot read {source}: {exc}", f"fix {source}"
+    defined = {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    }
+    defined |= {
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    defined |= {
+        (alias.asname or alias.name).split(".")[0]
+        for node in tree.body
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in node.names
+    }
+    if function in defined:
+        return None
+    close = difflib.get_close_matches(function, sorted(defined), n=1)
+    return (
+        f"hook {hook!r}: {source.name} defines no {function!r}",
+        f"did you mean {module}:{close[0]}?" if close else f"define {function}(...) in {source}",
+    )
 
 
 def _check_lineage(project: Project, doc: _Document) -> list[_Problem]:
@@ -802,7 +891,10 @@ def _check_models(loaded: LoadedProject, doc: _Document) -> list[_Problem]:
             same.append(spec.label)
     if problems:
         return problems
+    pipeline = project.workload.pipeline
     for labels, signature in signatures:
+        if pipeline is not None and pipeline.pre is not None:
+            break  # the pre hook builds the model's feed from the workload's: it owns the match
         label = labels[0] if len(labels) == 1 else f"{labels[0]} (and {', '.join(labels[1:])})"
         problems += _workload_problems(project.workload, label, signature, doc)
     if not problems and signatures:

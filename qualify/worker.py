@@ -21,6 +21,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -284,6 +285,73 @@ def _postprocess(kind: str) -> Callable[[list[Any]], Any]:
     return lambda outs: outs
 
 
+class _Hook:
+    """A ``workload.pipeline`` hook imported in this process. Calling it turns anything it
+    raises into ``hook_failed``, naming the hook and the line of its own code that raised."""
+
+    def __init__(self, stage: str, spec: str, root: str) -> None:
+        import importlib
+
+        self.stage, self.spec = stage, spec
+        module_name, _, name = spec.partition(":")
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        try:
+            module = importlib.import_module(module_name)
+            self.fn: Callable[[Any], Any] = getattr(module, name)
+        except Exception as exc:
+            raise _Failure("hook_failed", self._said(exc, "could not be imported")) from exc
+        if not callable(self.fn):
+            raise _Failure("hook_failed", f"workload.pipeline.{stage} {spec}: not a function")
+        self.file = str(getattr(module, "__file__", "") or "")
+
+    def __call__(self, value: Any) -> Any:
+        try:
+            return self.fn(value)
+        except Exception as exc:
+            raise _Failure("hook_failed", self._said(exc, "raised")) from exc
+
+    def _said(self, exc: BaseException, what: str) -> str:
+        frames = traceback.extract_tb(exc.__traceback__)
+        own = [f for f in frames if getattr(self, "file", None) and f.filename == self.file]
+        at = own[-1] if own else frames[-1] if frames else None
+        where = f" at {Path(at.filename).name}:{at.lineno}" if at is not None else ""
+        return (
+            f"workload.pipeline.{self.stage} {self.spec} {what}{where}: "
+            f"{type(exc).__name__}: {str(exc)[:300]}"
+        )
+
+
+@dataclass
+class _Stages:
+    """A pipeline's hooks in the timed loop, and what each stage cost per thread."""
+
+    pre: _Hook | None
+    post: Callable[[Any], Any]
+    raw: list[dict[str, Any]]
+    """The workload's batches, before ``pre`` (the timed loop calls it on each)."""
+    inference_ns: list[list[int]] = field(default_factory=list)
+    pre_ns: list[int] = field(default_factory=list)
+    post_ns: list[int] = field(default_factory=list)
+
+    def reset(self, concurrency: int) -> None:
+        self.inference_ns = [[] for _ in range(concurrency)]
+        self.pre_ns = [0] * concurrency
+        self.post_ns = [0] * concurrency
+
+    def figures(self) -> dict[str, Any]:
+        """The round's inference-only samples and each stage's total time."""
+        inference = [x for lst in self.inference_ns for x in lst]
+        return {
+            "inference_ns": inference,
+            "stage_ns": {
+                "pre": sum(self.pre_ns),
+                "inference": sum(inference),
+                "post": sum(self.post_ns),
+            },
+        }
+
+
 def _timed_loop(
     session: Any,
     feeds: list[dict[str, Any]],
@@ -291,8 +359,10 @@ def _timed_loop(
     post: Callable[[list[Any]], Any],
     should_stop: Callable[[list[list[int]]], bool],
     check_every: int = 64,
+    stages: _Stages | None = None,
 ) -> list[list[int]]:
-    """C threads share one session; each records perf_counter_ns around run() + post.
+    """C threads share one session; each records perf_counter_ns around run() + post (with a
+    pipeline: around pre + run() + post, and inference alone into ``stages``).
 
     There is no watcher thread: thread 0 checks ``should_stop`` between its own inferences
     (outside the timed region) every ``check_every`` samples, so the harness adds no thread that
@@ -319,15 +389,52 @@ def _timed_loop(
             errors.append(exc)
             stop.set()
 
-    threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(1, concurrency)]
-    for t in threads:
-        t.start()
-    work(0)
-    for t in threads:
-        t.join()
+    def staged(slot: int) -> None:
+        assert stages is not None
+        out, inference = per_thread[slot], stages.inference_ns[slot]
+        pre = stages.pre
+        i = slot
+        clock = time.perf_counter_ns
+        try:
+            while not stop.is_set():
+                raw = stages.raw[i % len(stages.raw)]
+                t0 = clock()
+                feed = pre(raw) if pre is not None else raw
+                t1 = clock()
+                outs = session.run(None, feed)
+                t2 = clock()
+                stages.post(post(outs))
+                t3 = clock()
+                out.append(t3 - t0)
+                inference.append(t2 - t1)
+                stages.pre_ns[slot] += t1 - t0
+                stages.post_ns[slot] += t3 - t2
+                i += concurrency
+                if slot == 0 and len(out) % check_every == 0 and should_stop(per_thread):
+                    stop.set()
+        except BaseException as exc:
+            errors.append(exc)
+            stop.set()
+
+    loop = work
+    if stages is not None:
+        stages.reset(concurrency)
+        loop = staged
+
+    _on_threads(loop, concurrency)
     if errors:
         raise errors[0]
     return per_thread
+
+
+def _on_threads(loop: Callable[[int], None], concurrency: int) -> None:
+    """Run ``loop(slot)`` on ``concurrency`` threads, slot 0 on this one, and wait for all."""
+    threads = [threading.Thread(target=loop, args=(k,), daemon=True) for k in range(1, concurrency)]
+    for t in threads:
+        t.start()
+    loop(0)
+    for t in threads:
+        t.join()
 
 
 def _throughput(
@@ -440,20 +547,96 @@ def _kernel_time_per_provider(
 class _Prepared:
     """A loaded, verified session after cold/warm init, placement and parity outputs."""
 
-    def __init__(self, ort: Any, model: bytes, session: Any, pool: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        ort: Any,
+        model: bytes,
+        session: Any,
+        pool: dict[str, Any],
+        hooks: tuple[_Hook | None, _Hook | None] = (None, None),
+    ) -> None:
         self.ort = ort
         self.model = model
         self.session = session
         self.pool = pool
+        self.pre, self.post = hooks
+        self._raw: dict[int, list[dict[str, Any]]] = {}
         self._feeds: dict[int, list[dict[str, Any]]] = {}
 
-    def feeds(self, job: WorkerJob, batch_size: int) -> list[dict[str, Any]]:
-        """Sixteen batches of ``batch_size`` rows, built once per size."""
-        if batch_size not in self._feeds:
-            self._feeds[batch_size] = [
+    def raw_feeds(self, job: WorkerJob, batch_size: int) -> list[dict[str, Any]]:
+        """Sixteen batches of ``batch_size`` rows as the workload builds them, once per size."""
+        if batch_size not in self._raw:
+            self._raw[batch_size] = [
                 _batch(self.pool, job, k * batch_size, batch_size) for k in range(16)
             ]
+        return self._raw[batch_size]
+
+    def feeds(self, job: WorkerJob, batch_size: int) -> list[dict[str, Any]]:
+        """The model's feeds of `raw_feeds` (through the ``pre`` hook, if any), once per size."""
+        if batch_size not in self._feeds:
+            raw = self.raw_feeds(job, batch_size)
+            self._feeds[batch_size] = raw if self.pre is None else [self.pre(f) for f in raw]
         return self._feeds[batch_size]
+
+    def stages(self, job: WorkerJob, batch_size: int) -> _Stages | None:
+        """The pipeline for the timed loop; None without hooks."""
+        if self.pre is None and self.post is None:
+            return None
+        return _Stages(
+            pre=self.pre,
+            post=self.post if self.post is not None else _identity,
+            raw=self.raw_feeds(job, batch_size)
+            if self.pre is not None
+            else self.feeds(job, batch_size),
+        )
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _answer_arrays(answer: Any) -> dict[str, Any]:
+    """What a ``post`` hook answered, as arrays parity can compare: ``post`` for one array,
+    ``post.<key>`` for each of a mapping's; nothing for an answer that is not numeric."""
+    import numpy as np
+
+    items = answer.items() if isinstance(answer, dict) else [(None, answer)]
+    found: dict[str, Any] = {}
+    for key, value in items:
+        arr = np.asarray(value)
+        if arr.dtype.kind in "biuf":
+            found["post" if key is None else f"post.{key}"] = np.atleast_1d(arr)
+    return found
+
+
+def _save_parity_outputs(
+    session: Any, job: WorkerJob, model_feed: Callable[[int], dict[str, Any]], post: _Hook | None
+) -> None:
+    """The model's outputs (and, with a ``post`` hook, what it answers) on identical rows, one
+    row at a time (works for fixed batch dims too), for the parent's parity check."""
+    import numpy as np
+
+    names = [o.name for o in session.get_outputs()]
+    rows = job.parity_rows
+    collected: dict[str, list[Any]] = {n: [] for n in names}
+    builtin = _postprocess(job.postprocess)
+    try:
+        for r in range(rows):
+            outs = session.run(None, model_feed(r))
+            for n, o in zip(names, outs, strict=True):
+                collected[n].append(np.asarray(o))
+            if post is not None:  # what the service answers is compared too
+                for key, arr in _answer_arrays(post(builtin(outs))).items():
+                    collected.setdefault(key, []).append(arr)
+    except _Failure:
+        raise
+    except Exception as exc:
+        raise _Failure(classify_exception(exc, "run"), f"{type(exc).__name__}: {exc}") from exc
+    np.savez(
+        job.outputs_path,
+        allow_pickle=False,
+        **{n: np.concatenate(v, axis=0) for n, v in collected.items()},
+    )
 
 
 def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
@@ -482,6 +665,12 @@ def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
         )
     pool = dict(np.load(job.inputs_path))
     expected = job.provider.expected
+    pre = _Hook("pre", job.pre_hook, job.hook_root) if job.pre_hook else None
+    post = _Hook("post", job.post_hook, job.hook_root) if job.post_hook else None
+
+    def model_feed(start: int) -> dict[str, Any]:
+        raw = _batch(pool, job, start, 1)
+        return pre(raw) if pre is not None else raw
 
     # Cold init: session creation plus first inference in this fresh process.
     with warnings.catch_warnings(record=True) as caught:
@@ -493,7 +682,7 @@ def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
             raise _Failure(classify_exception(exc, "load"), f"{type(exc).__name__}: {exc}") from exc
         t1 = time.perf_counter_ns()
     result["warnings"] = [str(w.message) for w in caught]
-    first_feed = _batch(pool, job, 0, 1)
+    first_feed = model_feed(0)
     try:
         session.run(None, first_feed)
     except Exception as exc:
@@ -521,23 +710,8 @@ def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
     if before_warm is not None and reset_hwm():
         result["hwm_before_warm_kb"] = before_warm
 
-    # Parity outputs on identical rows, one row at a time (works for fixed batch dims too).
-    names = [o.name for o in session.get_outputs()]
-    rows = job.parity_rows
-    collected: dict[str, list[Any]] = {n: [] for n in names}
-    try:
-        for r in range(rows):
-            outs = session.run(None, _batch(pool, job, r, 1))
-            for n, o in zip(names, outs, strict=True):
-                collected[n].append(np.asarray(o))
-    except Exception as exc:
-        raise _Failure(classify_exception(exc, "run"), f"{type(exc).__name__}: {exc}") from exc
-    np.savez(
-        job.outputs_path,
-        allow_pickle=False,
-        **{n: np.concatenate(v, axis=0) for n, v in collected.items()},
-    )
-    return _Prepared(ort, model, session, pool)
+    _save_parity_outputs(session, job, model_feed, post)
+    return _Prepared(ort, model, session, pool, (pre, post))
 
 
 def _profile(prepared: _Prepared, job: WorkerJob, result: dict[str, Any]) -> None:
@@ -567,6 +741,8 @@ def _measure(job: WorkerJob, result: dict[str, Any]) -> None:
     for b, c in job.configs:
         try:
             flat, doc = _latency_config(prepared.session, prepared.feeds(job, b), c, post, job)
+        except _Failure:
+            raise
         except Exception as exc:
             raise _Failure(classify_exception(exc, "run"), f"{type(exc).__name__}: {exc}") from exc
         samples[f"b{b}_c{c}"] = flat
@@ -592,10 +768,12 @@ def _round(
         done = sum(len(x) for x in per_thread)
         return done >= most or time.perf_counter() - started >= limit_s
 
-    per_thread = _timed_loop(session, feeds, c, post, should_stop, check_every=8)
+    stages = prepared.stages(job, b)
+    per_thread = _timed_loop(session, feeds, c, post, should_stop, check_every=8, stages=stages)
     return {
         "samples_ns": [x for lst in per_thread for x in lst],
         "duration_s": time.perf_counter() - started,
+        **(stages.figures() if stages is not None else {}),
     }
 
 
@@ -623,6 +801,8 @@ def _serve(job: WorkerJob, result: dict[str, Any]) -> None:
         if cmd.get("cmd") == "round":
             try:
                 _reply(fd, _round(prepared, job, post, cmd))
+            except _Failure:
+                raise
             except Exception as exc:
                 code = classify_exception(exc, "run")
                 raise _Failure(code, f"{type(exc).__name__}: {exc}") from exc

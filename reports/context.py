@@ -234,12 +234,17 @@ def _compare(
         return _flags(cell, runs, settings)
 
     flagged = any(flags(c)[0] != "current" for c in cells if c is not None)
+    staged = any(
+        c is not None and c.gate_latency is not None and c.gate_latency.stage_share is not None
+        for c in cells
+    )
     return (
         row("verdict", _verdict),
         *([row("measured", flags)] if flagged else []),
         row("gate config", _config),
-        row("p50", _gate_ms("p50_ms")),
-        row("p99", _gate_ms("p99_ms")),
+        row("p50" + (" end to end" if staged else ""), _gate_ms("p50_ms")),
+        row("p99" + (" end to end" if staged else ""), _gate_ms("p99_ms")),
+        *([row("inference alone", _inference), row("stages", _stages)] if staged else []),
         row("gates", lambda c: _judged(c, cls)),
         row("p99 bound", _bound, "p99"),
         row("parity", _parity_text, "parity"),
@@ -308,6 +313,24 @@ def _gate_ms(attr: str) -> _Value:
         return ms(getattr(gate, attr)), ""
 
     return get
+
+
+def _inference(cell: Cell) -> tuple[str, Tone]:
+    # The model call alone, beside the end-to-end figures, when a pipeline was timed.
+    gate = cell.gate_latency
+    if gate is None or gate.inference_p50_ms is None or gate.inference_p99_ms is None:
+        return NOT_MEASURED, "muted"
+    return f"p50 {ms(gate.inference_p50_ms)}, p99 {ms(gate.inference_p99_ms)}", ""
+
+
+def _stages(cell: Cell) -> tuple[str, Tone]:
+    # Each stage's share of the timed time: a reader sees when pre-processing dominates.
+    gate = cell.gate_latency
+    if gate is None or gate.stage_share is None:
+        return NOT_MEASURED, "muted"
+    shares = gate.stage_share
+    text = ", ".join(f"{stage} {share:.0%}" for stage, share in shares.items())
+    return text, "warn" if shares.get("inference", 1.0) < 0.5 else ""
 
 
 def _judged(cell: Cell, cls: HostClass | None) -> tuple[str, Tone]:

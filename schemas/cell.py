@@ -172,6 +172,18 @@ class LatencyResult(Document):
         default=None,
         description="For a candidate: its latency relative to the baseline's in the same rounds.",
     )
+    inference_p50_ms: float | None = Field(
+        default=None,
+        description="With workload.pipeline: median of the model call alone (the p50/p99 above "
+        "are end to end: pre + inference + post); null without a pipeline.",
+    )
+    inference_p99_ms: float | None = Field(
+        default=None, description="With workload.pipeline: p99 of the model call alone."
+    )
+    stage_share: dict[Literal["pre", "inference", "post"], float] | None = Field(
+        default=None,
+        description="With workload.pipeline: each stage's share of the timed time (sums to 1).",
+    )
 
 
 class OutputParity(Document):

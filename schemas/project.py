@@ -11,15 +11,17 @@ import difflib
 import hashlib
 import json
 import math
+import re
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from schemas.base import NAME_RE, NAME_RULE, Document, Name, Precision
 
 __all__ = [
     "DEFAULT_TOLERANCES",
+    "HOOK_RE",
     "ITEMSIZE",
     "KNOWN_PROVIDERS",
     "MAX_INPUT_BYTES",
@@ -32,6 +34,7 @@ __all__ = [
     "InputSpec",
     "MatchRules",
     "OutputTolerance",
+    "Pipeline",
     "Policy",
     "Project",
     "ProviderSpec",
@@ -199,6 +202,40 @@ class InputSpec(_ProjectDocument):
         return self
 
 
+HOOK_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
+"""A hook: ``module:function``, the module importable from the project's folder (or
+installed), e.g. ``prep:scale`` for ``scale`` in ``prep.py`` beside the project file."""
+
+
+def _check_hook(value: str | None) -> str | None:
+    if value is not None and not HOOK_RE.fullmatch(value):
+        raise ValueError(
+            f"{value[:80]!r} is not 'module:function' (e.g. 'prep:scale' for def scale in "
+            "prep.py beside the project file)"
+        )
+    return value
+
+
+Hook = Annotated[str, AfterValidator(_check_hook)]
+"""A `HOOK_RE` reference."""
+
+
+class Pipeline(_ProjectDocument):
+    """The user's own code around every timed inference: what serving does besides the model."""
+
+    pre: Hook | None = Field(
+        default=None,
+        description="'module:function' called with the batch as the workload built it "
+        "({input name: array}) and returning the model's feed; timed as the 'pre' stage.",
+    )
+    post: Hook | None = Field(
+        default=None,
+        description="'module:function' called with the model's outputs (a list of arrays, "
+        "after workload.postprocess) and returning what the service would answer (an array, or "
+        "{name: array}, which parity compares too); timed as the 'post' stage.",
+    )
+
+
 class Workload(_ProjectDocument):
     """What a run feeds the model and how latency is sampled."""
 
@@ -251,6 +288,11 @@ class Workload(_ProjectDocument):
     postprocess: Literal["none", "argmax", "softmax"] = Field(
         default="none",
         description="Post-processing included in end-to-end timing (applied to the first output).",
+    )
+    pipeline: Pipeline | None = Field(
+        default=None,
+        description="Pre- and post-processing hooks run around every timed inference: cells "
+        "then report end-to-end latency, inference-only latency and each stage's share.",
     )
 
     @model_validator(mode="after")

@@ -31,6 +31,8 @@ REASONS: dict[str, str] = {
     "digest_mismatch": "the artifact's bytes do not match its digest",
     "load_failed": "the runtime refused the model (unsupported opset or op, bad graph)",
     "run_failed": "inference raised an error",
+    "hook_failed": "a workload.pipeline hook (pre or post) could not be imported or raised; the "
+    "message names the hook and the line",
     "timeout": "the subprocess exceeded its wall-clock limit",
     "out_of_memory": "the subprocess exceeded its memory limit",
     "crashed": "the subprocess died without a result",
@@ -74,6 +76,7 @@ CELL_CODES: tuple[str, ...] = (
     "digest_mismatch",
     "load_failed",
     "run_failed",
+    "hook_failed",
     "timeout",
     "out_of_memory",
     "crashed",
@@ -83,7 +86,15 @@ CELL_CODES: tuple[str, ...] = (
 DECISION_CODES: tuple[str, ...] = tuple(
     code
     for code in REASONS
-    if code not in ("digest_mismatch", "load_failed", "run_failed", "timeout", "out_of_memory")
+    if code
+    not in (
+        "digest_mismatch",
+        "load_failed",
+        "run_failed",
+        "hook_failed",
+        "timeout",
+        "out_of_memory",
+    )
     and code != "crashed"
 )
 """Codes a manifest entry's reasons may carry: the gates the policy re-applies and its own."""

@@ -39,6 +39,7 @@ def make_job(tmp_path: Path, model: Path, *, mode: JobMode = "check", **changes:
         digest="sha256:" + hashlib.sha256(model.read_bytes()).hexdigest(),
         host_class=host_class,
         workload=Workload(inputs={"x": InputSpec(shape=[1, 16], source="recorded", file="in.npy")}),
+        root=tmp_path,
         inputs_path=tmp_path / "in.npz",
         work=tmp_path,
         mode=mode,

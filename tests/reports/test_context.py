@@ -271,3 +271,32 @@ def test_the_report_colours_a_p99_exactly_as_the_gate_judges_it(
         if gate.p99_upper_ms is not None and gate.p99_lower_ms is not None:
             assert heat.cells[index].p99_tone == tones[outcome]
             assert bounds[index][1] == tones[outcome]
+
+
+def test_a_pipeline_shows_end_to_end_inference_alone_and_stage_shares() -> None:
+    fleet, name, _ = _one_class(3, lambda budget: budget / 2, 1000)
+    for index, cell in enumerate(fleet.cells):
+        gate = cell.gate_latency
+        assert gate is not None
+        staged = gate.model_copy(
+            update={
+                "inference_p50_ms": gate.p50_ms / 4,
+                "inference_p99_ms": gate.p99_ms / 4,
+                "stage_share": {"pre": 0.7, "inference": 0.25, "post": 0.05},
+            }
+        )
+        fleet.cells[index] = cell.model_copy(update={"latency": [staged]})
+    view = build_report(
+        fleet.project,
+        fleet.cells,
+        fleet.runs,
+        fleet.samples,
+        now=datetime(2025, 1, 1, tzinfo=UTC),
+        tool_version="x",
+    )
+    cls = _class(view, name)
+    labels = [r.label for r in cls.compare]
+    assert "p50 end to end" in labels and "inference alone" in labels
+    stages = _row(cls, "stages")
+    assert stages[0] == ("pre 70%, inference 25%, post 5%", "warn")
+    assert _row(cls, "inference alone")[0][0].startswith("p50 ")
