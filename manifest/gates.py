@@ -229,6 +229,22 @@ def _cold_init(cell: Cell, host_class: HostClass) -> Finding:
     )
 
 
+def _energy(cell: Cell, host_class: HostClass) -> Finding:
+    gate = cell.gate_latency
+    budget, value = host_class.budgets.energy_mj, gate.energy_mj if gate else None
+    found = _within(
+        value,
+        budget,
+        "energy",
+        "energy",
+        f"{value or 0:.3g} mJ per inference > budget {budget or 0:g} mJ",
+    )
+    if found.outcome == "undecided" and gate is not None and gate.energy_missing:
+        why = f"energy was not measured ({gate.energy_missing}); budget is set"
+        return _undecided("energy_missing", why)
+    return found
+
+
 GATES: tuple[Gate, ...] = (
     Gate(
         "parity",
@@ -272,6 +288,13 @@ GATES: tuple[Gate, ...] = (
         "cold_init_ms",
         ("cold_init_over_budget", "cold_init_missing"),
         _cold_init,
+    ),
+    Gate(
+        "energy",
+        "energy per inference at the gate config is within budgets.energy_mj",
+        "gate_latency.energy_mj (powercap RAPL counters read around the timed rounds)",
+        ("energy_over_budget", "energy_missing"),
+        _energy,
     ),
 )
 """The gates, in the order their reasons are listed."""

@@ -70,6 +70,12 @@ class ConfigEvidence:
     """With a pipeline: the model call alone, per round (empty without one)."""
     stage_ns: dict[str, int] = field(default_factory=dict)
     """With a pipeline: total time per stage (pre, inference, post) over the rounds."""
+    energy_j: dict[str, float] = field(default_factory=dict)
+    """Joules per energy domain over the rounds whose counters were read."""
+    energy_samples: int = 0
+    """The samples of those rounds."""
+    energy_missing: str | None = None
+    """Why a round had no energy figure (the first reason seen)."""
 
     @property
     def inference_ns(self) -> np.ndarray:
@@ -229,6 +235,7 @@ def interleave(
                 ns = np.asarray(reply["samples_ns"], dtype=np.int64)
                 ev.per_round_ns.append(ns)
                 _add_stages(ev, reply)
+                _add_energy(ev, reply, int(ns.size))
                 ev.duration_s += float(reply["duration_s"])
                 ev.rounds.append(_figure(ns, index, position, load, _steal(before, cpu_times())))
                 if ns.size:
@@ -258,6 +265,19 @@ def _add_stages(ev: ConfigEvidence, reply: dict[str, Any]) -> None:
     ev.inference_round_ns.append(np.asarray(reply["inference_ns"], dtype=np.int64))
     for stage, ns in dict(reply.get("stage_ns") or {}).items():
         ev.stage_ns[str(stage)] = ev.stage_ns.get(str(stage), 0) + int(ns)
+
+
+def _add_energy(ev: ConfigEvidence, reply: dict[str, Any], samples: int) -> None:
+    """A round's joules per domain, or why it had none (then the config's figure is null: a
+    total over only some rounds would not be the energy of the samples it is divided by)."""
+    joules = reply.get("energy_j")
+    if not isinstance(joules, dict) or ev.energy_missing is not None:
+        ev.energy_missing = ev.energy_missing or str(reply.get("energy_missing") or "not read")
+        ev.energy_j.clear()
+        return
+    for domain, value in joules.items():
+        ev.energy_j[str(domain)] = ev.energy_j.get(str(domain), 0.0) + float(value)
+    ev.energy_samples += samples
 
 
 def slowdowns(

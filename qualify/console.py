@@ -62,6 +62,8 @@ def cell_summary(cell: Cell) -> dict[str, Any]:
         "inference_p50_ms": gate.inference_p50_ms if gate else None,
         "inference_p99_ms": gate.inference_p99_ms if gate else None,
         "stage_share": gate.stage_share if gate else None,
+        "energy_mj": gate.energy_mj if gate else None,
+        "energy_missing": gate.energy_missing if gate else None,
         "samples": gate.samples if gate else None,
         "nodes_per_provider": cell.placement.nodes_per_provider if cell.placement else None,
         "fallback_nodes": cell.placement.fallback_nodes if cell.placement else None,

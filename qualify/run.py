@@ -137,6 +137,7 @@ def _latency_results(
                 rounds=ev.rounds,
                 vs_baseline=ratios.get((b, c)),
                 **_stage_figures(ev),
+                **_energy_figures(ev),
             )
         )
     return results
@@ -153,6 +154,16 @@ def _stages_line(cell: Cell) -> str | None:
         f"end to end p50 {gate.p50_ms:.3g} ms = {shares} "
         f"(inference alone p50 {gate.inference_p50_ms:.3g} ms)"
     )
+
+
+def _energy_figures(ev: ConfigEvidence) -> dict[str, Any]:
+    """Energy per inference over the rounds, or why there is none."""
+    if ev.energy_missing is not None or not ev.energy_j or ev.energy_samples <= 0:
+        return {"energy_missing": ev.energy_missing or "no round read the energy counters"}
+    return {
+        "energy_mj": sum(ev.energy_j.values()) * 1000.0 / ev.energy_samples,
+        "energy_source": sorted(ev.energy_j),
+    }
 
 
 def _stage_figures(ev: ConfigEvidence) -> dict[str, Any]:

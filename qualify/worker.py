@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from qualify import energy
 from qualify.job import JobError, WorkerJob
 from qualify.procfs import hwm_kb, reset_hwm
 from schemas.rules import fallback_count
@@ -560,8 +561,20 @@ class _Prepared:
         self.session = session
         self.pool = pool
         self.pre, self.post = hooks
+        self._energy: tuple[list[energy.Domain], str | None] | None = None
         self._raw: dict[int, list[dict[str, Any]]] = {}
         self._feeds: dict[int, list[dict[str, Any]]] = {}
+
+    def energy_domains(self) -> list[energy.Domain]:
+        """The energy counters this process can read (found once)."""
+        if self._energy is None:
+            self._energy = energy.discover()
+        return self._energy[0]
+
+    @property
+    def energy_missing(self) -> str | None:
+        """Why there are no energy counters, once looked for."""
+        return self._energy[1] if self._energy is not None else None
 
     def raw_feeds(self, job: WorkerJob, batch_size: int) -> list[dict[str, Any]]:
         """Sixteen batches of ``batch_size`` rows as the workload builds them, once per size."""
@@ -769,10 +782,15 @@ def _round(
         return done >= most or time.perf_counter() - started >= limit_s
 
     stages = prepared.stages(job, b)
+    domains = prepared.energy_domains()
+    before = energy.read(domains)
     per_thread = _timed_loop(session, feeds, c, post, should_stop, check_every=8, stages=stages)
+    spent = energy.energy_between(domains, before, energy.read(domains))
     return {
         "samples_ns": [x for lst in per_thread for x in lst],
         "duration_s": time.perf_counter() - started,
+        "energy_j": spent.joules,
+        "energy_missing": spent.missing or prepared.energy_missing,
         **(stages.figures() if stages is not None else {}),
     }
 

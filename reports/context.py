@@ -271,6 +271,7 @@ def _compare(
             ),
             "memory",
         ),
+        row("energy", _energy_text, "energy"),
         row("digest", lambda c: (short_digest(c.artifact_digest), "")),
         row("other configs", _other_configs),
     )
@@ -313,6 +314,17 @@ def _gate_ms(attr: str) -> _Value:
         return ms(getattr(gate, attr)), ""
 
     return get
+
+
+def _energy_text(cell: Cell) -> tuple[str, Tone]:
+    # Energy per inference at the gate config and the counters it came from, or why none.
+    gate = cell.gate_latency
+    if gate is None:
+        return NOT_MEASURED, "muted"
+    if gate.energy_mj is None:
+        why = f": {gate.energy_missing}" if gate.energy_missing else ""
+        return f"{NOT_MEASURED}{why}", "muted"
+    return f"{gate.energy_mj:.3g} mJ per inference ({', '.join(gate.energy_source or [])})", ""
 
 
 def _inference(cell: Cell) -> tuple[str, Tone]:

@@ -184,6 +184,18 @@ class LatencyResult(Document):
         default=None,
         description="With workload.pipeline: each stage's share of the timed time (sums to 1).",
     )
+    energy_mj: float | None = Field(
+        default=None,
+        description="Energy per inference over the timed rounds, millijoules, from the counters "
+        "named in energy_source (a package counter counts the whole socket: honest when the "
+        "host measured alone); null when none was readable, see energy_missing.",
+    )
+    energy_source: list[str] | None = Field(
+        default=None, description="The counters read, e.g. 'intel-rapl:0 (package-0)'."
+    )
+    energy_missing: str | None = Field(
+        default=None, description="Why energy_mj is null (no counters, not readable, ...)."
+    )
 
 
 class OutputParity(Document):

@@ -520,6 +520,12 @@ class Budgets(_ProjectDocument):
     cold_init_ms: float | None = Field(
         default=None, gt=0, description="Cold init budget: session creation plus first inference."
     )
+    energy_mj: float | None = Field(
+        default=None,
+        gt=0,
+        description="Energy budget per inference at the gate config, millijoules, from the "
+        "host's counters (powercap RAPL package and DRAM); unset: not gated.",
+    )
     max_slowdown: float = Field(
         default=1.0,
         gt=0,

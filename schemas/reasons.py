@@ -23,6 +23,9 @@ REASONS: dict[str, str] = {
     "cold_init_over_budget": "cold init above the class's budget",
     "peak_rss_missing": "peak memory was not measured although the class has a budget",
     "cold_init_missing": "cold init was not measured although the class has a budget",
+    "energy_over_budget": "energy per inference above the class's budgets.energy_mj",
+    "energy_missing": "energy was not measured (no readable counters) although the class has "
+    "a budget",
     "slower_than_baseline": "the candidate is measurably slower than the baseline at p50 or p99 "
     "(the lower bound of the paired ratio is above max_slowdown)",
     "baseline_failed": "the baseline could not run on this class, so a candidate's parity "
@@ -71,6 +74,8 @@ CELL_CODES: tuple[str, ...] = (
     "cold_init_over_budget",
     "peak_rss_missing",
     "cold_init_missing",
+    "energy_over_budget",
+    "energy_missing",
     "slower_than_baseline",
     "baseline_failed",
     "digest_mismatch",

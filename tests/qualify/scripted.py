@@ -35,6 +35,8 @@ class Script:
     load_error: str | None = None
     """The rollback check (``run``) reports this error code."""
     cold_init_ms: float = 12.0
+    energy_mj: float | None = None
+    """Millijoules per inference the package counter reports; None: no counters."""
 
 
 def digest_of(path: Path) -> str:
@@ -84,7 +86,13 @@ class ScriptedWorker:
         n = max(1, min(int(cmd["max_samples"]), int(float(cmd["time_s"]) / self.script.latency_s)))
         samples = self.script.latency_s * (1 + 0.01 * self._rng.random(n))
         ns = (samples * 1e9).astype(np.int64)
-        return {"samples_ns": ns.tolist(), "duration_s": float(samples.sum())}
+        energy = self.script.energy_mj
+        return {
+            "samples_ns": ns.tolist(),
+            "duration_s": float(samples.sum()),
+            "energy_j": None if energy is None else {"intel-rapl:0 (package-0)": energy * n / 1e3},
+            "energy_missing": "no powercap counters (scripted)" if energy is None else None,
+        }
 
     def finish(self, configs: list[dict[str, int]]) -> WorkerOutcome:
         self.alive = False
