@@ -254,6 +254,7 @@ def _provider() -> ProviderJob:
         intra_op_threads=1,
         inter_op_threads=None,
         strict_fallback=False,
+        cpus=None,
     )
 
 

@@ -23,10 +23,11 @@ from manifest.hostmatch import (
     read_host_facts,
     required_isa,
 )
+from qualify.cpus import cpus_for, numa_nodes
 from schemas.host import EpDevice, Fingerprint, RuntimeIdentity
 from schemas.project import HostClass
 
-__all__ = ["class_mismatches", "facts_of", "isa_mismatch", "take_fingerprint"]
+__all__ = ["class_cpus", "class_mismatches", "facts_of", "isa_mismatch", "take_fingerprint"]
 
 
 def take_fingerprint(
@@ -56,6 +57,7 @@ def take_fingerprint(
         isa=isa_summary(facts.arch, facts.cpu_flags),
         cores=os.cpu_count() or 1,
         affinity=affinity,
+        numa_nodes={str(n): cpus for n, cpus in numa_nodes().items()},
         memory_mb=facts.memory_mb,
         os=f"{platform.system()} {platform.release()}",
         python=platform.python_version(),
@@ -94,7 +96,16 @@ def class_mismatches(fp: Fingerprint, host_class: HostClass) -> list[str]:
         failures.append(
             f"runtime.build_info: host build is {have.build_info!r}, class needs {want.build_info!r}"
         )
+    failures += class_cpus(fp, host_class)[1]
     return failures
+
+
+def class_cpus(fp: Fingerprint, host_class: HostClass) -> tuple[list[int] | None, list[str]]:
+    """The CPUs the class's serving process runs on here (`qualify.cpus.cpus_for`), and what of
+    its ``cpu_affinity`` / ``numa_node`` this host cannot give."""
+    nodes = {int(n): cpus for n, cpus in fp.numa_nodes.items()}
+    provider = host_class.provider
+    return cpus_for(provider.cpu_affinity, provider.numa_node, fp.affinity, nodes)
 
 
 def isa_mismatch(fp: Fingerprint, host_class: HostClass) -> list[str]:

@@ -47,6 +47,9 @@ class ProviderJob:
     intra_op_threads: int | None
     inter_op_threads: int | None
     strict_fallback: bool
+    cpus: tuple[int, ...] | None
+    """The CPUs to pin the process to (``provider.cpu_affinity`` and ``numa_node`` resolved on
+    this host by the parent); None: no pinning."""
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,8 @@ class WorkerJob:
             raise JobError(f"job.mode is {fields['mode']!r}; one of {', '.join(_MODES)}")
         try:
             provider["execution_providers"] = tuple(provider["execution_providers"])
+            if provider["cpus"] is not None:
+                provider["cpus"] = tuple(int(c) for c in provider["cpus"])
             fields["configs"] = tuple((int(b), int(c)) for b, c in fields["configs"])
         except (TypeError, ValueError) as exc:
             raise JobError(f"job.configs or job.provider.execution_providers: {exc}") from None
@@ -143,6 +148,7 @@ def job_for(
     inputs_path: Path,
     work: Path,
     mode: JobMode,
+    cpus: list[int] | None = None,
 ) -> WorkerJob:
     """The job of one artifact on one class, every setting from the project file's models
     (``root``: the project file's folder, where hooks are imported from)."""
@@ -161,6 +167,7 @@ def job_for(
             intra_op_threads=provider.intra_op_threads,
             inter_op_threads=provider.inter_op_threads,
             strict_fallback=provider.strict_fallback,
+            cpus=tuple(cpus) if cpus is not None else None,
         ),
         memory_limit_mb=host_class.budgets.memory_limit_mb,
         inputs_path=str(inputs_path),

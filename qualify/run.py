@@ -33,7 +33,7 @@ from matrix.store import Store
 from qualify.ab import ConfigEvidence, comparison_confidence, interleave, slowdowns
 from qualify.artifacts import ArtifactStore
 from qualify.errors import HostMismatchError, ProjectError
-from qualify.fingerprint import class_mismatches, isa_mismatch, take_fingerprint
+from qualify.fingerprint import class_cpus, class_mismatches, isa_mismatch, take_fingerprint
 from qualify.hostlock import lock_wait_message, measuring_alone
 from qualify.job import job_for
 from qualify.parity import compare_outputs
@@ -221,6 +221,7 @@ def _interleaved_outcomes(
                 host_class=host_class,
                 workload=loaded.project.workload,
                 root=loaded.root,
+                cpus=class_cpus(fp, host_class)[0],
                 inputs_path=inputs_path,
                 work=work,
                 mode="serve",
@@ -503,6 +504,7 @@ def qualify_run(
                 parity=parity,
                 error=outcome.error_message if outcome.error_code else None,
                 measured_alone=options.measure_alone,
+                cpus=outcome.result.get("cpus"),
             )
             verdict, why = judge(cell, host_class)
             cell = cell.model_copy(update={"verdict": verdict, "reasons": why})
@@ -515,7 +517,16 @@ def qualify_run(
 
         target = _rollback_target(options.db_path, class_name, host_class, stored[0])
         rollback = _rollback_check(
-            target, cells, store, host_class, loaded, inputs_path, work_root, on_event, workers
+            target,
+            cells,
+            store,
+            host_class,
+            loaded,
+            inputs_path,
+            work_root,
+            on_event,
+            workers,
+            class_cpus(fp, host_class)[0],
         )
     finally:
         held.close()
@@ -613,6 +624,7 @@ def _rollback_check(
     work_root: Path,
     on_event: EventSink,
     workers: Workers,
+    cpus: list[int] | None,
 ) -> RollbackCheck | None:
     """Prove the class's rollback artifact loads and runs one inference under this runtime;
     None when its bytes are not on this machine (nothing proven, nothing refuted)."""
@@ -649,6 +661,7 @@ def _rollback_check(
         host_class=host_class,
         workload=loaded.project.workload,
         root=loaded.root,
+        cpus=cpus,
         inputs_path=inputs_path,
         work=work,
         mode="check",

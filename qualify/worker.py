@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qualify import energy
+from qualify import cpus, energy
 from qualify.job import JobError, WorkerJob
 from qualify.procfs import hwm_kb, reset_hwm
 from schemas.rules import fallback_count
@@ -622,6 +622,23 @@ def _answer_arrays(answer: Any) -> dict[str, Any]:
     return found
 
 
+def _place_on_cores(job: WorkerJob, result: dict[str, Any]) -> None:
+    """Pin this process to the class's CPUs before anything starts a thread (onnxruntime's
+    pools inherit it), and record where it runs."""
+    wanted = job.provider.cpus
+    if wanted is not None:
+        try:
+            cpus.pin(list(wanted))
+        except OSError as exc:
+            raise _Failure(
+                "run_failed",
+                f"cannot run on CPUs {list(wanted)[:16]} (provider.cpu_affinity / numa_node): "
+                f"{exc.strerror or exc}",
+            ) from exc
+    if hasattr(os, "sched_getaffinity"):
+        result["cpus"] = sorted(os.sched_getaffinity(0))
+
+
 def _save_parity_outputs(
     session: Any, job: WorkerJob, model_feed: Callable[[int], dict[str, Any]], post: _Hook | None
 ) -> None:
@@ -654,6 +671,7 @@ def _save_parity_outputs(
 
 def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
     """Digest check, cold init, placement, warm init and parity outputs; None in check mode."""
+    _place_on_cores(job, result)
     t_numpy = time.perf_counter_ns()
     import numpy as np
 

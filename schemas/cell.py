@@ -305,6 +305,11 @@ class Cell(Document):
         "other qualify run measured on the host at the same time); false with --shared-host; "
         "null in cells recorded before it was kept.",
     )
+    cpus: list[int] | None = Field(
+        default=None,
+        description="The CPUs the measuring process ran on (provider.cpu_affinity / numa_node "
+        "applied, else all it was allowed); null in cells recorded before it was kept.",
+    )
 
     @property
     def gate_latency(self) -> LatencyResult | None:

@@ -49,6 +49,11 @@ class Fingerprint(Document):
     )
     cores: int = Field(description="Logical CPUs (os.cpu_count()).")
     affinity: list[int] = Field(description="CPUs this process may run on.")
+    numa_nodes: dict[str, list[int]] = Field(
+        default_factory=dict,
+        description="NUMA node -> its CPUs, from /sys/devices/system/node; empty where the host "
+        "does not say (and in fingerprints older than this field).",
+    )
     memory_mb: int | None = Field(description="Total memory from /proc/meminfo; null if unknown.")
     os: str = Field(description="Operating system and kernel release.")
     python: str = Field(description="Python version.")

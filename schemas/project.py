@@ -447,6 +447,10 @@ _OWN_SESSION_KEYS = {
 }
 
 
+MAX_CPU = 8191
+"""The highest CPU number a class may name (Linux's default NR_CPUS ceiling)."""
+
+
 class ProviderSpec(_ProjectDocument):
     """Execution providers and session options of a class."""
 
@@ -482,6 +486,20 @@ class ProviderSpec(_ProjectDocument):
         default=False,
         description="Set session.disable_cpu_ep_fallback: session creation fails instead of "
         "silently falling back to the CPU.",
+    )
+    cpu_affinity: list[Annotated[int, Field(ge=0, le=MAX_CPU)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_CPU + 1,
+        description="CPUs the serving process runs on (as taskset -c), applied in the measuring "
+        "process before the session is created; unset: wherever the OS puts it. onnxruntime's "
+        "own per-thread pinning is session_config 'session.intra_op_thread_affinities'.",
+    )
+    numa_node: int | None = Field(
+        default=None,
+        ge=0,
+        le=1023,
+        description="Run on this NUMA node's CPUs (intersected with cpu_affinity when both).",
     )
 
     @model_validator(mode="after")
@@ -560,8 +578,16 @@ class HostClass(_ProjectDocument):
     budgets: Budgets = Field(description="Budgets a candidate must meet.")
 
     def settings_digest(self) -> str:
-        """Digest of the runtime and provider settings; a cell measured under another is stale."""
-        doc = {"runtime": self.runtime.model_dump(), "provider": self.provider.model_dump()}
+        """Digest of the runtime and provider settings; a cell measured under another is stale.
+
+        Placement on cores counts once set; unset, it is left out, so that the digests of
+        classes written before it existed do not change."""
+        placement = {"cpu_affinity", "numa_node"}
+        unset = {f for f in placement if getattr(self.provider, f) is None}
+        doc = {
+            "runtime": self.runtime.model_dump(),
+            "provider": self.provider.model_dump(exclude=unset),
+        }
         raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         return "sha256:" + hashlib.sha256(raw).hexdigest()
 
