@@ -593,6 +593,50 @@ def demo_cmd(workdir: Path) -> None:
     sys.exit(0 if ok else 1)
 
 
+@cli.command("init")
+@click.argument("model", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.option(
+    "--candidate",
+    "candidates",
+    multiple=True,
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help="A candidate artifact (repeat for several).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=DEFAULT_PROJECT,
+    show_default=True,
+    help="Project file to write.",
+)
+@click.option("--force", is_flag=True, help="Replace an existing project file.")
+def init_cmd(model: Path, candidates: tuple[Path, ...], out: Path, force: bool) -> None:
+    """Write a first project file from MODEL's own inputs, dtypes and shapes.
+
+    Inputs are generated (seeded); dynamic dimensions other than the batch get a value and a
+    comment saying what to choose; one host class matches this host; budgets are placeholders
+    marked SET. The file loads and runs as written: then edit what it marks.
+    """
+    import platform
+
+    from qualify.init import init_project
+    from qualify.project import load_project
+    from qualify.runner import probe_runtime
+    from schemas.atomic import write_atomic
+
+    if out.exists() and not force:
+        _fail(f"{out} exists; pass --force to replace it, or --out another path")
+    version = str(probe_runtime()["version"])
+    text = init_project(
+        model, list(candidates), out, arch=platform.machine(), runtime_version=version
+    )
+    write_atomic(out, text)
+    load_project(out)  # what was written must load; a failure here is a bug, said as such
+    click.echo(
+        f"wrote {out}: edit the lines marked CHOOSE and SET, then: qualify run --host-class this-host"
+    )
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="qualify")

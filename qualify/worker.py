@@ -654,7 +654,8 @@ def _save_parity_outputs(
         for r in range(rows):
             outs = session.run(None, model_feed(r))
             for n, o in zip(names, outs, strict=True):
-                collected[n].append(np.asarray(o))
+                # One row's output; a scalar output (rank 0) becomes one value per row.
+                collected[n].append(np.atleast_1d(np.asarray(o)))
             if post is not None:  # what the service answers is compared too
                 for key, arr in _answer_arrays(post(builtin(outs))).items():
                     collected.setdefault(key, []).append(arr)

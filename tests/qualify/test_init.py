@@ -1,0 +1,102 @@
+"""``qualify init``: a project file from the model's own inputs, which loads and runs as written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+from qualify.cli import cli
+from qualify.project import load_project
+from qualify.run import RunOptions, qualify_run
+from tests.models import IR_VERSION, OPSET, build
+
+
+def _sequence_model(folder: Path) -> Path:
+    """``tokens`` float32 [N, seq, 8] and ``mask`` int64 [N, seq] -> ``pooled`` [N, 8]."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("ReduceMean", ["tokens"], ["pooled"], axes=[1], keepdims=0),
+            helper.make_node("Cast", ["mask"], ["mask_f"], to=TensorProto.FLOAT),
+            helper.make_node("ReduceSum", ["mask_f"], ["count"], keepdims=0),
+        ],
+        "seq",
+        [
+            helper.make_tensor_value_info("tokens", TensorProto.FLOAT, ["N", "seq", 8]),
+            helper.make_tensor_value_info("mask", TensorProto.INT64, ["N", "seq"]),
+        ],
+        [
+            helper.make_tensor_value_info("pooled", TensorProto.FLOAT, ["N", 8]),
+            helper.make_tensor_value_info("count", TensorProto.FLOAT, []),
+        ],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", min(OPSET, 13))], ir_version=IR_VERSION
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "encoder.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def _init(tmp_path: Path, *args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, ["init", *args, "--out", str(tmp_path / "qualify.yaml")])
+    return result.exit_code, result.output
+
+
+def test_init_writes_the_models_inputs_with_dynamic_axes_made_explicit(tmp_path: Path) -> None:
+    model = _sequence_model(tmp_path / "models")
+    code, said = _init(tmp_path, str(model))
+    assert code == 0, said
+    text = (tmp_path / "qualify.yaml").read_text()
+    assert '"tokens": {shape: [1, 16, 8], dtype: float32' in text
+    assert '"mask": {shape: [1, 16], dtype: int64' in text
+    assert "axis 1 is dynamic ('seq'): 16 chosen" in text
+    assert "SET:" in text and "CHOOSE" in text
+    project = load_project(tmp_path / "qualify.yaml").project
+    assert project.artifacts.baseline.path == "models/encoder.onnx"
+    assert list(project.host_classes) == ["this-host"]
+
+
+@pytest.mark.slow
+def test_the_written_project_runs_as_written_on_this_host(tmp_path: Path) -> None:
+    model = _sequence_model(tmp_path / "models")
+    assert _init(tmp_path, str(model))[0] == 0
+    outcome = qualify_run(
+        load_project(tmp_path / "qualify.yaml"),
+        "this-host",
+        RunOptions(db_path=tmp_path / "m.duckdb"),
+    )
+    assert [c.verdict for c in outcome.bundle.cells] == ["pass"], outcome.bundle.cells[0].reasons
+    assert not outcome.bundle.run.emulated
+
+
+def test_candidates_are_listed_with_a_precision_guessed_from_their_names(tmp_path: Path) -> None:
+    base = build("identity_mlp", tmp_path / "m")
+    other = build("identity_mlp_perturbed", tmp_path / "m")
+    int8 = tmp_path / "m" / "mlp-int8.onnx"
+    int8.write_bytes(other.read_bytes())
+    code, said = _init(tmp_path, str(base), "--candidate", str(other), "--candidate", str(int8))
+    assert code == 0, said
+    project = load_project(tmp_path / "qualify.yaml").project
+    assert [(c.label, c.precision) for c in project.artifacts.candidates] == [
+        ("identity_mlp_perturbed", "fp32"),
+        ("mlp-int8", "int8"),
+    ]
+
+
+def test_init_refuses_to_replace_a_project_and_refuses_a_file_that_is_not_onnx(
+    tmp_path: Path,
+) -> None:
+    model = build("identity_mlp", tmp_path)
+    (tmp_path / "qualify.yaml").write_text("model: mine\n")
+    code, said = _init(tmp_path, str(model))
+    assert code == 2 and "exists; pass --force" in said
+    assert (tmp_path / "qualify.yaml").read_text() == "model: mine\n"
+    junk = tmp_path / "notes.onnx"
+    junk.write_text("not a model")
+    code, said = _init(tmp_path, str(junk), "--force")
+    assert code == 2 and "notes.onnx" in said and "Traceback" not in said
+    assert (tmp_path / "qualify.yaml").read_text() == "model: mine\n"
