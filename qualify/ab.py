@@ -160,6 +160,8 @@ def interleave(
     *,
     cores: int,
     on_event: Callable[[str], None] = lambda _msg: None,
+    on_progress: Callable[[str], None] | None = None,
+    labels: Sequence[str] | None = None,
 ) -> Interleaved:
     """Measure every live worker at every config in interleaved rounds.
 
@@ -171,6 +173,9 @@ def interleave(
         budget_p99_ms: The class's p99 budget (what each artifact's p99 evidence decides on).
         cores: Usable CPUs; a round that starts with a higher load average marks the host busy.
         on_event: Receives one line per config.
+        on_progress: Receives, after every round, where each artifact stands (samples, its
+            p99 bound against the budget) and at most how long the config can still take.
+        labels: The artifacts' names for progress lines (default: their positions).
 
     Returns:
         The evidence; a worker that dies mid-way keeps what it had measured.
@@ -244,18 +249,55 @@ def interleave(
                     rate = ns.size / ev.duration_s if ev.duration_s > 0 else None
                     ev.time_cap_s = time_cap(workload.time_cap_s, workload.min_samples, rate)
             index += 1
+            if on_progress is not None:
+                on_progress(
+                    _progress(config, index, minimum, trackers, evidence, labels, budget_p99_ms)
+                )
         for i in live:
-            ev, tracker = evidence[i][config], trackers[i]
-            ev.decision = tracker.decision
-            ev.p99_lower_ms, ev.p99_upper_ms = tracker.bounds
-            if tracker.decision != "insufficient":
-                ev.stopped = "decided"
-            elif tracker.n >= workload.max_samples:
-                ev.stopped = "max_samples"
-            else:
-                ev.stopped = "time_cap"
+            _conclude(evidence[i][config], trackers[i], workload.max_samples)
         on_event(f"batch {b}, concurrency {c}: {index} interleaved rounds of {slice_s:.2g} s")
     return Interleaved(evidence=evidence, host_busy=busy)
+
+
+def _conclude(ev: ConfigEvidence, tracker: AdaptiveP99, max_samples: int) -> None:
+    """A config's evidence once its rounds are over: the decision, bounds and why it stopped."""
+    ev.decision = tracker.decision
+    ev.p99_lower_ms, ev.p99_upper_ms = tracker.bounds
+    if tracker.decision != "insufficient":
+        ev.stopped = "decided"
+    elif tracker.n >= max_samples:
+        ev.stopped = "max_samples"
+    else:
+        ev.stopped = "time_cap"
+
+
+def _progress(
+    config: Config,
+    index: int,
+    minimum: int,
+    trackers: dict[int, AdaptiveP99],
+    evidence: list[dict[Config, ConfigEvidence]],
+    labels: Sequence[str] | None,
+    budget_ms: float,
+) -> str:
+    """One line: the config's round, each artifact's samples and p99 bound, and the most time
+    the config can still take (every artifact sampling to its time cap)."""
+    b, c = config
+    parts = []
+    left_s = 0.0
+    for i, tracker in trackers.items():
+        ev = evidence[i][config]
+        upper = tracker.bounds[1]
+        bound = f"p99 <= {upper:.3g} ms" if upper is not None else "no p99 bound yet"
+        name = labels[i] if labels is not None and i < len(labels) else f"#{i}"
+        parts.append(f"{name} {tracker.n} samples, {bound}, {tracker.decision}")
+        if tracker.decision == "insufficient":
+            left_s += max(0.0, ev.time_cap_s - ev.duration_s)
+    return (
+        f"batch {b}, concurrency {c}: round {index} (at least {minimum}); "
+        + "; ".join(parts)
+        + f"; budget {budget_ms:g} ms; at most {left_s:.0f} s left"
+    )
 
 
 def _add_stages(ev: ConfigEvidence, reply: dict[str, Any]) -> None:

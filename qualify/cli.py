@@ -154,7 +154,14 @@ def run_cmd(
     options = RunOptions(db_path=db_path, emulate=emulate, measure_alone=not shared_host)
     with RunDisplay(enabled=not as_json) as display:
         waits = display.event if not as_json else lambda m: click.echo(f"qualify: {m}", err=True)
-        outcome = qualify_run(loaded, host_class, options, on_event=display.event, on_wait=waits)
+        outcome = qualify_run(
+            loaded,
+            host_class,
+            options,
+            on_event=display.event,
+            on_wait=waits,
+            on_progress=display.progress,
+        )
     summary = run_summary(outcome.bundle)
     if as_json:
         click.echo(json.dumps(summary, indent=2))

@@ -120,6 +120,12 @@ class RunDisplay:
         if self._status is not None:
             self._status.update(text)
 
+    def progress(self, message: str) -> None:
+        """Where a step stands, in place of the spinner's text on a terminal; not kept, and not
+        shown when the output is piped (there, each finished step is one line)."""
+        if self._status is not None and self.console.is_terminal:
+            self._status.update(Text(one_line(message)))
+
     def print_cells(self, bundle: RunBundle, project: Project) -> None:
         """The result table of one run."""
         budget = project.host_classes[bundle.run.host_class].budgets

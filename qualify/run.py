@@ -200,6 +200,7 @@ def _interleaved_outcomes(
     on_event: EventSink,
     on_worker_start: Callable[[str, int], None] | None,
     workers: Workers,
+    on_progress: EventSink | None,
 ) -> _Measured:
     """Prepare every artifact in its own process, one at a time (cold init, placement and
     parity alone on the machine), then interleave their latency rounds, then let each finish
@@ -245,6 +246,8 @@ def _interleaved_outcomes(
             host_class.budgets.p99_ms,
             cores=len(fp.affinity) or fp.cores,
             on_event=on_event,
+            on_progress=on_progress,
+            labels=[spec.label for spec, _, _ in stored],
         )
         wanted = [{"batch_size": b, "concurrency": c} for b, c in configs]
         for index, each in enumerate(live):
@@ -361,6 +364,7 @@ def qualify_run(
     on_wait: EventSink | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     workers: Workers = SUBPROCESSES,
+    on_progress: EventSink | None = None,
 ) -> RunOutcome:
     """Qualify every artifact of the project on one host class.
 
@@ -375,6 +379,8 @@ def qualify_run(
         now: the clock.
         workers: where the measuring processes come from (`qualify.runner.SUBPROCESSES`);
             tests hand scripted stand-ins.
+        on_progress: receives a line after every interleaved round (the CLI shows it in place
+            on a terminal and not at all when piped).
 
     The rollback check proves what the class's hosts fall back to: the artifact the latest
     manifest in the matrix gave the class (`manifest.policy.rollback_target`), else the
@@ -445,6 +451,7 @@ def qualify_run(
             on_event,
             on_worker_start,
             workers,
+            on_progress,
         )
         baseline_evidence = outcomes.evidence[0]
         confidence = comparison_confidence(wl.confidence, len(configs))

@@ -103,3 +103,28 @@ def test_a_baseline_that_cannot_run_refutes_the_rollback_to_it(tmp_path: Path) -
     assert rollback is not None and not rollback.loaded
     assert "ended at round" in (rollback.error or "")
     assert workers.checked == []
+
+
+def test_progress_is_said_after_every_round_with_samples_bounds_and_time_left(
+    tmp_path: Path,
+) -> None:
+    project = write_project(tmp_path, [CANDIDATE])
+    models = tmp_path / "models"
+    workers = ScriptedWorkers(
+        {digest_of(models / f"{n}.onnx"): Script() for n in (BASELINE, CANDIDATE)}
+    )
+    said: list[str] = []
+    qualify_run(
+        load_project(project),
+        "here-cpu",
+        RunOptions(db_path=tmp_path / "m.duckdb", measure_alone=False),
+        workers=workers.seam(),
+        on_progress=said.append,
+    )
+    rounds = sum(w.rounds for w in workers.started) // len(workers.started)
+    assert len(said) >= rounds  # one line per interleaved round, per config
+    first, last = said[0], said[-1]
+    assert first.startswith("batch 1, concurrency 1: round 1 (at least ")
+    assert f"{BASELINE} " in first and f"{CANDIDATE} " in first
+    assert "budget 50 ms" in first and "s left" in first
+    assert "p99 <= " in last and "at most 0 s left" in last
