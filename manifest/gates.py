@@ -245,6 +245,30 @@ def _energy(cell: Cell, host_class: HostClass) -> Finding:
     return found
 
 
+def _sustained(cell: Cell, host_class: HostClass) -> Finding:
+    soak = cell.soak
+    if soak is None:
+        return Finding("off")
+    if soak.drifted is None:
+        return _undecided(
+            "soak_insufficient",
+            "a soak window had too few samples to bound its p99: soak longer "
+            "(qualify run --soak) or at a faster config",
+        )
+    if not soak.drifted:
+        return _passed()
+    first, last = soak.windows[0], soak.windows[-1]
+    return _failed(
+        Reason(
+            code="sustained_drift",
+            message=f"after {soak.seconds:.0f} s at batch {soak.batch_size}, concurrency "
+            f"{soak.concurrency}, p99 is at least {_fmt(last.p99_lower_ms or 0.0)} against at "
+            f"most {_fmt(first.p99_upper_ms or 0.0)} in the first window (tolerance "
+            f"{soak.tolerance:.0%})",
+        )
+    )
+
+
 GATES: tuple[Gate, ...] = (
     Gate(
         "parity",
@@ -295,6 +319,13 @@ GATES: tuple[Gate, ...] = (
         "gate_latency.energy_mj (powercap RAPL counters read around the timed rounds)",
         ("energy_over_budget", "energy_missing"),
         _energy,
+    ),
+    Gate(
+        "sustained",
+        "under sustained load (a soak) the p99 does not drift beyond workload.soak_tolerance",
+        "soak (windows of the soak, their p99 bounds)",
+        ("sustained_drift", "soak_insufficient"),
+        _sustained,
     ),
 )
 """The gates, in the order their reasons are listed."""

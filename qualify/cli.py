@@ -132,6 +132,13 @@ def cli(debug: bool) -> None:
     help="Measure without the host-wide lock, alongside other runs on this host (their tails "
     "suffer each other); cells say measured_alone false.",
 )
+@click.option(
+    "--soak",
+    "soak",
+    metavar="DURATION",
+    help="After the interleaved rounds, serve every artifact this long (e.g. 10m) at the gate "
+    "config and judge drift (overrides workload.soak_s).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 def run_cmd(
     host_class: str,
@@ -139,6 +146,7 @@ def run_cmd(
     db_path: Path,
     emulate: bool,
     shared_host: bool,
+    soak: str | None,
     as_json: bool,
 ) -> None:
     """Qualify every artifact on one host class and store the cells in the matrix.
@@ -146,12 +154,22 @@ def run_cmd(
     Exit status: 0 when every cell was measured (whatever its verdict), 1 when any cell ended
     in error, 2 for a usage or project-file error or a host that does not match the class.
     """
+    from datetime import timedelta
+
     from qualify.console import RunDisplay, run_summary
     from qualify.project import load_project
+    from qualify.release import parse_duration
     from qualify.run import RunOptions, qualify_run
 
+    soak_s = None
+    if soak is not None:
+        soak_s = parse_duration(soak, what="--soak", most=timedelta(days=7)).total_seconds()
+        if soak_s < 10:
+            _fail(f"--soak {soak!r}: a soak needs at least 10s to have windows worth comparing")
     loaded = load_project(project_path)
-    options = RunOptions(db_path=db_path, emulate=emulate, measure_alone=not shared_host)
+    options = RunOptions(
+        db_path=db_path, emulate=emulate, measure_alone=not shared_host, soak_s=soak_s
+    )
     with RunDisplay(enabled=not as_json) as display:
         waits = display.event if not as_json else lambda m: click.echo(f"qualify: {m}", err=True)
         outcome = qualify_run(

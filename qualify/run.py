@@ -40,6 +40,7 @@ from qualify.parity import compare_outputs
 from qualify.project import LoadedProject
 from qualify.release import previous_manifest
 from qualify.runner import SUBPROCESSES, RoundWorker, WorkerOutcome, Workers
+from qualify.soak import soak
 from qualify.stats import percentiles
 from qualify.workload import build_pool
 from schemas.atomic import remove_leftovers, temp_prefix
@@ -54,6 +55,7 @@ from schemas.cell import (
     RunBundle,
     RunRecord,
     Slowdown,
+    Soak,
 )
 from schemas.host import Fingerprint
 from schemas.project import ArtifactSpec, HostClass, Tolerance
@@ -78,6 +80,8 @@ class RunOptions:
     """Hold the host-wide measurement lock while measuring (``--shared-host`` turns it off)."""
     host_lock_wait_s: float = 3600.0
     """How long to wait for another run's measurement on this host."""
+    soak_s: float | None = None
+    """Soak this long (``--soak``), whatever ``workload.soak_s`` says; None: as the workload."""
 
 
 @dataclass
@@ -187,6 +191,20 @@ class _Measured:
     outcomes: list[WorkerOutcome]
     evidence: list[dict[tuple[int, int], ConfigEvidence]]
     host_busy: bool
+    soaks: list[Soak | None]
+
+
+def _soak_config(evidence: list[dict[tuple[int, int], ConfigEvidence]]) -> tuple[int, int] | None:
+    """The config a soak serves: the baseline's gate config (its highest p99 upper bound, as
+    `schemas.cell.Cell.gate_latency`), else the first artifact's that has evidence."""
+
+    def upper(ev: ConfigEvidence) -> float:
+        return ev.p99_upper_ms if ev.p99_upper_ms is not None else float("inf")
+
+    for measured in evidence:
+        if measured:
+            return max(measured, key=lambda config: upper(measured[config]))
+    return None
 
 
 def _interleaved_outcomes(
@@ -201,6 +219,7 @@ def _interleaved_outcomes(
     on_worker_start: Callable[[str, int], None] | None,
     workers: Workers,
     on_progress: EventSink | None,
+    soak_seconds: float | None,
 ) -> _Measured:
     """Prepare every artifact in its own process, one at a time (cold init, placement and
     parity alone on the machine), then interleave their latency rounds, then let each finish
@@ -249,6 +268,20 @@ def _interleaved_outcomes(
             on_progress=on_progress,
             labels=[spec.label for spec, _, _ in stored],
         )
+        soaks: list[Soak | None] = [None] * len(stored)
+        soak_s = soak_seconds if soak_seconds is not None else loaded.project.workload.soak_s
+        config = _soak_config(measured.evidence)
+        if soak_s and config is not None:
+            on_event(f"soak: {soak_s:.0f} s at batch {config[0]}, concurrency {config[1]}")
+            soaks = soak(
+                live,
+                config,
+                soak_s,
+                confidence=loaded.project.workload.confidence,
+                tolerance=loaded.project.workload.soak_tolerance,
+                max_samples=loaded.project.workload.max_samples,
+                on_progress=on_progress,
+            )
         wanted = [{"batch_size": b, "concurrency": c} for b, c in configs]
         for index, each in enumerate(live):
             if each is not None:
@@ -260,6 +293,7 @@ def _interleaved_outcomes(
         outcomes=[outcomes[i] for i in range(len(stored))],
         evidence=measured.evidence,
         host_busy=measured.host_busy,
+        soaks=soaks,
     )
 
 
@@ -452,6 +486,7 @@ def qualify_run(
             on_worker_start,
             workers,
             on_progress,
+            options.soak_s,
         )
         baseline_evidence = outcomes.evidence[0]
         confidence = comparison_confidence(wl.confidence, len(configs))
@@ -512,6 +547,7 @@ def qualify_run(
                 error=outcome.error_message if outcome.error_code else None,
                 measured_alone=options.measure_alone,
                 cpus=outcome.result.get("cpus"),
+                soak=outcomes.soaks[index],
             )
             verdict, why = judge(cell, host_class)
             cell = cell.model_copy(update={"verdict": verdict, "reasons": why})

@@ -272,6 +272,7 @@ def _compare(
             "memory",
         ),
         row("energy", _energy_text, "energy"),
+        *([row("soak", _soak_text, "sustained")] if any(c and c.soak for c in cells) else []),
         row("digest", lambda c: (short_digest(c.artifact_digest), "")),
         row("other configs", _other_configs),
     )
@@ -314,6 +315,18 @@ def _gate_ms(attr: str) -> _Value:
         return ms(getattr(gate, attr)), ""
 
     return get
+
+
+def _soak_text(cell: Cell) -> tuple[str, Tone]:
+    # The p99 of each soak window, first to last, and the heat where the host said it.
+    soak = cell.soak
+    if soak is None:
+        return NOT_MEASURED, "muted"
+    p99s = ", ".join("?" if w.p99_ms is None else f"{w.p99_ms:.3g}" for w in soak.windows)
+    temps = [w.temp_c for w in soak.windows if w.temp_c is not None]
+    heat = f"; up to {max(temps):.0f} °C" if temps else ""
+    verdict = {True: "drifted", False: "steady", None: "undecided"}[soak.drifted]
+    return f"{soak.seconds:.0f} s, p99 by window {p99s} ms: {verdict}{heat}", ""
 
 
 def _energy_text(cell: Cell) -> tuple[str, Tone]:

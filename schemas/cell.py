@@ -32,6 +32,8 @@ __all__ = [
     "RunBundle",
     "RunRecord",
     "Slowdown",
+    "Soak",
+    "SoakWindow",
     "latest",
     "recency",
 ]
@@ -198,6 +200,41 @@ class LatencyResult(Document):
     )
 
 
+class SoakWindow(Document):
+    """One window of a soak: its latency and the host's heat at its end."""
+
+    start_s: float = Field(description="Seconds from the soak's start.")
+    samples: int = Field(description="Timed inferences in the window.")
+    p50_ms: float | None = Field(default=None, description="Median; null without samples.")
+    p99_ms: float | None = Field(default=None, description="p99; null without samples.")
+    p99_lower_ms: float | None = Field(
+        default=None, description="p99 lower confidence bound; null with too few samples."
+    )
+    p99_upper_ms: float | None = Field(
+        default=None, description="p99 upper confidence bound; null with too few samples."
+    )
+    cpu_mhz: float | None = Field(
+        default=None, description="Mean current CPU frequency at its end; null if not exposed."
+    )
+    temp_c: float | None = Field(
+        default=None, description="Hottest thermal zone at its end, °C; null if not exposed."
+    )
+
+
+class Soak(Document):
+    """Sustained load at the gate config (``workload.soak_s``, ``qualify run --soak``)."""
+
+    batch_size: int = Field(description="Rows per inference.")
+    concurrency: int = Field(description="Threads sharing one session.")
+    seconds: float = Field(description="How long it was served.")
+    tolerance: float = Field(description="workload.soak_tolerance it was judged with.")
+    windows: list[SoakWindow] = Field(description="Equal windows, in order.")
+    drifted: bool | None = Field(
+        description="The last window's p99 lower bound above the first's upper bound times "
+        "1 + tolerance; null when a window had too few samples to bound its p99."
+    )
+
+
 class OutputParity(Document):
     """Parity of one output against the baseline."""
 
@@ -304,6 +341,9 @@ class Cell(Document):
         description="Whether the run held the host-wide measurement lock while measuring (no "
         "other qualify run measured on the host at the same time); false with --shared-host; "
         "null in cells recorded before it was kept.",
+    )
+    soak: Soak | None = Field(
+        default=None, description="Sustained load, when the run soaked; null otherwise."
     )
     cpus: list[int] | None = Field(
         default=None,

@@ -289,6 +289,18 @@ class Workload(_ProjectDocument):
         default="none",
         description="Post-processing included in end-to-end timing (applied to the first output).",
     )
+    soak_s: float | None = Field(
+        default=None,
+        ge=10,
+        le=7 * 86400,
+        description="After the interleaved rounds, serve every artifact this long at the gate "
+        "config and judge drift (qualify run --soak overrides it); unset: no soak.",
+    )
+    soak_tolerance: float = Field(
+        default=0.2,
+        ge=0,
+        description="How much slower the last soak window's p99 may be than the first's.",
+    )
     pipeline: Pipeline | None = Field(
         default=None,
         description="Pre- and post-processing hooks run around every timed inference: cells "

@@ -26,6 +26,10 @@ REASONS: dict[str, str] = {
     "energy_over_budget": "energy per inference above the class's budgets.energy_mj",
     "energy_missing": "energy was not measured (no readable counters) although the class has "
     "a budget",
+    "sustained_drift": "under sustained load the last window's p99 is above the first's "
+    "beyond workload.soak_tolerance, with confidence (throttling, leaks, a slowing hook)",
+    "soak_insufficient": "a soak window had too few samples to bound its p99, so drift "
+    "cannot be judged",
     "slower_than_baseline": "the candidate is measurably slower than the baseline at p50 or p99 "
     "(the lower bound of the paired ratio is above max_slowdown)",
     "baseline_failed": "the baseline could not run on this class, so a candidate's parity "
@@ -77,6 +81,8 @@ CELL_CODES: tuple[str, ...] = (
     "energy_over_budget",
     "energy_missing",
     "slower_than_baseline",
+    "sustained_drift",
+    "soak_insufficient",
     "baseline_failed",
     "digest_mismatch",
     "load_failed",

@@ -1,0 +1,128 @@
+"""Sustained load: windows, the host's heat, and a drift verdict that noise cannot trigger."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from manifest.gates import judge
+from qualify.project import load_project
+from qualify.run import RunOptions, qualify_run
+from qualify.soak import WINDOWS, host_heat, soak
+from tests.qualify.projects import write_project
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Slowing:
+    """A worker whose inferences take ``before_s``, then ``after_s`` once ``at_s`` has passed."""
+
+    def __init__(self, clock: Clock, before_s: float, after_s: float, at_s: float) -> None:
+        self.clock, self.before_s, self.after_s, self.at_s = clock, before_s, after_s, at_s
+        self.alive = True
+        self.pid = 1
+        self.rng = np.random.default_rng(0)
+
+    def round(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        latency = self.after_s if self.clock.now >= self.at_s else self.before_s
+        n = max(1, int(float(cmd["time_s"]) / latency))
+        samples = latency * (1 + 0.05 * self.rng.random(n))
+        self.clock.now += float(samples.sum())
+        return {"samples_ns": (samples * 1e9).astype(np.int64).tolist()}
+
+
+def _soak(after_s: float) -> Any:
+    clock = Clock()
+    worker = Slowing(clock, before_s=0.002, after_s=after_s, at_s=30.0)
+    (found,) = soak(
+        [worker],  # type: ignore[list-item]  # a scripted stand-in for a served worker
+        (1, 1),
+        60.0,
+        confidence=0.99,
+        tolerance=0.2,
+        max_samples=100_000,
+        clock=clock,
+        heat=lambda: (2400.0, 55.0),
+    )
+    return found
+
+
+def test_a_model_that_slows_halfway_through_a_soak_has_drifted() -> None:
+    found = _soak(after_s=0.004)
+    assert found is not None and len(found.windows) == WINDOWS
+    assert found.drifted is True
+    assert found.windows[-1].p99_ms > 1.8 * found.windows[0].p99_ms
+    assert all(w.cpu_mhz == 2400.0 and w.temp_c == 55.0 for w in found.windows)
+
+
+def test_a_steady_model_has_not_drifted() -> None:
+    found = _soak(after_s=0.002)
+    assert found is not None and found.drifted is False
+
+
+def test_host_heat_reads_frequency_and_the_hottest_zone_or_says_nothing(tmp_path: Path) -> None:
+    for cpu, khz in (("cpu0", "2000000"), ("cpu1", "3000000")):
+        folder = tmp_path / "cpu" / cpu / "cpufreq"
+        folder.mkdir(parents=True)
+        (folder / "scaling_cur_freq").write_text(khz + "\n")
+    for zone, milli in (("thermal_zone0", "45000"), ("thermal_zone1", "71500"), ("x", "1")):
+        (tmp_path / "thermal" / zone).mkdir(parents=True)
+        (tmp_path / "thermal" / zone / "temp").write_text(milli + "\n")
+    assert host_heat(tmp_path / "thermal", tmp_path / "cpu") == (2500.0, 71.5)
+    assert host_heat(tmp_path / "none", tmp_path / "none") == (None, None)
+
+
+HOOKS = textwrap.dedent(
+    """\
+    import time
+
+    START = []
+
+
+    def steady(feed):
+        return feed
+
+
+    def tires(feed):
+        # The service slows down after a while (a leak, a cache that fills): 2 ms more per
+        # request once 8 s have passed since the first one.
+        if not START:
+            START.append(time.monotonic())
+        if time.monotonic() - START[0] > 8:
+            time.sleep(0.002)
+        return feed
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("hook", "drifts"), [("tires", True), ("steady", False)])
+def test_a_soak_flags_a_service_that_slows_down_and_not_a_steady_one(
+    tmp_path: Path, hook: str, drifts: bool
+) -> None:
+    project = write_project(tmp_path, [])
+    (tmp_path / "prep.py").write_text(HOOKS)
+    text = project.read_text().replace(
+        "workload:\n", f"workload:\n  pipeline: {{pre: 'prep:{hook}'}}\n", 1
+    )
+    project.write_text(text.replace("concurrency: [1, 2]", "concurrency: [1]"))
+    outcome = qualify_run(
+        load_project(project),
+        "here-cpu",
+        RunOptions(db_path=tmp_path / "m.duckdb", soak_s=12),
+    )
+    cell = outcome.bundle.cells[0]
+    assert cell.soak is not None and len(cell.soak.windows) == WINDOWS
+    assert cell.soak.drifted is drifts
+    codes = [r.code for r in judge(cell, load_project(project).project.host_classes["here-cpu"])[1]]
+    assert ("sustained_drift" in codes) is drifts
