@@ -229,6 +229,27 @@ def _cold_init(cell: Cell, host_class: HostClass) -> Finding:
     )
 
 
+def _throughput(cell: Cell, host_class: HostClass) -> Finding:
+    budget = host_class.budgets.min_throughput
+    if budget is None:
+        return Finding("off")
+    served = [
+        (r.throughput_ips * r.batch_size, r) for r in cell.latency if r.throughput_ips is not None
+    ]
+    if not served:
+        return _undecided("throughput_missing", "throughput was not measured; budget is set")
+    best, result = max(served, key=lambda pair: pair[0])
+    if best >= budget:
+        return _passed()
+    return _failed(
+        Reason(
+            code="throughput_below_budget",
+            message=f"at most {best:,.0f} samples/s (batch {result.batch_size}, concurrency "
+            f"{result.concurrency}) < min_throughput {budget:g}",
+        )
+    )
+
+
 def _energy(cell: Cell, host_class: HostClass) -> Finding:
     gate = cell.gate_latency
     budget, value = host_class.budgets.energy_mj, gate.energy_mj if gate else None
@@ -312,6 +333,13 @@ GATES: tuple[Gate, ...] = (
         "cold_init_ms",
         ("cold_init_over_budget", "cold_init_missing"),
         _cold_init,
+    ),
+    Gate(
+        "throughput",
+        "the best latency config serves at least budgets.min_throughput samples per second",
+        "latency[].throughput_ips x batch_size (the separate throughput pass)",
+        ("throughput_below_budget", "throughput_missing"),
+        _throughput,
     ),
     Gate(
         "energy",

@@ -550,6 +550,12 @@ class Budgets(_ProjectDocument):
     cold_init_ms: float | None = Field(
         default=None, gt=0, description="Cold init budget: session creation plus first inference."
     )
+    min_throughput: float | None = Field(
+        default=None,
+        gt=0,
+        description="Fewest samples per second (inferences x batch size) the artifact must "
+        "serve at its best latency config, from the separate throughput pass; unset: not gated.",
+    )
     energy_mj: float | None = Field(
         default=None,
         gt=0,

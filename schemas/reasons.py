@@ -23,6 +23,9 @@ REASONS: dict[str, str] = {
     "cold_init_over_budget": "cold init above the class's budget",
     "peak_rss_missing": "peak memory was not measured although the class has a budget",
     "cold_init_missing": "cold init was not measured although the class has a budget",
+    "throughput_below_budget": "the most samples per second any latency config served is below "
+    "budgets.min_throughput",
+    "throughput_missing": "throughput was not measured although the class has a budget",
     "energy_over_budget": "energy per inference above the class's budgets.energy_mj",
     "energy_missing": "energy was not measured (no readable counters) although the class has "
     "a budget",
@@ -78,6 +81,8 @@ CELL_CODES: tuple[str, ...] = (
     "cold_init_over_budget",
     "peak_rss_missing",
     "cold_init_missing",
+    "throughput_below_budget",
+    "throughput_missing",
     "energy_over_budget",
     "energy_missing",
     "slower_than_baseline",

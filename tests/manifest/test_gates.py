@@ -176,3 +176,32 @@ def test_a_skipped_gate_is_neither_applied_nor_reported() -> None:
     verdict, reasons = judge(cell, cls, skip=("parity",))
     assert (verdict, reasons) == ("pass", [])
     assert "parity" not in [gate.name for gate, _ in assess(cell, cls, skip=("parity",))]
+
+
+@pytest.mark.parametrize(
+    ("floor", "verdict", "codes"),
+    [(None, "pass", []), (1.0, "pass", []), (1e12, "fail", ["throughput_below_budget"])],
+)
+def test_min_throughput_gates_the_best_config_in_samples_per_second(
+    floor: float | None, verdict: str, codes: list[str]
+) -> None:
+    cell, cls = candidate_cell()
+    measured = [r.model_copy(update={"throughput_ips": 500.0}) for r in cell.latency]
+    cell = cell.model_copy(update={"latency": measured})
+    cls = cls.model_copy(
+        update={"budgets": cls.budgets.model_copy(update={"min_throughput": floor})}
+    )
+    assert codes_of(judge(cell, cls)) == (verdict, codes)
+
+
+def test_min_throughput_without_a_throughput_pass_is_not_a_pass() -> None:
+    cell, cls = candidate_cell()
+    cell = cell.model_copy(
+        update={"latency": [r.model_copy(update={"throughput_ips": None}) for r in cell.latency]}
+    )
+    cls = cls.model_copy(update={"budgets": cls.budgets.model_copy(update={"min_throughput": 1.0})})
+    assert codes_of(judge(cell, cls)) == ("insufficient", ["throughput_missing"])
+
+
+def codes_of(judged: tuple[str, list[Any]]) -> tuple[str, list[str]]:
+    return judged[0], [r.code for r in judged[1]]
