@@ -809,7 +809,9 @@ def _round(
         "samples_ns": [x for lst in per_thread for x in lst],
         "duration_s": time.perf_counter() - started,
         "energy_j": spent.joules,
-        "energy_missing": spent.missing or prepared.energy_missing,
+        "energy_missing": None
+        if spent.joules is not None
+        else prepared.energy_missing or spent.missing,
         **(stages.figures() if stages is not None else {}),
     }
 

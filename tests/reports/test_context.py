@@ -33,6 +33,17 @@ def _row(cls: ClassView, label: str) -> tuple[tuple[str, str], ...]:
     return next(r.values for r in cls.compare if r.label == label)
 
 
+def _view(fleet: Fleet) -> ReportView:
+    return build_report(
+        fleet.project,
+        fleet.cells,
+        fleet.runs,
+        fleet.samples,
+        now=datetime(2025, 1, 1, tzinfo=UTC),
+        tool_version="x",
+    )
+
+
 def _one_class(
     seed: int, candidate_p99: Callable[[float], float], samples: int
 ) -> tuple[Fleet, str, ReportView]:
@@ -41,14 +52,7 @@ def _one_class(
     name = next(iter(fleet.project.host_classes))
     budget = fleet.project.host_classes[name].budgets.p99_ms
     fleet.qualify(name, candidate_p99_ms=candidate_p99(budget), samples=samples)
-    view = build_report(
-        fleet.project,
-        fleet.cells,
-        fleet.runs,
-        fleet.samples,
-        now=datetime(2025, 1, 1, tzinfo=UTC),
-        tool_version="x",
-    )
+    view = _view(fleet)
     return fleet, name, view
 
 
@@ -286,14 +290,7 @@ def test_a_pipeline_shows_end_to_end_inference_alone_and_stage_shares() -> None:
             }
         )
         fleet.cells[index] = cell.model_copy(update={"latency": [staged]})
-    view = build_report(
-        fleet.project,
-        fleet.cells,
-        fleet.runs,
-        fleet.samples,
-        now=datetime(2025, 1, 1, tzinfo=UTC),
-        tool_version="x",
-    )
+    view = _view(fleet)
     cls = _class(view, name)
     labels = [r.label for r in cls.compare]
     assert "p50 end to end" in labels and "inference alone" in labels
