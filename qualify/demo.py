@@ -34,7 +34,7 @@ from schemas.project import (
     Workload,
 )
 
-__all__ = ["demo_project", "run_demo"]
+__all__ = ["demo_project", "lay_out", "run_demo"]
 
 Echo = Callable[[str], None]
 
@@ -153,7 +153,7 @@ def scale(feed):
 """``prep.py`` of the demo workdir: the ``workload.pipeline.pre`` hook."""
 
 
-def _lay_out(workdir: Path) -> Path:
+def lay_out(workdir: Path) -> Path:
     """Copy the packaged model and data into ``workdir`` and write ``qualify.yaml``.
 
     Returns:
@@ -226,7 +226,7 @@ def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
     from qualify.project import load_project
     from qualify.run import RunOptions, qualify_run
 
-    project_path = _lay_out(workdir)
+    project_path = lay_out(workdir)
     echo(f"demo project: {project_path}")
     loaded = load_project(project_path)
     db_path = workdir / "qualify.duckdb"
