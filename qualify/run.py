@@ -227,6 +227,7 @@ def _interleaved_outcomes(
     live: list[RoundWorker | None] = []
     outcomes: dict[int, WorkerOutcome] = {}
     opened: list[RoundWorker] = []
+    cpus = class_cpus(fp, host_class)[0]  # the same for every artifact of the class
     try:
         for index, (spec, digest, stored_path) in enumerate(stored):
             role = "baseline" if index == 0 else "candidate"
@@ -241,7 +242,7 @@ def _interleaved_outcomes(
                 host_class=host_class,
                 workload=loaded.project.workload,
                 root=loaded.root,
-                cpus=class_cpus(fp, host_class)[0],
+                cpus=cpus,
                 inputs_path=inputs_path,
                 work=work,
                 mode="serve",
