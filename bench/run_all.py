@@ -236,6 +236,25 @@ def render_document(
     return "\n".join(lines) + "\n"
 
 
+def splice_sections(existing: str, sections: list[Section], *, note: str) -> str | None:
+    """``existing`` with each of ``sections`` put in place of its earlier version (the block
+    from its heading to the next ``## `` heading), each followed by ``note``; None when one of
+    them has no earlier version to replace, and the whole document must be rendered instead.
+    A run of one benchmark keeps every other benchmark's numbers on the page."""
+    lines = existing.splitlines()
+    for section in sections:
+        body = section.markdown.rstrip().splitlines()
+        heading = body[0] if body and body[0].startswith("## ") else None
+        if heading is None or heading not in lines:
+            return None
+        start = lines.index(heading)
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
+        )
+        lines[start:end] = [*body, "", note, ""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
 def write_atomically(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` via a temp file in the same directory, fsync and rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -287,7 +306,15 @@ def main(argv: list[str] | None = None) -> int:
         if argv is None and len(sys.argv) == 1
         else "python bench/run_all.py " + " ".join(argv if argv is not None else sys.argv[1:])
     )
-    write_atomically(args.out, render_document(machine, sections, now=now, command=command))
+    text = render_document(machine, sections, now=now, command=command)
+    if args.only and args.out.exists():
+        note = (
+            f"_Rerun alone: `{command}` at {now.strftime('%Y-%m-%d %H:%M')} UTC, qualify commit "
+            f"{machine['qualify commit']}, load average {machine['load average at start (1/5/15 min)']}"
+            " at start; the machine table above is the full run's._"
+        )
+        text = splice_sections(args.out.read_text(encoding="utf-8"), sections, note=note) or text
+    write_atomically(args.out, text)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0 if all(s.ok for s in sections) else 1
 

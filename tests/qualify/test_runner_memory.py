@@ -64,3 +64,37 @@ def test_the_child_reads_its_peak_with_only_numpy_and_onnxruntime_loaded(tmp_pat
     # Our own light packages may be there; pydantic, pandas, pyarrow, duckdb and the like not.
     assert set(imported) - {"qualify", "schemas"} <= {"numpy", "onnxruntime"}, imported
     assert {"numpy", "onnxruntime"} <= set(imported)
+
+
+def test_the_runner_caches_the_bytecode_of_every_module_the_child_imports(tmp_path: Path) -> None:
+    # A child that compiles qualify's sources itself counts the compiler's memory in its peak.
+    from qualify.runner import CHILD_MODULES, _bytecode_current, cache_child_bytecode
+    from tests.models import build
+    from tests.qualify.jobs import make_job
+
+    model = build("identity_mlp", tmp_path)
+    job = make_job(tmp_path, model, mode="full", result_path=str(tmp_path / "result.json"))
+    (tmp_path / "job.json").write_text(job.to_json(), encoding="utf-8")
+    listing = tmp_path / "modules.txt"
+    code = f"""
+import atexit, runpy, sys
+def own():
+    names = sorted(m.__file__ for m in list(sys.modules.values())
+                   if m.__name__.partition(".")[0] in ("qualify", "schemas"))
+    open({str(listing)!r}, "w").write("\\n".join(names))
+atexit.register(own)
+sys.argv = ["qualify.worker", {str(tmp_path / "job.json")!r}]
+runpy.run_module("qualify.worker", run_name="__main__")
+"""
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True)
+    assert json.loads((tmp_path / "result.json").read_text())["ok"] is True
+    imported = {str(Path(f).resolve().relative_to(ROOT)) for f in listing.read_text().split()}
+    assert imported <= set(CHILD_MODULES), imported - set(CHILD_MODULES)
+
+    cache_child_bytecode.__wrapped__()  # compiles what is stale, once more
+    assert cache_child_bytecode.__wrapped__() == 0  # ...after which nothing is
+    import importlib.util
+
+    for rel in CHILD_MODULES:
+        source = ROOT / rel
+        assert _bytecode_current(Path(importlib.util.cache_from_source(str(source))), source)
