@@ -250,6 +250,29 @@ def _throughput(cell: Cell, host_class: HostClass) -> Finding:
     )
 
 
+def _rate(cell: Cell, host_class: HostClass) -> Finding:
+    budget = host_class.budgets.min_rate_rps
+    if budget is None:
+        return Finding("off")
+    found = cell.open_loop
+    if found is None:
+        return _undecided(
+            "rate_missing", "no open-loop rate search ran (workload.open_loop); budget is set"
+        )
+    if found.max_rate_rps is None:
+        return _undecided("rate_missing", f"the open-loop search found no rate: {found.missing}")
+    if found.max_rate_rps >= budget:
+        return _passed()
+    return _failed(
+        Reason(
+            code="rate_below_budget",
+            message=f"p99 meets {_fmt(found.budget_ms)} up to {found.max_rate_rps:,.0f} "
+            f"requests/s ({found.servers} server{'s' if found.servers != 1 else ''}) < "
+            f"min_rate_rps {budget:g}",
+        )
+    )
+
+
 def _energy(cell: Cell, host_class: HostClass) -> Finding:
     gate = cell.gate_latency
     budget, value = host_class.budgets.energy_mj, gate.energy_mj if gate else None
@@ -340,6 +363,14 @@ GATES: tuple[Gate, ...] = (
         "latency[].throughput_ips x batch_size (the separate throughput pass)",
         ("throughput_below_budget", "throughput_missing"),
         _throughput,
+    ),
+    Gate(
+        "rate",
+        "under Poisson arrivals the p99 meets budgets.p99_ms up to budgets.min_rate_rps "
+        "requests per second",
+        "open_loop.max_rate_rps (the bisection over request rates)",
+        ("rate_below_budget", "rate_missing"),
+        _rate,
     ),
     Gate(
         "energy",

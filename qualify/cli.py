@@ -139,6 +139,13 @@ def cli(debug: bool) -> None:
     help="After the interleaved rounds, serve every artifact this long (e.g. 10m) at the gate "
     "config and judge drift (overrides workload.soak_s).",
 )
+@click.option(
+    "--open-loop",
+    "open_loop",
+    is_flag=True,
+    help="After the interleaved rounds, find each artifact's highest request rate (Poisson "
+    "arrivals) whose p99 meets the class's budget (workload.open_loop, or its defaults).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 def run_cmd(
     host_class: str,
@@ -147,6 +154,7 @@ def run_cmd(
     emulate: bool,
     shared_host: bool,
     soak: str | None,
+    open_loop: bool,
     as_json: bool,
 ) -> None:
     """Qualify every artifact on one host class and store the cells in the matrix.
@@ -168,7 +176,11 @@ def run_cmd(
             _fail(f"--soak {soak!r}: a soak needs at least 10s to have windows worth comparing")
     loaded = load_project(project_path)
     options = RunOptions(
-        db_path=db_path, emulate=emulate, measure_alone=not shared_host, soak_s=soak_s
+        db_path=db_path,
+        emulate=emulate,
+        measure_alone=not shared_host,
+        soak_s=soak_s,
+        open_loop=open_loop,
     )
     with RunDisplay(enabled=not as_json) as display:
         waits = display.event if not as_json else lambda m: click.echo(f"qualify: {m}", err=True)

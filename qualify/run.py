@@ -36,6 +36,7 @@ from qualify.errors import HostMismatchError, ProjectError
 from qualify.fingerprint import class_cpus, class_mismatches, isa_mismatch, take_fingerprint
 from qualify.hostlock import lock_wait_message, measuring_alone
 from qualify.job import job_for
+from qualify.openloop import open_loop
 from qualify.parity import compare_outputs
 from qualify.project import LoadedProject
 from qualify.release import previous_manifest
@@ -48,6 +49,7 @@ from schemas.base import Role
 from schemas.cell import (
     Cell,
     LatencyResult,
+    OpenLoopResult,
     ParityResult,
     Placement,
     Reason,
@@ -58,7 +60,7 @@ from schemas.cell import (
     Soak,
 )
 from schemas.host import Fingerprint
-from schemas.project import ArtifactSpec, HostClass, Tolerance
+from schemas.project import ArtifactSpec, HostClass, OpenLoop, Tolerance
 
 __all__ = ["RunOptions", "RunOutcome", "new_run_id", "qualify_run"]
 
@@ -82,6 +84,9 @@ class RunOptions:
     """How long to wait for another run's measurement on this host."""
     soak_s: float | None = None
     """Soak this long (``--soak``), whatever ``workload.soak_s`` says; None: as the workload."""
+    open_loop: bool = False
+    """Search the highest request rate (``--open-loop``) even where ``workload.open_loop`` is
+    unset (then with its defaults)."""
 
 
 @dataclass
@@ -192,6 +197,7 @@ class _Measured:
     evidence: list[dict[tuple[int, int], ConfigEvidence]]
     host_busy: bool
     soaks: list[Soak | None]
+    open_loops: list[OpenLoopResult | None]
 
 
 def _soak_config(evidence: list[dict[tuple[int, int], ConfigEvidence]]) -> tuple[int, int] | None:
@@ -220,6 +226,7 @@ def _interleaved_outcomes(
     workers: Workers,
     on_progress: EventSink | None,
     soak_seconds: float | None,
+    open_loop_spec: OpenLoop | None,
 ) -> _Measured:
     """Prepare every artifact in its own process, one at a time (cold init, placement and
     parity alone on the machine), then interleave their latency rounds, then let each finish
@@ -283,6 +290,20 @@ def _interleaved_outcomes(
                 max_samples=loaded.project.workload.max_samples,
                 on_progress=on_progress,
             )
+        rates: list[OpenLoopResult | None] = [None] * len(stored)
+        if open_loop_spec is not None:
+            on_event(
+                f"open loop: Poisson arrivals on {open_loop_spec.servers} server(s), "
+                f"the highest rate with p99 <= {host_class.budgets.p99_ms:g} ms"
+            )
+            rates = open_loop(
+                live,
+                open_loop_spec,
+                host_class.budgets.p99_ms,
+                confidence=loaded.project.workload.confidence,
+                max_samples=loaded.project.workload.max_samples,
+                on_progress=on_progress,
+            )
         wanted = [{"batch_size": b, "concurrency": c} for b, c in configs]
         for index, each in enumerate(live):
             if each is not None:
@@ -295,6 +316,7 @@ def _interleaved_outcomes(
         evidence=measured.evidence,
         host_busy=measured.host_busy,
         soaks=soaks,
+        open_loops=rates,
     )
 
 
@@ -488,6 +510,7 @@ def qualify_run(
             workers,
             on_progress,
             options.soak_s,
+            wl.open_loop or (OpenLoop() if options.open_loop else None),
         )
         baseline_evidence = outcomes.evidence[0]
         confidence = comparison_confidence(wl.confidence, len(configs))
@@ -549,6 +572,7 @@ def qualify_run(
                 measured_alone=options.measure_alone,
                 cpus=outcome.result.get("cpus"),
                 soak=outcomes.soaks[index],
+                open_loop=outcomes.open_loops[index],
             )
             verdict, why = judge(cell, host_class)
             cell = cell.model_copy(update={"verdict": verdict, "reasons": why})

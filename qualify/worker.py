@@ -462,6 +462,75 @@ def _timed_loop(
     return per_thread
 
 
+_SPIN_NS = 300_000
+"""How close to a request's arrival a waiting server stops sleeping and spins (a sleep can
+overshoot by tens of microseconds, which would count as latency)."""
+
+
+def _wait_until(due_ns: int) -> None:
+    clock = time.perf_counter_ns
+    while (left := due_ns - clock()) > 0:
+        if left > _SPIN_NS:
+            time.sleep((left - _SPIN_NS) / 1e9)
+
+
+def _open_loop(
+    session: Any,
+    feeds: list[dict[str, Any]],
+    post: Callable[[list[Any]], Any],
+    stages: _Stages | None,
+    cmd: dict[str, Any],
+) -> dict[str, Any]:
+    """Serve Poisson arrivals at ``cmd['rate']`` requests/s: ``servers`` threads take requests
+    from one queue in arrival order, each waits for its request's scheduled arrival if it is
+    early, and a request's latency runs from that scheduled arrival to its answer, so that time
+    spent queued behind earlier requests counts (a closed loop never sees it)."""
+    import random  # numpy.random would add 6.5 MB of modules to the process
+    from array import array
+
+    rate, count, servers = float(cmd["rate"]), int(cmd["arrivals"]), int(cmd["servers"])
+    draw = random.Random(int(cmd["seed"])).expovariate
+    due, at = array("q", bytes(8 * count)), 0.0
+    for k in range(count):
+        at += draw(rate)
+        due[k] = int(at * 1e9)
+    latency, service = array("q", bytes(8 * count)), array("q", bytes(8 * count))
+    taken = iter(range(count))
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    pre = stages.pre if stages is not None else None
+    answer = stages.post if stages is not None else _identity
+    raw = stages.raw if stages is not None else feeds
+    clock = time.perf_counter_ns
+    start = clock() + 2_000_000  # the first arrival's clock starts once every server is up
+
+    def serve(slot: int) -> None:
+        try:
+            while not errors:
+                with lock:
+                    i = next(taken, None)
+                if i is None:
+                    return
+                arrives = start + due[i]
+                _wait_until(arrives)
+                t0 = clock()
+                batch = raw[i % len(raw)]
+                answer(post(session.run(None, pre(batch) if pre is not None else batch)))
+                done = clock()
+                latency[i], service[i] = done - arrives, done - t0
+        except BaseException as exc:
+            errors.append(exc)
+
+    _on_threads(serve, servers)
+    if errors:
+        raise errors[0]
+    return {
+        "samples_ns": latency.tolist(),
+        "service_ns": service.tolist(),
+        "duration_s": (clock() - start) / 1e9,
+    }
+
+
 def _on_threads(loop: Callable[[int], None], concurrency: int) -> None:
     """Run ``loop(slot)`` on ``concurrency`` threads, slot 0 on this one, and wait for all."""
     threads = [threading.Thread(target=loop, args=(k,), daemon=True) for k in range(1, concurrency)]
@@ -824,6 +893,8 @@ def _round(
     b, c = int(cmd["batch_size"]), int(cmd["concurrency"])
     feeds = prepared.feeds(job, b)
     session = prepared.session
+    if "rate" in cmd:
+        return _open_loop(session, feeds, post, prepared.stages(job, b), cmd)
     for k in range(int(cmd["warmup"])):
         session.run(None, feeds[k % len(feeds)])
     limit_s, most = float(cmd["time_s"]), int(cmd["max_samples"])
@@ -870,6 +941,8 @@ def _serve(job: WorkerJob, result: dict[str, Any]) -> None:
     post = _postprocess(job.postprocess)
     for line in sys.stdin:
         cmd = json.loads(line)
+        if "rate" in cmd:  # the open-loop search's buffers are the harness's, not serving's
+            result.setdefault("hwm_before_open_loop_kb", hwm_kb())
         if cmd.get("cmd") == "round":
             try:
                 _reply(fd, _round(prepared, job, post, cmd))
@@ -939,11 +1012,12 @@ def main(argv: list[str] | None = None) -> int:
             "message": f"{type(exc).__name__}: {exc}",
             "traceback": traceback.format_exc(limit=5),
         }
-    # The peak of serving the model: the high-water mark before the profiling session (or now),
-    # and before the warm-init session, each a second session only the harness creates. Record
+    # The peak of serving the model: the high-water mark before the open-loop search (whose
+    # request buffers are the harness's) or the profiling session (or now), and before the
+    # warm-init session, each a second session only the harness creates. Record
     # what was loaded when it was read, so a reader (and a test) can tell the model's memory
     # from the interpreter's.
-    peak = result.get("hwm_before_profile_kb") or hwm_kb()
+    peak = result.get("hwm_before_open_loop_kb") or result.get("hwm_before_profile_kb") or hwm_kb()
     before_warm = result.get("hwm_before_warm_kb")
     result["vm_hwm_kb"] = max(peak, before_warm) if peak is not None and before_warm else peak
     result["imported_at_peak"] = _third_party_modules()

@@ -273,6 +273,11 @@ def _compare(
         ),
         row("energy", _energy_text, "energy"),
         *([row("soak", _soak_text, "sustained")] if any(c and c.soak for c in cells) else []),
+        *(
+            [row("request rate", _rate_text, "rate")]
+            if any(c and c.open_loop for c in cells)
+            else []
+        ),
         row("digest", lambda c: (short_digest(c.artifact_digest), "")),
         row("other configs", _other_configs),
     )
@@ -327,6 +332,26 @@ def _soak_text(cell: Cell) -> tuple[str, Tone]:
     heat = f"; up to {max(temps):.0f} °C" if temps else ""
     verdict = {True: "drifted", False: "steady", None: "undecided"}[soak.drifted]
     return f"{soak.seconds:.0f} s, p99 by window {p99s} ms: {verdict}{heat}", ""
+
+
+def _rate_text(cell: Cell) -> tuple[str, Tone]:
+    # The highest Poisson arrival rate whose p99 met the budget, and the closed-loop ceiling.
+    found = cell.open_loop
+    if found is None:
+        return NOT_MEASURED, "muted"
+    ceiling = (
+        f" of {found.closed_loop_rps:,.0f}/s back to back"
+        if found.closed_loop_rps is not None
+        else ""
+    )
+    if found.max_rate_rps is None:
+        return f"none within p99 {found.budget_ms:g} ms: {found.missing}", "muted"
+    best = max((p for p in found.probes if p.met), key=lambda p: p.rate_rps)
+    return (
+        f"{found.max_rate_rps:,.0f}/s{ceiling} (p99 {ms(best.p99_ms)} at it, "
+        f"{len(found.probes)} rates probed)",
+        "",
+    )
 
 
 def _energy_text(cell: Cell) -> tuple[str, Tone]:

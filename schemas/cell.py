@@ -22,10 +22,12 @@ __all__ = [
     "REASON_CODES",
     "Cell",
     "LatencyResult",
+    "OpenLoopResult",
     "OutputParity",
     "ParityResult",
     "PeakRssSource",
     "Placement",
+    "RateProbe",
     "Reason",
     "RollbackCheck",
     "RoundFigure",
@@ -235,6 +237,42 @@ class Soak(Document):
     )
 
 
+class RateProbe(Document):
+    """One probed request rate of an open-loop search."""
+
+    rate_rps: float = Field(description="Target rate of the Poisson arrivals, requests/s.")
+    arrivals: int = Field(description="Requests that arrived.")
+    achieved_rps: float = Field(description="Requests served per second of the probe.")
+    p50_ms: float = Field(description="Median latency from the scheduled arrival.")
+    p99_ms: float = Field(description="p99 latency from the scheduled arrival.")
+    p99_lower_ms: float | None = Field(
+        default=None, description="p99 lower confidence bound; null with too few requests."
+    )
+    p99_upper_ms: float | None = Field(
+        default=None, description="p99 upper confidence bound; null with too few requests."
+    )
+    service_p50_ms: float = Field(description="Median time in service alone (no queueing).")
+    met: bool = Field(description="Whether p99_ms is within the class's budgets.p99_ms.")
+
+
+class OpenLoopResult(Document):
+    """The highest request rate that meets the p99 budget (``workload.open_loop``)."""
+
+    servers: int = Field(description="Threads taking requests from the one queue.")
+    budget_ms: float = Field(description="budgets.p99_ms the rates were held to.")
+    closed_loop_rps: float | None = Field(
+        description="Requests/s served back to back at batch 1 by the same threads: the "
+        "ceiling the search bisects below; null if it could not be measured."
+    )
+    max_rate_rps: float | None = Field(
+        description="Highest probed rate whose p99 met the budget; null when none did."
+    )
+    probes: list[RateProbe] = Field(description="Every rate probed, in the order probed.")
+    missing: str | None = Field(
+        default=None, description="Why max_rate_rps is null (no rate met it, the worker ended)."
+    )
+
+
 class OutputParity(Document):
     """Parity of one output against the baseline."""
 
@@ -344,6 +382,10 @@ class Cell(Document):
     )
     soak: Soak | None = Field(
         default=None, description="Sustained load, when the run soaked; null otherwise."
+    )
+    open_loop: OpenLoopResult | None = Field(
+        default=None,
+        description="The open-loop rate search, when the workload asked for one; null otherwise.",
     )
     cpus: list[int] | None = Field(
         default=None,

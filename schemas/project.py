@@ -34,6 +34,7 @@ __all__ = [
     "InputSpec",
     "MatchRules",
     "OutputTolerance",
+    "OpenLoop",
     "Pipeline",
     "Policy",
     "Project",
@@ -236,6 +237,38 @@ class Pipeline(_ProjectDocument):
     )
 
 
+class OpenLoop(_ProjectDocument):
+    """An open-loop scenario: requests arrive at a rate, not back to back (MLPerf LoadGen's
+    Server scenario), and the highest rate whose p99 meets the class's budget is searched."""
+
+    servers: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="Threads taking requests from the one arrival queue, sharing one session.",
+    )
+    probe_s: float = Field(
+        default=1.0,
+        gt=0,
+        le=3600,
+        description="Seconds of arrivals per probed rate, and never less than 50 times "
+        "budgets.p99_ms, so that a rate the servers cannot sustain shows its growing queue.",
+    )
+    max_arrivals: int = Field(
+        default=100_000,
+        ge=100,
+        le=1_000_000,
+        description="Most requests per probed rate (Poisson arrivals, batch 1).",
+    )
+    probes: int = Field(
+        default=7,
+        ge=2,
+        le=20,
+        description="Most rates the bisection probes between zero and the closed-loop rate.",
+    )
+    seed: int = Field(default=0, ge=0, description="Seed of the arrival times.")
+
+
 class Workload(_ProjectDocument):
     """What a run feeds the model and how latency is sampled."""
 
@@ -300,6 +333,12 @@ class Workload(_ProjectDocument):
         default=0.2,
         ge=0,
         description="How much slower the last soak window's p99 may be than the first's.",
+    )
+    open_loop: OpenLoop | None = Field(
+        default=None,
+        description="After the interleaved rounds, find each artifact's highest request rate "
+        "(Poisson arrivals, latency from the scheduled arrival so that queueing counts) whose p99 "
+        "meets budgets.p99_ms (qualify run --open-loop sets it with its defaults); unset: none.",
     )
     pipeline: Pipeline | None = Field(
         default=None,
@@ -555,6 +594,12 @@ class Budgets(_ProjectDocument):
         gt=0,
         description="Fewest samples per second (inferences x batch size) the artifact must "
         "serve at its best latency config, from the separate throughput pass; unset: not gated.",
+    )
+    min_rate_rps: float | None = Field(
+        default=None,
+        gt=0,
+        description="Fewest requests per second the artifact must sustain with its p99 within "
+        "p99_ms under Poisson arrivals (workload.open_loop); unset: not gated.",
     )
     energy_mj: float | None = Field(
         default=None,

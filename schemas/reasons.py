@@ -26,6 +26,10 @@ REASONS: dict[str, str] = {
     "throughput_below_budget": "the most samples per second any latency config served is below "
     "budgets.min_throughput",
     "throughput_missing": "throughput was not measured although the class has a budget",
+    "rate_below_budget": "the highest request rate whose p99 met budgets.p99_ms under Poisson "
+    "arrivals is below budgets.min_rate_rps",
+    "rate_missing": "the open-loop rate search did not run (workload.open_loop unset) or found "
+    "no rate, although the class has budgets.min_rate_rps",
     "energy_over_budget": "energy per inference above the class's budgets.energy_mj",
     "energy_missing": "energy was not measured (no readable counters) although the class has "
     "a budget",
@@ -83,6 +87,8 @@ CELL_CODES: tuple[str, ...] = (
     "cold_init_missing",
     "throughput_below_budget",
     "throughput_missing",
+    "rate_below_budget",
+    "rate_missing",
     "energy_over_budget",
     "energy_missing",
     "slower_than_baseline",

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from manifest.gates import GATES, assess, judge
-from schemas.cell import Cell
+from schemas.cell import Cell, OpenLoopResult
 from schemas.reasons import CELL_CODES, REASONS
 from tests.manifest.factories import Fleet, class_spec, make_project
 
@@ -201,6 +201,47 @@ def test_min_throughput_without_a_throughput_pass_is_not_a_pass() -> None:
     )
     cls = cls.model_copy(update={"budgets": cls.budgets.model_copy(update={"min_throughput": 1.0})})
     assert codes_of(judge(cell, cls)) == ("insufficient", ["throughput_missing"])
+
+
+def _with_rate(cls: Any, floor: float | None) -> Any:
+    return cls.model_copy(
+        update={"budgets": cls.budgets.model_copy(update={"min_rate_rps": floor})}
+    )
+
+
+def _searched(max_rate: float | None) -> OpenLoopResult:
+    return OpenLoopResult(
+        servers=1,
+        budget_ms=5.0,
+        closed_loop_rps=900.0,
+        max_rate_rps=max_rate,
+        probes=[],
+        missing=None if max_rate is not None else "no probed rate met p99 <= 5 ms",
+    )
+
+
+@pytest.mark.parametrize(
+    ("floor", "found", "verdict", "codes"),
+    [
+        (None, None, "pass", []),
+        (400.0, 450.0, "pass", []),
+        (500.0, 450.0, "fail", ["rate_below_budget"]),
+        (1.0, None, "insufficient", ["rate_missing"]),
+    ],
+)
+def test_min_rate_gates_the_highest_rate_the_open_loop_search_found(
+    floor: float | None, found: float | None, verdict: str, codes: list[str]
+) -> None:
+    cell, cls = candidate_cell()
+    cell = cell.model_copy(update={"open_loop": _searched(found)})
+    assert codes_of(judge(cell, _with_rate(cls, floor))) == (verdict, codes)
+
+
+def test_min_rate_without_a_search_is_not_a_pass_and_says_how_to_run_one() -> None:
+    cell, cls = candidate_cell()
+    verdict, reasons = judge(cell, _with_rate(cls, 10.0))
+    assert (verdict, [r.code for r in reasons]) == ("insufficient", ["rate_missing"])
+    assert "workload.open_loop" in reasons[0].message
 
 
 def codes_of(judged: tuple[str, list[Any]]) -> tuple[str, list[str]]:

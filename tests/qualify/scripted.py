@@ -64,6 +64,23 @@ def _result(job: WorkerJob, script: Script) -> dict[str, Any]:
     }
 
 
+def queue_reply(rate: float, arrivals: int, seed: int, service_s: float) -> dict[str, Any]:
+    """What the worker's open-loop round answers for an M/D/1 queue: Poisson arrivals at
+    ``rate`` served one at a time for exactly ``service_s`` each (Lindley's recursion)."""
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, arrivals)
+    due = np.cumsum(gaps)
+    latency = np.empty(arrivals)
+    free = 0.0  # when the server next falls idle
+    for i, arrives in enumerate(due.tolist()):
+        done = max(free, arrives) + service_s
+        latency[i], free = done - arrives, done
+    return {
+        "samples_ns": (latency * 1e9).astype(np.int64).tolist(),
+        "service_ns": [int(service_s * 1e9)] * arrivals,
+        "duration_s": free,
+    }
+
+
 class ScriptedWorker:
     """One artifact's scripted process (`qualify.runner.RoundWorker`)."""
 
@@ -83,6 +100,10 @@ class ScriptedWorker:
             self.alive = False
             return None
         self.rounds += 1
+        if "rate" in cmd:
+            return queue_reply(
+                float(cmd["rate"]), int(cmd["arrivals"]), int(cmd["seed"]), self.script.latency_s
+            )
         n = max(1, min(int(cmd["max_samples"]), int(float(cmd["time_s"]) / self.script.latency_s)))
         samples = self.script.latency_s * (1 + 0.01 * self._rng.random(n))
         ns = (samples * 1e9).astype(np.int64)

@@ -297,3 +297,41 @@ def test_a_pipeline_shows_end_to_end_inference_alone_and_stage_shares() -> None:
     stages = _row(cls, "stages")
     assert stages[0] == ("pre 70%, inference 25%, post 5%", "warn")
     assert _row(cls, "inference alone")[0][0].startswith("p50 ")
+
+
+def test_an_open_loop_search_shows_the_highest_rate_and_its_ceiling_or_why_there_is_none() -> None:
+    from schemas.cell import OpenLoopResult, RateProbe
+
+    fleet, name, plain = _one_class(4, lambda budget: budget / 2, 1000)
+    assert "request rate" not in [r.label for r in _class(plain, name).compare]
+    probe = RateProbe(
+        rate_rps=450.0,
+        arrivals=900,
+        achieved_rps=449.0,
+        p50_ms=1.1,
+        p99_ms=3.2,
+        service_p50_ms=1.0,
+        met=True,
+    )
+    found = [
+        OpenLoopResult(
+            servers=1,
+            budget_ms=5.0,
+            closed_loop_rps=900.0,
+            max_rate_rps=450.0,
+            probes=[probe, probe.model_copy(update={"rate_rps": 675.0, "met": False})],
+        ),
+        OpenLoopResult(
+            servers=1,
+            budget_ms=5.0,
+            closed_loop_rps=None,
+            max_rate_rps=None,
+            probes=[],
+            missing="the worker ended during the search",
+        ),
+    ]
+    for index, result in enumerate(found):
+        fleet.cells[index] = fleet.cells[index].model_copy(update={"open_loop": result})
+    row = _row(_class(_view(fleet), name), "request rate")
+    assert row[0][0] == "450/s of 900/s back to back (p99 3.20 ms at it, 2 rates probed)"
+    assert row[1][0].startswith("none within p99 5 ms: the worker ended during the search")
