@@ -44,7 +44,7 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parent.parent
 
-ORDER = ("harness_vs_loadgen", "ab", "memory", "resolve", "report", "telemetry")
+ORDER = ("harness_vs_loadgen", "ab", "openloop", "memory", "resolve", "report", "telemetry")
 """Known benchmarks, in the order their sections appear."""
 DEFAULT_TIMEOUT_S = 600.0
 """Per benchmark; the whole of ``make bench`` should stay under ~10 minutes on 2 cores."""
@@ -236,22 +236,22 @@ def render_document(
     return "\n".join(lines) + "\n"
 
 
-def splice_sections(existing: str, sections: list[Section], *, note: str) -> str | None:
+def splice_sections(existing: str, sections: list[Section], *, note: str) -> str:
     """``existing`` with each of ``sections`` put in place of its earlier version (the block
-    from its heading to the next ``## `` heading), each followed by ``note``; None when one of
-    them has no earlier version to replace, and the whole document must be rendered instead.
-    A run of one benchmark keeps every other benchmark's numbers on the page."""
-    lines = existing.splitlines()
+    from its heading to the next ``## `` heading), each followed by ``note``; a section the page
+    does not have yet (or one that failed and printed no heading) goes at its end under its
+    own heading. A run of one benchmark keeps every other benchmark's numbers on the page."""
+    lines = existing.rstrip("\n").splitlines()
     for section in sections:
         body = section.markdown.rstrip().splitlines()
-        heading = body[0] if body and body[0].startswith("## ") else None
-        if heading is None or heading not in lines:
-            return None
-        start = lines.index(heading)
+        if not body or not body[0].startswith("## "):
+            body = [f"## bench/{section.name}.py", "", *body]
+        heading = body[0]
+        start = lines.index(heading) if heading in lines else len(lines)
         end = next(
             (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
         )
-        lines[start:end] = [*body, "", note, ""]
+        lines[start:end] = [*([""] if start == len(lines) else []), *body, "", note, ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{machine['qualify commit']}, load average {machine['load average at start (1/5/15 min)']}"
             " at start; the machine table above is the full run's._"
         )
-        text = splice_sections(args.out.read_text(encoding="utf-8"), sections, note=note) or text
+        text = splice_sections(args.out.read_text(encoding="utf-8"), sections, note=note)
     write_atomically(args.out, text)
     print(f"wrote {args.out}", file=sys.stderr)
     return 0 if all(s.ok for s in sections) else 1

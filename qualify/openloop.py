@@ -238,6 +238,7 @@ def open_loop(
                     "arrivals": arrivals(rate, spec, budget_ms),
                     "servers": spec.servers,
                     "seed": spec.seed + step,
+                    "wait": spec.wait,
                 }
             )
             if reply is None:

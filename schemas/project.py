@@ -33,8 +33,8 @@ __all__ = [
     "HostClassKey",
     "InputSpec",
     "MatchRules",
-    "OutputTolerance",
     "OpenLoop",
+    "OutputTolerance",
     "Pipeline",
     "Policy",
     "Project",
@@ -267,6 +267,12 @@ class OpenLoop(_ProjectDocument):
         description="Most rates the bisection probes between zero and the closed-loop rate.",
     )
     seed: int = Field(default=0, ge=0, description="Seed of the arrival times.")
+    wait: Literal["spin", "sleep"] = Field(
+        default="spin",
+        description="How an idle server waits for the next arrival: 'spin' polls the clock, "
+        "as a loaded server's threads (and onnxruntime's own pools) stay awake; 'sleep' sleeps, "
+        "so that the host's wake-up from idle counts in the latency.",
+    )
 
 
 class Workload(_ProjectDocument):

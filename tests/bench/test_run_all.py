@@ -32,8 +32,13 @@ def test_a_benchmark_run_alone_replaces_only_its_own_section() -> None:
     assert again == page
 
 
-def test_a_section_the_page_does_not_have_asks_for_the_whole_page() -> None:
+def test_a_section_the_page_does_not_have_goes_at_its_end_and_a_failure_is_said_in_place() -> None:
     new = Section("energy", "## Energy\n\n| j |\n", True, 1.0)
-    assert splice_sections(PAGE, [new], note="n") is None
-    failed = Section("memory", "bench/memory.py failed: boom", False, 1.0)
-    assert splice_sections(PAGE, [failed], note="n") is None
+    page = splice_sections(PAGE, [new], note="n")
+    assert page.startswith(PAGE.rstrip("\n"))
+    assert page.endswith("## Energy\n\n| j |\n\nn\n")
+    failed = Section("resolve", "bench/resolve.py failed: boom", False, 1.0)
+    page = splice_sections(PAGE, [failed], note="n")
+    assert "| resolve | 3.58x |" not in page
+    assert "## bench/resolve.py\n\nbench/resolve.py failed: boom\n\nn\n" in page
+    assert "| old | 64.0 MB |" in page
