@@ -58,7 +58,46 @@ def _relative(path: Path, base: Path) -> str:
         return str(path.resolve())
 
 
-def _input_lines(sig: TensorSignature, model: Path) -> tuple[list[str], int | None]:
+_STATE_SUFFIXES = ("_out", "_new", "_next", "out", "_n")
+"""How a recurrent model names the output that is its input's next value (``h`` / ``h_out``)."""
+
+
+def _batch_symbol(inputs: Sequence[TensorSignature]) -> str | None:
+    """The name of the batch dimension: the symbol most inputs have on axis 0, if any."""
+    first = [s.shape[0] for s in inputs if s.shape and isinstance(s.shape[0], str) and s.shape[0]]
+    return max(set(first), key=first.count) if first else None
+
+
+def _batch_axis(sig: TensorSignature, symbol: str | None) -> int | None:
+    """Where ``sig`` batches: the axis with the batch symbol (a state [layers, batch, hidden]
+    has it on 1), else a dynamic axis 0; None for a scalar or an input without a batch axis."""
+    if not sig.shape:
+        return None
+    if symbol is not None and symbol in sig.shape:
+        return sig.shape.index(symbol)
+    return 0 if not (isinstance(sig.shape[0], int) and sig.shape[0] > 0) else None
+
+
+def _state_source(sig: TensorSignature, outputs: Sequence[TensorSignature]) -> str | None:
+    """The output that looks like this input's next value: named after it, same type and rank."""
+    for output in outputs:
+        named = any(output.name == sig.name + suffix for suffix in _STATE_SUFFIXES) or (
+            sig.name.startswith("past") and output.name == "present" + sig.name[4:]
+        )
+        same = output.dtype == sig.dtype and (
+            output.shape is None or sig.shape is None or len(output.shape) == len(sig.shape)
+        )
+        if named and same:
+            return output.name
+    return None
+
+
+def _input_lines(
+    sig: TensorSignature,
+    model: Path,
+    symbol: str | None = None,
+    outputs: Sequence[TensorSignature] = (),
+) -> tuple[list[str], int | None]:
     """The YAML lines of one input, and its static batch size when the model fixes one."""
     if sig.dtype is None or sig.dtype not in ITEMSIZE:
         raise ProjectError(
@@ -67,34 +106,48 @@ def _input_lines(sig: TensorSignature, model: Path) -> tuple[list[str], int | No
             "by hand (source: recorded, from a .npy file)."
         )
     notes: list[str] = []
+    extra = ""
+    batch: int | None = None
     if sig.shape is None:
         shape: list[int] = [1]
         notes.append("the model declares no shape for this input: write its real shape")
-        batch = None
     else:
+        axis = _batch_axis(sig, symbol) if sig.shape else None
         shape = []
-        batch = sig.shape[0] if sig.shape and isinstance(sig.shape[0], int) else None
-        for axis, dim in enumerate(sig.shape):
-            if isinstance(dim, int) and dim > 0:
-                shape.append(dim)
-            elif axis == 0:
+        for k, dim in enumerate(sig.shape):
+            if k == axis:
                 shape.append(1)  # the batch axis: batch_sizes replaces it
+                batch = dim if isinstance(dim, int) and dim > 0 else None
+            elif isinstance(dim, int) and dim > 0:
+                shape.append(dim)
             else:
                 shape.append(DYNAMIC_DEFAULT)
                 label = f"'{dim}'" if isinstance(dim, str) else "unnamed"
                 notes.append(
-                    f"axis {axis} is dynamic ({label}): {DYNAMIC_DEFAULT} chosen; set the size "
+                    f"axis {k} is dynamic ({label}): {DYNAMIC_DEFAULT} chosen; set the size "
                     "your traffic sends"
                 )
-    if not shape:
-        raise ProjectError(
-            f"{model}: input {sig.name!r} is a scalar (rank 0), which a workload cannot feed "
-            "yet. Fix: give the model a rank-1 input, or write the entry by hand."
-        )
+        if axis is None:
+            extra = ", batch_axis: null"
+            notes.append(
+                "a scalar: fed whole to every inference"
+                if not sig.shape
+                else "no batch axis found: fed whole to every inference"
+            )
+        elif axis:
+            extra = f", batch_axis: {axis}"
+            notes.append(f"batches on axis {axis} ('{symbol}', as the other inputs' axis 0)")
+        source = _state_source(sig, outputs)
+        if source is not None:
+            extra += f", state_from: {_q(source)}"
+            notes.append(
+                f"CHECK: {source!r} looks like this input's next value, fed back at each step "
+                "(remove state_from if it is not)"
+            )
     low, high = (0, 2) if sig.dtype.startswith(("int", "uint", "bool")) else (0, 1)
     line = (
         f"    {_q(sig.name)}: {{shape: {json.dumps(shape)}, dtype: {sig.dtype}, "
-        f"source: generated, seed: 7, low: {low}, high: {high}}}"
+        f"source: generated, seed: 7, low: {low}, high: {high}{extra}}}"
     )
     return [*(f"    # {note}" for note in notes), line], batch
 
@@ -120,8 +173,9 @@ def init_project(
         read_signature(candidate)  # refuse a non-ONNX candidate now, not at the first run
     inputs: list[str] = []
     batches: set[int] = set()
+    symbol = _batch_symbol(signature.inputs)
     for sig in signature.inputs:
-        lines, batch = _input_lines(sig, model)
+        lines, batch = _input_lines(sig, model, symbol, signature.outputs)
         inputs += lines
         if batch is not None:
             batches.add(batch)

@@ -65,7 +65,8 @@ class WorkerJob:
     inputs_path: str
     """The shared input pool (``.npz``)."""
     inputs: dict[str, dict[str, Any]]
-    """Per input, the workload's description of it (``source`` decides how rows are drawn)."""
+    """Per input, the workload's description of it (``source``, ``batch_axis`` and
+    ``state_from`` decide how rows are drawn: `schemas.rules.batched_on`)."""
     outputs_path: str
     samples_path: str
     parity_rows: int

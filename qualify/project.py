@@ -958,7 +958,46 @@ def _workload_problems(
                 )
             )
         found += _shape_problems(workload, label, name, spec, model_input, doc)
+        found += _state_problems(label, name, spec, model_input, sig, doc)
     return found
+
+
+def _state_problems(
+    label: str,
+    name: str,
+    spec: InputSpec,
+    model_input: TensorSignature,
+    sig: ModelSignature,
+    doc: _Document,
+) -> list[_Problem]:
+    """A ``state_from`` must name an output of the model that can be fed back as this input."""
+    if spec.state_from is None:
+        return []
+    at: Loc = ("workload", "inputs", name, "state_from")
+    output = next((o for o in sig.outputs if o.name == spec.state_from), None)
+    if output is None:
+        names = [o.name for o in sig.outputs]
+        what = (
+            f"{label} has no output named {spec.state_from!r} to feed back as {name!r}; its "
+            f"outputs are: {_listing(sig.outputs)}"
+        )
+        return [_unknown_name(doc, at, what, spec.state_from, names)]
+    differ = None
+    if output.dtype is not None and model_input.dtype is not None:
+        differ = "the element types differ" if output.dtype != model_input.dtype else None
+    if differ is None and output.shape is not None and model_input.shape is not None:
+        differ = "the ranks differ" if len(output.shape) != len(model_input.shape) else None
+    if differ is not None:
+        return [
+            _Problem(
+                at,
+                f"output {output.describe()} cannot be fed back as input "
+                f"{model_input.describe()}: {differ}",
+                "name the output that carries this input's state",
+                doc.mark_for(at),
+            )
+        ]
+    return []
 
 
 def _shape_problems(
@@ -979,17 +1018,18 @@ def _shape_problems(
             _Problem(
                 at,
                 f"{spec.shape} has rank {len(spec.shape)}, but {theirs} (rank {len(dims)})",
-                "give one size per model dimension, the batch axis first",
+                "give one size per model dimension, the batch axis included (at batch_axis)",
                 doc.mark_for(at),
             )
         ]
     found: list[_Problem] = []
-    first = 0 if spec.source == "fixed" else 1  # the batch axis is replaced by each batch size
-    for axis in range(first, len(dims)):
+    # The batch axis is replaced by each batch size; every other axis must be what the model says.
+    batch_axis = spec.batch_axis if spec.batched else None
+    for axis in range(len(dims)):
         want = dims[axis]
-        if isinstance(want, int) and spec.shape[axis] != want:
+        if axis != batch_axis and isinstance(want, int) and spec.shape[axis] != want:
             fixed = [
-                d if isinstance(d, int) and i >= first else size
+                d if isinstance(d, int) and i != batch_axis else size
                 for i, (d, size) in enumerate(zip(dims, spec.shape, strict=True))
             ]
             found.append(
@@ -1001,15 +1041,16 @@ def _shape_problems(
                 )
             )
             break
-    batch = dims[0]
-    if first == 1 and isinstance(batch, int):
+    batch = dims[batch_axis] if batch_axis is not None else None
+    if isinstance(batch, int):
         wrong = [b for b in workload.batch_sizes if b != batch]
         if wrong:
             loc: Loc = ("workload", "batch_sizes")
             found.append(
                 _Problem(
                     loc,
-                    f"batch size(s) {wrong} cannot run: {theirs}, a fixed batch axis of {batch}",
+                    f"batch size(s) {wrong} cannot run: {theirs}, a fixed batch axis of {batch}"
+                    + (f" (axis {batch_axis})" if batch_axis else ""),
                     f"use batch_sizes: [{batch}], or export the model with a dynamic batch axis",
                     doc.mark_for(loc),
                 )

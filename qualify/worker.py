@@ -28,7 +28,7 @@ from typing import Any
 from qualify import cpus, energy
 from qualify.job import JobError, WorkerJob
 from qualify.procfs import hwm_kb, reset_hwm
-from schemas.rules import fallback_count
+from schemas.rules import batched_on, fallback_count
 
 __all__ = ["classify_exception", "main", "probe"]
 
@@ -291,16 +291,21 @@ def _placement_from_profile(
 
 
 def _batch(pool: dict[str, Any], job: WorkerJob, start: int, size: int) -> dict[str, Any]:
+    """``size`` samples from row ``start`` of the pool (rows on axis 0), each input batched on
+    its own axis; an input fed whole takes the one sample at ``start``."""
     import numpy as np
 
     feed: dict[str, Any] = {}
     for name, array in pool.items():
-        if job.inputs[name]["source"] == "fixed":
-            feed[name] = array
-            continue
         n = array.shape[0]
+        spec = job.inputs[name]
+        axis = batched_on(spec.get("batch_axis", 0), spec["source"], spec.get("state_from"))
+        if axis is None:
+            feed[name] = array[start % n, ...]  # a 0-d array for a scalar, not a number
+            continue
         idx = (np.arange(start, start + size) % n).astype(np.int64)
-        feed[name] = np.ascontiguousarray(array[idx])
+        rows = array[idx]
+        feed[name] = np.ascontiguousarray(np.moveaxis(rows, 0, axis) if axis else rows)
     return feed
 
 
@@ -318,6 +323,48 @@ def _postprocess(kind: str) -> Callable[[list[Any]], Any]:
 
         return softmax
     return lambda outs: outs
+
+
+class _Recurrent:
+    """A session whose ``state_from`` inputs take what the previous inference returned.
+
+    Each thread carries its own state (a serving thread follows its own sequence), one per input
+    and shape (batch sizes differ between configs); the first step of a sequence feeds the
+    workload's own value of the input. Everything else is the wrapped session's.
+    """
+
+    def __init__(self, session: Any, links: dict[str, str]) -> None:
+        outputs = [o.name for o in session.get_outputs()]
+        self._session = session
+        self._links = [(name, outputs.index(source)) for name, source in links.items()]
+        self._local = threading.local()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    def reset(self) -> None:
+        """Start this thread's sequences again from the workload's values."""
+        self._local.state = {}
+
+    def run(self, names: Any, feed: dict[str, Any]) -> Any:
+        state: dict[tuple[str, Any], Any] | None = getattr(self._local, "state", None)
+        if state is None:
+            state = self._local.state = {}
+        shapes = {name: feed[name].shape for name, _ in self._links}
+        feed = dict(feed)
+        for name, _ in self._links:
+            carried = state.get((name, shapes[name]))
+            if carried is not None:
+                feed[name] = carried
+        outs = self._session.run(names, feed)
+        for name, k in self._links:
+            state[(name, shapes[name])] = outs[k]
+        return outs
+
+
+def _recurrent(session: Any, job: WorkerJob) -> Any:
+    links = {n: str(i["state_from"]) for n, i in job.inputs.items() if i.get("state_from")}
+    return _Recurrent(session, links) if links else session
 
 
 class _Hook:
@@ -856,7 +903,11 @@ def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
     if before_warm is not None and reset_hwm():
         result["hwm_before_warm_kb"] = before_warm
 
+    # A recurrent model is compared, and timed, over sequences of steps, each from its start.
+    session = _recurrent(session, job)
     _save_parity_outputs(session, job, model_feed, post)
+    if isinstance(session, _Recurrent):
+        session.reset()
     return _Prepared(ort, model, session, pool, (pre, post))
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from qualify.errors import ProjectError
-from schemas.project import POOL_ROWS, Workload
+from schemas.project import POOL_ROWS, InputSpec, Workload
 
 __all__ = ["POOL_ROWS", "build_pool"]
 
@@ -21,10 +21,12 @@ __all__ = ["POOL_ROWS", "build_pool"]
 def build_pool(
     workload: Workload, resolve: Callable[[str], Path], *, min_rows: int = POOL_ROWS
 ) -> dict[str, np.ndarray]:
-    """The input arrays for a run.
+    """The input arrays for a run, each with one sample per row along axis 0.
 
-    Recorded and generated inputs are stacked along axis 0 (one row per sample, the batch axis
-    of ``shape`` dropped); fixed inputs keep their exact ``shape``.
+    A batched input's sample is its ``shape`` without the batch axis (a recorded file holds the
+    samples along ``batch_axis``, as the model takes them; a file of one sample may leave that
+    axis out); an input fed whole (``batch_axis: null``) has its whole ``shape`` as a sample; a
+    fixed input is one sample of its value.
 
     Args:
         workload: the project's workload.
@@ -36,36 +38,48 @@ def build_pool(
     """
     pool: dict[str, np.ndarray] = {}
     for name, spec in workload.inputs.items():
-        row_shape = tuple(spec.shape[1:])
+        sample = tuple(spec.sample_shape)
         where = f"workload.inputs.{name}"
         if spec.source == "recorded":
-            if spec.file is None:
-                raise ProjectError(f"{where}.file: a recorded input needs a .npy file")
-            path = resolve(spec.file)
-            try:
-                data = np.load(path, allow_pickle=False)
-            except (OSError, ValueError) as exc:
-                raise ProjectError(
-                    f"{path}: {where}.file: cannot read as .npy ({exc}). "
-                    "Fix: save the samples with numpy.save."
-                ) from exc
-            if data.ndim == len(row_shape):
-                data = data[None, ...]
-            if tuple(data.shape[1:]) != row_shape:
-                raise ProjectError(
-                    f"{path}: {where}.file: rows have shape {list(data.shape[1:])}, but "
-                    f"{where}.shape {spec.shape} needs rows of {list(row_shape)}. "
-                    "Fix: correct 'shape' or re-record the file."
-                )
-            if data.shape[0] == 0:
-                raise ProjectError(f"{path}: {where}.file: holds no rows")
-            pool[name] = np.ascontiguousarray(data.astype(spec.dtype, copy=False))
+            pool[name] = _recorded(spec, resolve, where)
         elif spec.source == "generated":
             rng = np.random.default_rng(spec.seed)
-            values = rng.uniform(spec.low, spec.high, size=(min_rows, *row_shape))
+            values = rng.uniform(spec.low, spec.high, size=(min_rows, *sample))
             if spec.dtype.startswith(("int", "uint")):
                 values = np.floor(values)
             pool[name] = np.ascontiguousarray(values.astype(spec.dtype))
         else:
-            pool[name] = np.full(spec.shape, spec.value, dtype=spec.dtype)
+            pool[name] = np.full((1, *sample), spec.value, dtype=spec.dtype)
     return pool
+
+
+def _recorded(spec: InputSpec, resolve: Callable[[str], Path], where: str) -> np.ndarray:
+    if spec.file is None:
+        raise ProjectError(f"{where}.file: a recorded input needs a .npy file")
+    path = resolve(spec.file)
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ProjectError(
+            f"{path}: {where}.file: cannot read as .npy ({exc}). "
+            "Fix: save the samples with numpy.save."
+        ) from exc
+    sample = list(spec.sample_shape)
+    axis = spec.batch_axis if spec.batched else None
+    held = list(data.shape)
+    if axis is not None and data.ndim == len(sample):
+        data = np.expand_dims(data, axis)  # one sample, without its batch axis
+    if axis is not None and data.ndim == len(spec.shape):
+        data = np.moveaxis(data, axis, 0)  # the samples along axis 0, as the pool keeps them
+    if list(data.shape[1:]) != sample:
+        wanted: list[int | str] = ["N", *sample]
+        if axis is not None:
+            wanted = [*sample[:axis], "N", *sample[axis:]]
+        raise ProjectError(
+            f"{path}: {where}.file: holds an array of shape {held}, but {where}.shape "
+            f"{spec.shape} (batch_axis {axis if axis is not None else 'null'}) needs "
+            f"{wanted}, N samples. Fix: correct 'shape' (or 'batch_axis') or re-record the file."
+        )
+    if data.shape[0] == 0:
+        raise ProjectError(f"{path}: {where}.file: holds no samples")
+    return np.ascontiguousarray(data.astype(spec.dtype, copy=False))

@@ -18,6 +18,7 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from schemas.base import NAME_RE, NAME_RULE, Document, Name, Precision
+from schemas.rules import batched_on
 
 __all__ = [
     "DEFAULT_TOLERANCES",
@@ -174,9 +175,23 @@ class InputSpec(_ProjectDocument):
     """How one model input is fed: recorded data, seeded generation or a fixed value."""
 
     shape: list[Annotated[int, Field(gt=0)]] = Field(
+        description="Shape of one feed, including the batch axis at batch_axis (which each "
+        "batch size replaces); [] for a scalar.",
+    )
+    batch_axis: int | None = Field(
+        default=0,
+        ge=0,
+        description="The axis that batches samples (a recurrent state shaped [layers, batch, "
+        "hidden] batches on 1); null for an input fed whole to every inference (a scalar, a "
+        "sample rate): then each sample of a recorded or generated source is one whole feed. "
+        "Fixed inputs are fed whole, except a recurrent state (state_from).",
+    )
+    state_from: str | None = Field(
+        default=None,
         min_length=1,
-        description="Shape of one sample including the batch axis (the batch axis is replaced by "
-        "each batch size).",
+        description="A model output whose value becomes this input at the next inference (the "
+        "recurrent state): each serving thread carries its own, parity follows one sequence of "
+        "steps from the input's own first value.",
     )
     dtype: Dtype = Field(default="float32", description="Element type.")
     source: Literal["recorded", "generated", "fixed"] = Field(
@@ -192,8 +207,27 @@ class InputSpec(_ProjectDocument):
         default=None, description="For fixed inputs: the value every element takes."
     )
 
+    @property
+    def batched(self) -> bool:
+        """Whether batch sizes apply to this input: it has a batch axis and is not a fixed value
+        (a fixed recurrent state, ``state_from``, is batched: its value fills each batch)."""
+        return batched_on(self.batch_axis, self.source, self.state_from) is not None
+
+    @property
+    def sample_shape(self) -> list[int]:
+        """The shape of one sample: ``shape`` without its batch axis when batched."""
+        if not self.batched:
+            return list(self.shape)
+        axis = self.batch_axis or 0
+        return self.shape[:axis] + self.shape[axis + 1 :]
+
     @model_validator(mode="after")
     def _source_fields(self) -> InputSpec:
+        if self.batch_axis is not None and self.batch_axis >= len(self.shape):
+            raise ValueError(
+                f"'batch_axis' {self.batch_axis} is not an axis of shape {self.shape} "
+                f"(rank {len(self.shape)}); a scalar or an input fed whole takes batch_axis: null"
+            )
         if self.source == "recorded" and not self.file:
             raise ValueError("a recorded input needs 'file' (a .npy file of samples)")
         if self.source == "fixed" and self.value is None:
@@ -359,12 +393,8 @@ class Workload(_ProjectDocument):
         if self.max_samples < self.min_samples:
             raise ValueError("'max_samples' must be >= 'min_samples'")
         for name, spec in self.inputs.items():
-            row = math.prod(spec.shape[1:]) * ITEMSIZE[spec.dtype]
-            rows = (
-                spec.shape[0]
-                if spec.source == "fixed"
-                else max(POOL_ROWS, 16 * max(self.batch_sizes))
-            )
+            row = math.prod(spec.sample_shape) * ITEMSIZE[spec.dtype]
+            rows = 1 if spec.source == "fixed" else max(POOL_ROWS, 16 * max(self.batch_sizes))
             if row * rows > MAX_INPUT_BYTES:
                 raise ValueError(
                     f"input {name!r}: shape {spec.shape} ({spec.dtype}) needs "

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TOLERANCE_FIELDS",
+    "batched_on",
     "fallback_count",
     "order_rank",
     "p99_outcome",
@@ -171,3 +172,15 @@ def tolerance_failures(measured: OutputTolerance, limits: OutputTolerance) -> li
             shown, exact = show_pair(value, limit)
             found.append(f"{label} {shown} < {exact}")
     return found
+
+
+def batched_on(batch_axis: int | None, source: str, state_from: str | None) -> int | None:
+    """The axis batch sizes apply to for a workload input, or None when it is fed whole.
+
+    An input with a batch axis is batched unless it is a fixed value (a constant is fed as
+    declared), except a fixed recurrent state (``state_from``), whose value fills each batch.
+    Owned here, with the standard library alone, for the project model and the measuring child.
+    """
+    if batch_axis is None or (source == "fixed" and not state_from):
+        return None
+    return batch_axis

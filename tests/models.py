@@ -32,10 +32,12 @@ __all__ = [
     "IR_VERSION",
     "MODELS",
     "OPSET",
+    "STATE",
     "ModelBuilder",
     "build",
     "build_all",
     "passthrough",
+    "recurrent",
 ]
 
 OPSET = 17
@@ -276,6 +278,62 @@ def padded_mlp(directory: Path, extra: int, name: str = "padded_mlp") -> Path:
         del graph.node[:]
         graph.node.extend(nodes)
         graph.initializer.append(eye)
+    onnx.checker.check_model(model, full_check=True)
+    return _write(model, directory, name)
+
+
+STATE = 8
+"""Hidden units of ``recurrent``'s state."""
+
+
+def recurrent(directory: Path, name: str = "recurrent", noise: float = 0.0) -> Path:
+    """A one-layer recurrent cell with the shapes real ones have: ``x`` [N, 16], a state ``h``
+    [1, N, 8] that batches on axis 1 (as an LSTM's [layers, batch, hidden]) and a scalar
+    ``gain`` (rank 0); ``h_out = tanh(x W + h U)`` [1, N, 8] is the next state and
+    ``y = gain * (h_out V)`` [N, 4]. ``noise`` moves every weight (a candidate that drifts)."""
+    rng = np.random.default_rng(11)
+    w = _f32(rng.normal(0.0, 0.5, size=(FEATURES, STATE)))
+    u = _f32(rng.normal(0.0, 0.9, size=(STATE, STATE)))
+    v = _f32(rng.normal(0.0, 0.5, size=(STATE, 4)))
+    if noise:
+        moved = np.random.default_rng(12)
+        w, u, v = (_f32(a + moved.normal(0.0, noise, size=a.shape)) for a in (w, u, v))
+    nodes = [
+        helper.make_node("Squeeze", ["h", "axis0"], ["h2"], name="state/Squeeze"),
+        helper.make_node("MatMul", [INPUT, "w"], ["xw"], name="in/MatMul"),
+        helper.make_node("MatMul", ["h2", "u"], ["hu"], name="rec/MatMul"),
+        helper.make_node("Add", ["xw", "hu"], ["pre"], name="rec/Add"),
+        helper.make_node("Tanh", ["pre"], ["hn"], name="rec/Tanh"),
+        helper.make_node("Unsqueeze", ["hn", "axis0"], ["h_out"], name="state/Unsqueeze"),
+        helper.make_node("MatMul", ["hn", "v"], ["yv"], name="out/MatMul"),
+        helper.make_node("Mul", ["yv", "gain"], ["y"], name="out/Mul"),
+    ]
+    inits = [
+        numpy_helper.from_array(w, "w"),
+        numpy_helper.from_array(u, "u"),
+        numpy_helper.from_array(v, "v"),
+        numpy_helper.from_array(np.array([0], dtype=np.int64), "axis0"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [
+            helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, ["N", FEATURES]),
+            helper.make_tensor_value_info("h", TensorProto.FLOAT, [1, "N", STATE]),
+            helper.make_tensor_value_info("gain", TensorProto.FLOAT, []),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4]),
+            helper.make_tensor_value_info("h_out", TensorProto.FLOAT, [1, "N", STATE]),
+        ],
+        inits,
+    )
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        ir_version=IR_VERSION,
+        producer_name="qualify/tests/models.py",
+    )
     onnx.checker.check_model(model, full_check=True)
     return _write(model, directory, name)
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from qualify.job import JobMode, WorkerJob, job_for
+from qualify.workload import build_pool
 from schemas.project import (
     Budgets,
     HostClass,
@@ -23,10 +24,24 @@ from schemas.project import (
 )
 
 
-def make_job(tmp_path: Path, model: Path, *, mode: JobMode = "check", **changes: Any) -> WorkerJob:
-    """A job for ``model`` (one float input ``x`` of 16 features, four recorded rows) on a CPU
-    class with default settings; ``changes`` replace fields of the job."""
-    np.savez(tmp_path / "in.npz", x=np.ones((4, 16), np.float32))
+def make_job(
+    tmp_path: Path,
+    model: Path,
+    *,
+    mode: JobMode = "check",
+    workload: Workload | None = None,
+    **changes: Any,
+) -> WorkerJob:
+    """A job for ``model`` on a CPU class with default settings: fed one float input ``x`` of 16
+    features (four rows of ones), or ``workload``'s inputs as a run builds them; ``changes``
+    replace fields of the job."""
+    if workload is None:
+        workload = Workload(
+            inputs={"x": InputSpec(shape=[1, 16], source="recorded", file="in.npy")}
+        )
+        np.savez(tmp_path / "in.npz", x=np.ones((4, 16), np.float32))
+    else:
+        np.savez(tmp_path / "in.npz", **build_pool(workload, lambda f: tmp_path / f))
     host_class = HostClass(
         key=HostClassKey(hardware="test", runtime="ort", provider="cpu"),
         match=MatchRules(),
@@ -38,7 +53,7 @@ def make_job(tmp_path: Path, model: Path, *, mode: JobMode = "check", **changes:
         artifact_path=model,
         digest="sha256:" + hashlib.sha256(model.read_bytes()).hexdigest(),
         host_class=host_class,
-        workload=Workload(inputs={"x": InputSpec(shape=[1, 16], source="recorded", file="in.npy")}),
+        workload=workload,
         root=tmp_path,
         inputs_path=tmp_path / "in.npz",
         work=tmp_path,
