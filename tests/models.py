@@ -282,6 +282,18 @@ def padded_mlp(directory: Path, extra: int, name: str = "padded_mlp") -> Path:
     return _write(model, directory, name)
 
 
+def _checked(graph: onnx.GraphProto) -> onnx.ModelProto:
+    """``graph`` as a model with this file's modest IR and opset, checked in full."""
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        ir_version=IR_VERSION,
+        producer_name="qualify/tests/models.py",
+    )
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
 STATE = 8
 """Hidden units of ``recurrent``'s state."""
 
@@ -328,13 +340,7 @@ def recurrent(directory: Path, name: str = "recurrent", noise: float = 0.0) -> P
         ],
         inits,
     )
-    model = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", OPSET)],
-        ir_version=IR_VERSION,
-        producer_name="qualify/tests/models.py",
-    )
-    onnx.checker.check_model(model, full_check=True)
+    model = _checked(graph)
     return _write(model, directory, name)
 
 
@@ -353,13 +359,7 @@ def passthrough(
         [helper.make_tensor_value_info(input_name, elem_type, shape)],
         [helper.make_tensor_value_info("y", elem_type, shape)],
     )
-    model = helper.make_model(
-        graph,
-        opset_imports=[helper.make_opsetid("", OPSET)],
-        ir_version=IR_VERSION,
-        producer_name="qualify/tests/models.py",
-    )
-    onnx.checker.check_model(model, full_check=True)
+    model = _checked(graph)
     return _write(model, path.parent, path.name.removesuffix(".onnx"))
 
 
