@@ -208,7 +208,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         one = "c050000"
         write_manifest(sign_document(docs[one], key), classes / envelope.class_filename(one))
 
-        for state in ("s1", "s2", "s3", "s4", "s5"):  # fresh host state: a kept one trusts another key
+        for state in (
+            "s1",
+            "s2",
+            "s3",
+            "s4",
+            "s5",
+        ):  # fresh host state: a kept one trusts another key
             shutil.rmtree(work / state, ignore_errors=True)
         # An installed wheel ships its bytecode (pip compiles it); a checkout under
         # PYTHONDONTWRITEBYTECODE would compile manifest.resolve in every timed run instead.

@@ -200,6 +200,17 @@ class _Measured:
     open_loops: list[OpenLoopResult | None]
 
 
+def _rate_line(found: OpenLoopResult) -> str:
+    """What an open-loop search found, in one line for the run's output."""
+    if found.max_rate_rps is None:
+        return f"no rate within p99 {found.budget_ms:g} ms: {found.missing}"
+    ceiling = found.closed_loop_rps or 0.0
+    return (
+        f"{found.max_rate_rps:,.0f} requests/s within p99 {found.budget_ms:g} ms "
+        f"(of {ceiling:,.0f}/s back to back; {len(found.probes)} rates probed)"
+    )
+
+
 def _soak_config(evidence: list[dict[tuple[int, int], ConfigEvidence]]) -> tuple[int, int] | None:
     """The config a soak serves: the baseline's gate config (its highest p99 upper bound, as
     `schemas.cell.Cell.gate_latency`), else the first artifact's that has evidence."""
@@ -304,6 +315,9 @@ def _interleaved_outcomes(
                 max_samples=loaded.project.workload.max_samples,
                 on_progress=on_progress,
             )
+            for (spec, _, _), found in zip(stored, rates, strict=True):
+                if found is not None:
+                    on_event(f"{spec.label}: open loop: {_rate_line(found)}")
         wanted = [{"batch_size": b, "concurrency": c} for b, c in configs]
         for index, each in enumerate(live):
             if each is not None:

@@ -135,7 +135,12 @@ def test_a_real_run_searches_each_artifacts_rate_and_gates_it(tmp_path: Path) ->
     )
     project.write_text(text)
     loaded = load_project(project)
-    outcome = qualify_run(loaded, "here-cpu", RunOptions(db_path=tmp_path / "m.db"))
+    events: list[str] = []
+    outcome = qualify_run(
+        loaded, "here-cpu", RunOptions(db_path=tmp_path / "m.db"), on_event=events.append
+    )
+    said = [e for e in events if ": open loop: " in e]
+    assert len(said) == 2 and "requests/s within p99 10 ms (of " in said[0], events
     for cell in outcome.bundle.cells:
         found = cell.open_loop
         assert found is not None and found.closed_loop_rps is not None, cell
