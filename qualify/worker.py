@@ -335,6 +335,13 @@ class _Recurrent:
 
     def __init__(self, session: Any, links: dict[str, str]) -> None:
         outputs = [o.name for o in session.get_outputs()]
+        missing = sorted(f"{n} <- {s}" for n, s in links.items() if s not in outputs)
+        if missing:
+            raise _Failure(
+                "load_failed",
+                f"workload state_from names outputs this model lacks ({', '.join(missing)}); "
+                f"its outputs are {outputs[:20]}",
+            )
         self._session = session
         self._links = [(name, outputs.index(source)) for name, source in links.items()]
         self._local = threading.local()

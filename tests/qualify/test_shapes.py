@@ -160,3 +160,16 @@ def test_a_recurrent_model_is_compared_over_a_sequence_of_steps(tmp_path: Path) 
     assert base.parity is None
     # Each input's batch axis held at both batch sizes, so both configs were timed.
     assert all(r.samples > 0 for c in (base, cand) for r in c.latency)
+
+
+def test_a_model_without_the_state_output_is_a_load_error_naming_it(tmp_path: Path) -> None:
+    # The project check refuses this at load; a job that still reaches the child says why.
+    from qualify.runner import run_worker
+    from tests.models import build
+
+    model = build("identity_mlp", tmp_path)
+    wl = Workload(inputs={"x": InputSpec(shape=[1, 16], source="generated", state_from="h_out")})
+    job = make_job(tmp_path, model, mode="full", workload=wl, configs=((1, 1),))
+    outcome = run_worker(job, tmp_path / "w", timeout_s=120)
+    assert outcome.error_code == "load_failed"
+    assert "state_from names outputs this model lacks (x <- h_out)" in (outcome.error_message or "")
