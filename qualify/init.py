@@ -70,12 +70,12 @@ def _batch_symbol(inputs: Sequence[TensorSignature]) -> str | None:
 
 def _batch_axis(sig: TensorSignature, symbol: str | None) -> int | None:
     """Where ``sig`` batches: the axis with the batch symbol (a state [layers, batch, hidden]
-    has it on 1), else a dynamic axis 0; None for a scalar or an input without a batch axis."""
+    has it on 1), else axis 0 (a fixed batch of a model exported with one); None for a scalar."""
     if not sig.shape:
         return None
     if symbol is not None and symbol in sig.shape:
         return sig.shape.index(symbol)
-    return 0 if not (isinstance(sig.shape[0], int) and sig.shape[0] > 0) else None
+    return 0
 
 
 def _state_source(sig: TensorSignature, outputs: Sequence[TensorSignature]) -> str | None:
@@ -129,11 +129,7 @@ def _input_lines(
                 )
         if axis is None:
             extra = ", batch_axis: null"
-            notes.append(
-                "a scalar: fed whole to every inference"
-                if not sig.shape
-                else "no batch axis found: fed whole to every inference"
-            )
+            notes.append("a scalar: fed whole to every inference")
         elif axis:
             extra = f", batch_axis: {axis}"
             notes.append(f"batches on axis {axis} ('{symbol}', as the other inputs' axis 0)")
