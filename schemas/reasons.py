@@ -9,7 +9,7 @@ read their wording from here. `schemas.cell.REASON_CODES` and
 
 from __future__ import annotations
 
-__all__ = ["CELL_CODES", "DECISION_CODES", "REASONS"]
+__all__ = ["CELL_CODES", "DECISION_CODES", "REASONS", "RUN_ERROR_CODES"]
 
 REASONS: dict[str, str] = {
     # Gates on a measured cell (manifest.gates), repeated by the policy where they apply.
@@ -75,6 +75,17 @@ REASONS: dict[str, str] = {
 }
 """Code -> meaning, for every reason qualify writes anywhere."""
 
+RUN_ERROR_CODES: tuple[str, ...] = (
+    "digest_mismatch",
+    "load_failed",
+    "run_failed",
+    "hook_failed",
+    "timeout",
+    "out_of_memory",
+    "crashed",
+)
+"""How a measuring process can end without a measurement: a cell's, never a manifest's."""
+
 CELL_CODES: tuple[str, ...] = (
     "parity_failed",
     "p99_over_budget",
@@ -95,28 +106,9 @@ CELL_CODES: tuple[str, ...] = (
     "sustained_drift",
     "soak_insufficient",
     "baseline_failed",
-    "digest_mismatch",
-    "load_failed",
-    "run_failed",
-    "hook_failed",
-    "timeout",
-    "out_of_memory",
-    "crashed",
+    *RUN_ERROR_CODES,
 )
 """Codes a cell's reasons may carry."""
 
-DECISION_CODES: tuple[str, ...] = tuple(
-    code
-    for code in REASONS
-    if code
-    not in (
-        "digest_mismatch",
-        "load_failed",
-        "run_failed",
-        "hook_failed",
-        "timeout",
-        "out_of_memory",
-    )
-    and code != "crashed"
-)
+DECISION_CODES: tuple[str, ...] = tuple(code for code in REASONS if code not in RUN_ERROR_CODES)
 """Codes a manifest entry's reasons may carry: the gates the policy re-applies and its own."""
