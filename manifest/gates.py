@@ -141,7 +141,7 @@ def _p99(cell: Cell, host_class: HostClass) -> Finding:
     gate = cell.gate_latency
     if gate is None:
         return _undecided("p99_insufficient", "no latency was measured")
-    where = f"batch {gate.batch_size}, concurrency {gate.concurrency}"
+    where = gate.config.label
     budget = host_class.budgets.p99_ms
     outcome = p99_outcome(gate.p99_lower_ms, gate.p99_upper_ms, budget)
     if outcome == "pass":
@@ -180,8 +180,8 @@ def _slowdown(cell: Cell, host_class: HostClass) -> Finding:
         ):
             if point is not None and slower_than(lower, max_slowdown):
                 found.append(
-                    f"{metric} x{point:.3g} the baseline's at batch {result.batch_size}, "
-                    f"concurrency {result.concurrency} (at least x{lower:.3g} over "
+                    f"{metric} x{point:.3g} the baseline's at {result.config.label} "
+                    f"(at least x{lower:.3g} over "
                     f"{ratio.rounds} paired rounds, {ratio.confidence:.2%} confidence)"
                 )
     if found:
@@ -244,8 +244,8 @@ def _throughput(cell: Cell, host_class: HostClass) -> Finding:
     return _failed(
         Reason(
             code="throughput_below_budget",
-            message=f"at most {best:,.0f} samples/s (batch {result.batch_size}, concurrency "
-            f"{result.concurrency}) < min_throughput {budget:g}",
+            message=f"at most {best:,.0f} samples/s ({result.config.label}) "
+            f"< min_throughput {budget:g}",
         )
     )
 
@@ -305,8 +305,7 @@ def _sustained(cell: Cell, host_class: HostClass) -> Finding:
     return _failed(
         Reason(
             code="sustained_drift",
-            message=f"after {soak.seconds:.0f} s at batch {soak.batch_size}, concurrency "
-            f"{soak.concurrency}, p99 is at least {_fmt(last.p99_lower_ms or 0.0)} against at "
+            message=f"after {soak.seconds:.0f} s at {soak.config.label}, p99 is at least {_fmt(last.p99_lower_ms or 0.0)} against at "
             f"most {_fmt(first.p99_upper_ms or 0.0)} in the first window (tolerance "
             f"{soak.tolerance:.0%})",
         )

@@ -47,7 +47,7 @@ def check_bundle(bundle: RunBundle, samples: pa.Table, *, source: str) -> pa.Tab
 
     Rules: every cell belongs to the run (same run id, host class and key); artifact digests
     are unique within the run; each cell has at most one latency result per (batch size,
-    concurrency); every sample row names an artifact that has a cell; the samples table has
+    concurrency, dims); every sample row names an artifact that has a cell; the samples table has
     exactly ``matrix.samples.SAMPLES_SCHEMA``.
 
     Args:
@@ -84,10 +84,11 @@ def check_bundle(bundle: RunBundle, samples: pa.Table, *, source: str) -> pa.Tab
                 "a run measures each artifact once"
             )
         seen.add(cell.artifact_digest)
-        configs = [(r.batch_size, r.concurrency) for r in cell.latency]
+        configs = [r.config for r in cell.latency]
         if len(set(configs)) != len(configs):
             raise BundleError(
-                f"{where}: latency has more than one result for the same (batch_size, concurrency)"
+                f"{where}: latency has more than one result for the same (batch_size, "
+                "concurrency, dims)"
             )
     conformed = conform_samples(samples, source=f"{source}: samples")
     if conformed.num_rows:

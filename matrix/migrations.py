@@ -236,6 +236,32 @@ CREATE TABLE telemetry_files (
 )
 """
 
+_LATENCY_V5 = """
+CREATE TABLE latency_v5 (
+    run_id          VARCHAR NOT NULL,
+    artifact_digest VARCHAR NOT NULL,
+    batch_size      INTEGER NOT NULL,
+    concurrency     INTEGER NOT NULL,
+    dims            VARCHAR NOT NULL,
+    is_gate         BOOLEAN NOT NULL,
+    samples         INTEGER NOT NULL,
+    p50_ms          DOUBLE NOT NULL,
+    p90_ms          DOUBLE NOT NULL,
+    p99_ms          DOUBLE NOT NULL,
+    max_ms          DOUBLE NOT NULL,
+    mean_ms         DOUBLE NOT NULL,
+    p99_lower_ms    DOUBLE,
+    p99_upper_ms    DOUBLE,
+    confidence      DOUBLE NOT NULL,
+    decision        VARCHAR NOT NULL,
+    stopped         VARCHAR NOT NULL,
+    duration_s      DOUBLE NOT NULL,
+    throughput_ips  DOUBLE,
+    PRIMARY KEY (run_id, artifact_digest, batch_size, concurrency, dims)
+)
+"""
+"""Migration 5's latency table: keyed by the swept dimensions' sizes too."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -267,6 +293,19 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE manifests ADD COLUMN published_at TIMESTAMPTZ",
             # Manifests stored before: recorded after their file was written, so published.
             "UPDATE manifests SET published_at = stored_at",
+        ),
+    ),
+    Migration(
+        version=5,
+        name="latency and samples keyed by the swept dimensions' sizes too (dims, '' when none)",
+        statements=(
+            # A primary key cannot be altered in place: the latency table is rebuilt.
+            _LATENCY_V5,
+            "INSERT INTO latency_v5 BY NAME SELECT *, '' AS dims FROM latency",
+            "DROP TABLE latency",
+            "ALTER TABLE latency_v5 RENAME TO latency",
+            "ALTER TABLE samples ADD COLUMN dims VARCHAR DEFAULT ''",
+            "ALTER TABLE samples ALTER COLUMN dims SET NOT NULL",
         ),
     ),
 )

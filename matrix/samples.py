@@ -19,13 +19,18 @@ SAMPLES_SCHEMA = pa.schema(
         pa.field("artifact_digest", pa.string(), nullable=False),
         pa.field("batch_size", pa.int32(), nullable=False),
         pa.field("concurrency", pa.int32(), nullable=False),
+        pa.field("dims", pa.string(), nullable=False),
         pa.field("seq", pa.int32(), nullable=False),
         pa.field("latency_ns", pa.int64(), nullable=False),
     ]
 )
-"""One row per timed inference: which artifact, which (batch size, concurrency), its sequence
-number within that config, and its latency in nanoseconds (``perf_counter_ns`` delta). The store
-adds ``run_id``."""
+"""One row per timed inference: which artifact, which (batch size, concurrency, swept sizes as
+`schemas.cell.dims_text` writes them), its sequence number within that config, and its latency
+in nanoseconds (``perf_counter_ns`` delta). The store adds ``run_id``."""
+
+_OPTIONAL = {"dims": ""}
+"""Columns a table from before they existed may lack, and the value they then have (a bundle
+written before swept dimensions swept none)."""
 
 
 def empty_samples() -> pa.Table:
@@ -37,7 +42,8 @@ def conform_samples(table: pa.Table, *, source: str = "samples") -> pa.Table:
     """Check a samples table and return it with exactly ``SAMPLES_SCHEMA``, columns in order.
 
     Integer columns of another width are cast when every value fits; strings may be
-    ``large_string`` or dictionary-encoded. Nothing else is coerced.
+    ``large_string`` or dictionary-encoded; a table without ``dims`` (written before swept
+    dimensions existed) gets ``""`` in every row. Nothing else is coerced.
 
     Args:
         table: The samples, one row per timed inference.
@@ -50,6 +56,9 @@ def conform_samples(table: pa.Table, *, source: str = "samples") -> pa.Table:
         BundleError: A column is missing, extra, null-bearing or of a type that cannot be cast.
     """
     expected = SAMPLES_SCHEMA.names
+    for name, value in _OPTIONAL.items():
+        if name not in table.column_names:
+            table = table.append_column(name, pa.repeat(pa.scalar(value), table.num_rows))
     present = table.column_names
     missing = [name for name in expected if name not in present]
     extra = [name for name in present if name not in expected]

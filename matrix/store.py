@@ -46,7 +46,7 @@ from matrix.migrations import (
     current_version,
 )
 from schemas.atomic import read_bounded
-from schemas.cell import Cell, RunBundle, RunRecord
+from schemas.cell import Cell, LatencyConfig, RunBundle, RunRecord, dims_text
 
 __all__ = ["EXPORTED", "MEMORY", "LockWait", "Store"]
 
@@ -70,8 +70,8 @@ _EXPORT_ORDER: dict[str, str] = {
     "schema_migrations": "version",
     "runs": "started_at, run_id",
     "cells": "measured_at, run_id, artifact_digest",
-    "latency": "run_id, artifact_digest, batch_size, concurrency",
-    "samples": "run_id, artifact_digest, batch_size, concurrency, seq",
+    "latency": "run_id, artifact_digest, batch_size, concurrency, dims",
+    "samples": "run_id, artifact_digest, batch_size, concurrency, dims, seq",
     "manifests": "version",
     "matrix": _MATRIX_ORDER,
 }
@@ -184,6 +184,7 @@ _LATENCY_SCHEMA = pa.schema(
         ("artifact_digest", pa.string()),
         ("batch_size", pa.int32()),
         ("concurrency", pa.int32()),
+        ("dims", pa.string()),
         ("is_gate", pa.bool_()),
         ("samples", pa.int32()),
         ("p50_ms", pa.float64()),
@@ -282,14 +283,15 @@ def _cell_row(cell: Cell) -> dict[str, Any]:
 
 def _latency_rows(cell: Cell) -> list[dict[str, Any]]:
     gate = cell.gate_latency
-    gate_config = (gate.batch_size, gate.concurrency) if gate else None
+    gate_config = gate.config if gate else None
     return [
         {
             "run_id": cell.run_id,
             "artifact_digest": cell.artifact_digest,
             "batch_size": result.batch_size,
             "concurrency": result.concurrency,
-            "is_gate": (result.batch_size, result.concurrency) == gate_config,
+            "dims": dims_text(result.dims),
+            "is_gate": result.config == gate_config,
             "samples": result.samples,
             "p50_ms": result.p50_ms,
             "p90_ms": result.p90_ms,
@@ -722,41 +724,48 @@ class Store:
             artifact_digest: The artifact.
 
         Returns:
-            Columns batch_size, concurrency, seq (int32) and latency_ns (int64), ordered by
-            (batch_size, concurrency, seq); empty if the cell has none or does not exist.
+            Columns batch_size, concurrency (int32), dims (string, `schemas.cell.dims_text`),
+            seq (int32) and latency_ns (int64), ordered by (batch_size, concurrency, dims,
+            seq); empty if the cell has none or does not exist.
         """
         return self._conn.sql(
-            "SELECT batch_size, concurrency, seq, latency_ns FROM samples "
+            "SELECT batch_size, concurrency, dims, seq, latency_ns FROM samples "
             "WHERE run_id = $run_id AND artifact_digest = $digest "
-            "ORDER BY batch_size, concurrency, seq",
+            "ORDER BY batch_size, concurrency, dims, seq",
             params={"run_id": run_id, "digest": artifact_digest},
         ).to_arrow_table()
 
     def samples_by_config(
         self, run_id: str, artifact_digest: str
-    ) -> dict[tuple[int, int], npt.NDArray[np.int64]]:
-        """Raw latencies of one cell per (batch_size, concurrency), in sequence order.
+    ) -> dict[LatencyConfig, npt.NDArray[np.int64]]:
+        """Raw latencies of one cell per latency config, in sequence order.
 
         Args:
             run_id: The run.
             artifact_digest: The artifact.
 
         Returns:
-            ``{(batch_size, concurrency): latency_ns array}``; empty if there are none.
+            ``{LatencyConfig: latency_ns array}``; empty if there are none.
         """
         table = self.samples(run_id, artifact_digest)
-        batch = table.column("batch_size").to_numpy()
-        concurrency = table.column("concurrency").to_numpy()
-        latency = table.column("latency_ns").to_numpy().astype(np.int64, copy=False)
-        grouped: dict[tuple[int, int], npt.NDArray[np.int64]] = {}
+        grouped: dict[LatencyConfig, npt.NDArray[np.int64]] = {}
         if table.num_rows == 0:
             return grouped
+        batch = table.column("batch_size").to_numpy()
+        concurrency = table.column("concurrency").to_numpy()
+        dims = table.column("dims").combine_chunks().dictionary_encode()
+        dim_ids = dims.indices.to_numpy(zero_copy_only=False)
+        latency = table.column("latency_ns").to_numpy().astype(np.int64, copy=False)
         # Rows arrive sorted by config, so each config is one contiguous slice.
-        change = np.flatnonzero((np.diff(batch) != 0) | (np.diff(concurrency) != 0)) + 1
-        starts = np.concatenate(([0], change))
-        ends = np.concatenate((change, [table.num_rows]))
+        change = (np.diff(batch) != 0) | (np.diff(concurrency) != 0) | (np.diff(dim_ids) != 0)
+        starts = np.concatenate(([0], np.flatnonzero(change) + 1))
+        ends = np.concatenate((starts[1:], [table.num_rows]))
+        names = dims.dictionary.to_pylist()
         for start, end in zip(starts, ends, strict=True):
-            grouped[(int(batch[start]), int(concurrency[start]))] = latency[start:end].copy()
+            config = LatencyConfig(
+                int(batch[start]), int(concurrency[start]), str(names[dim_ids[start]])
+            )
+            grouped[config] = latency[start:end].copy()
         return grouped
 
     def snapshot_id(self) -> str:

@@ -33,7 +33,7 @@ from qualify.stats import (
     rounds_for_median_bound,
     time_cap,
 )
-from schemas.cell import RoundFigure, Slowdown
+from schemas.cell import LatencyConfig, RoundFigure, Slowdown
 from schemas.project import Workload
 
 __all__ = [
@@ -49,8 +49,8 @@ ROUND_WARMUP = 5
 """Inferences discarded at the start of every round after the first (the first uses the
 workload's ``warmup``): caches are cold again after the other artifacts ran."""
 
-Config = tuple[int, int]
-"""(batch size, concurrency)."""
+Config = LatencyConfig
+"""(batch size, concurrency, swept sizes)."""
 
 
 @dataclass
@@ -185,7 +185,6 @@ def interleave(
     evidence: list[dict[Config, ConfigEvidence]] = [{} for _ in workers]
     busy = False
     for config in configs:
-        b, c = config
         live = {i: w for i, w in enumerate(workers) if w is not None and w.alive}
         trackers = {
             i: AdaptiveP99(
@@ -221,8 +220,9 @@ def interleave(
                 before = cpu_times()
                 reply = worker.round(
                     {
-                        "batch_size": b,
-                        "concurrency": c,
+                        "batch_size": config.batch_size,
+                        "concurrency": config.concurrency,
+                        "dims": config.sizes,
                         "warmup": workload.warmup
                         if index == 0
                         else min(workload.warmup, ROUND_WARMUP),
@@ -255,7 +255,7 @@ def interleave(
                 )
         for i in live:
             _conclude(evidence[i][config], trackers[i], workload.max_samples)
-        on_event(f"batch {b}, concurrency {c}: {index} interleaved rounds of {slice_s:.2g} s")
+        on_event(f"{config.label}: {index} interleaved rounds of {slice_s:.2g} s")
     return Interleaved(evidence=evidence, host_busy=busy)
 
 
@@ -282,7 +282,6 @@ def _progress(
 ) -> str:
     """One line: the config's round, each artifact's samples and p99 bound, and the most time
     the config can still take (every artifact sampling to its time cap)."""
-    b, c = config
     parts = []
     left_s = 0.0
     for i, tracker in trackers.items():
@@ -294,7 +293,7 @@ def _progress(
         if tracker.decision == "insufficient":
             left_s += max(0.0, ev.time_cap_s - ev.duration_s)
     return (
-        f"batch {b}, concurrency {c}: round {index} (at least {minimum}); "
+        f"{config.label}: round {index} (at least {minimum}); "
         + "; ".join(parts)
         + f"; budget {budget_ms:g} ms; at most {left_s:.0f} s left"
     )

@@ -2,8 +2,8 @@
 
 Owns turning an ONNX model's declared inputs (names, element types, shapes) into a
 ``qualify.yaml`` that loads and runs as written: generated inputs with a seed, the batch axis
-left to ``batch_sizes``, every other dynamic dimension given a value with a comment saying what
-to choose, one host class that matches this host, and budgets marked as placeholders to set.
+left to ``batch_sizes``, every other dynamic dimension the model names swept over sizes in
+``workload.dims`` (an unnamed one given a value), each with a comment saying what to choose, one host class that matches this host, and budgets marked as placeholders to set.
 Does not measure anything and does not guess budgets: a placeholder budget is a number written
 so the file runs, flagged in a comment on its line.
 """
@@ -18,12 +18,16 @@ from pathlib import Path
 from qualify.errors import ArtifactError, ProjectError
 from qualify.graph import TensorSignature, read_signature
 from schemas.base import NAME_RE
-from schemas.project import ITEMSIZE
+from schemas.project import DIM_RE, ITEMSIZE
 
-__all__ = ["DYNAMIC_DEFAULT", "init_project"]
+__all__ = ["DYNAMIC_DEFAULT", "SWEEP_DEFAULT", "init_project"]
 
 DYNAMIC_DEFAULT = 16
-"""The value a dynamic dimension other than the batch axis gets (a sequence length, a width)."""
+"""The value an unnamed dynamic dimension other than the batch axis gets (a width, a length)."""
+
+SWEEP_DEFAULT = (16, 64, 256)
+"""The sizes a named dynamic dimension other than the batch axis is swept over (``dims``) when
+the model names one; with several, each gets the middle one, so that a first run stays short."""
 
 _PRECISIONS = (
     ("int8", "int8"),
@@ -92,13 +96,27 @@ def _state_source(sig: TensorSignature, outputs: Sequence[TensorSignature]) -> s
     return None
 
 
+def _shown(symbol: str) -> str:
+    """A model's symbol as a comment may show it: quoted and escaped, on one line, bounded."""
+    return json.dumps(symbol[:64], ensure_ascii=True)
+
+
+def _dim_name(symbol: str) -> str:
+    """A model's symbolic dimension as a workload dimension name (`schemas.project.DIM_RE`)."""
+    cleaned = re.sub(r"[^A-Za-z0-9_]+", "_", symbol).strip("_")[:60] or "dim"
+    return cleaned if DIM_RE.fullmatch(cleaned) else f"d_{cleaned}"[:64]
+
+
 def _input_lines(
     sig: TensorSignature,
     model: Path,
     symbol: str | None = None,
     outputs: Sequence[TensorSignature] = (),
+    swept: dict[str, str] | None = None,
 ) -> tuple[list[str], int | None]:
-    """The YAML lines of one input, and its static batch size when the model fixes one."""
+    """The YAML lines of one input, and its static batch size when the model fixes one; each
+    named dynamic dimension off the batch axis goes into ``shape`` by name and into ``swept``
+    (workload dimension name -> the model's symbol)."""
     if sig.dtype is None or sig.dtype not in ITEMSIZE:
         raise ProjectError(
             f"{model}: input {sig.name!r} has element type {sig.dtype or 'unknown'}, which a "
@@ -109,7 +127,7 @@ def _input_lines(
     extra = ""
     batch: int | None = None
     if sig.shape is None:
-        shape: list[int] = [1]
+        shape: list[int | str] = [1]
         notes.append("the model declares no shape for this input: write its real shape")
     else:
         axis = _batch_axis(sig, symbol) if sig.shape else None
@@ -120,9 +138,13 @@ def _input_lines(
                 batch = dim if isinstance(dim, int) and dim > 0 else None
             elif isinstance(dim, int) and dim > 0:
                 shape.append(dim)
+            elif isinstance(dim, str) and dim and swept is not None:
+                name = _dim_name(dim)
+                shape.append(name)
+                swept.setdefault(name, dim)
             else:
                 shape.append(DYNAMIC_DEFAULT)
-                label = f"'{dim}'" if isinstance(dim, str) else "unnamed"
+                label = _shown(dim) if isinstance(dim, str) and dim else "unnamed"
                 notes.append(
                     f"axis {k} is dynamic ({label}): {DYNAMIC_DEFAULT} chosen; set the size "
                     "your traffic sends"
@@ -148,6 +170,20 @@ def _input_lines(
     return [*(f"    # {note}" for note in notes), line], batch
 
 
+def _dims_lines(swept: dict[str, str]) -> list[str]:
+    """``workload.dims``: the sizes each named dynamic dimension is measured at."""
+    if not swept:
+        return []
+    sizes = list(SWEEP_DEFAULT) if len(swept) == 1 else [SWEEP_DEFAULT[1]]
+    lines = ["  # CHOOSE: the sizes your traffic sends on each dynamic dimension the model names;"]
+    lines.append("  # every combination is measured as a latency config of its own.")
+    lines.append("  dims:")
+    for name, symbol in swept.items():
+        note = f"  # the model's {_shown(symbol)}" if symbol != name else ""
+        lines.append(f"    {name}: {json.dumps(sizes)}{note}")
+    return lines
+
+
 def init_project(
     model: Path,
     candidates: Sequence[Path],
@@ -170,8 +206,9 @@ def init_project(
     inputs: list[str] = []
     batches: set[int] = set()
     symbol = _batch_symbol(signature.inputs)
+    swept: dict[str, str] = {}
     for sig in signature.inputs:
-        lines, batch = _input_lines(sig, model, symbol, signature.outputs)
+        lines, batch = _input_lines(sig, model, symbol, signature.outputs, swept)
         inputs += lines
         if batch is not None:
             batches.add(batch)
@@ -207,6 +244,7 @@ def init_project(
         *inputs,
         f"  batch_sizes: {json.dumps(batch_sizes)}  # CHOOSE: the batch sizes you serve",
         "  concurrency: [1]  # CHOOSE: requests served at once",
+        *_dims_lines(swept),
         "host_classes:",
         "  this-host:  # one class that matches this host; add one per kind of host you run",
         f"    key: {{hardware: {arch_name}, runtime: ort-{major_minor}, provider: cpu}}",

@@ -1032,10 +1032,14 @@ def _shape_problems(
                 d if isinstance(d, int) and i != batch_axis else size
                 for i, (d, size) in enumerate(zip(dims, spec.shape, strict=True))
             ]
+            mine = spec.shape[axis]
             found.append(
                 _Problem(
                     at,
-                    f"dimension {axis} is {spec.shape[axis]}, but {theirs}",
+                    f"dimension {axis} is {mine}, but {theirs}"
+                    if isinstance(mine, int)
+                    else f"dimension {axis} is swept as {mine!r} (workload.dims), but {theirs}: "
+                    "the model takes one size there",
                     f"set shape: {fixed}",
                     doc.mark_for(at),
                 )

@@ -48,6 +48,7 @@ from schemas.atomic import remove_leftovers, temp_prefix
 from schemas.base import Role
 from schemas.cell import (
     Cell,
+    LatencyConfig,
     LatencyResult,
     OpenLoopResult,
     ParityResult,
@@ -58,6 +59,7 @@ from schemas.cell import (
     RunRecord,
     Slowdown,
     Soak,
+    dims_text,
 )
 from schemas.host import Fingerprint
 from schemas.project import ArtifactSpec, HostClass, OpenLoop, Tolerance
@@ -110,25 +112,26 @@ def new_run_id(host_class: str, now: datetime) -> str:
 
 
 def _latency_results(
-    evidence: dict[tuple[int, int], ConfigEvidence],
+    evidence: dict[LatencyConfig, ConfigEvidence],
     outcome: WorkerOutcome,
     confidence: float,
-    ratios: dict[tuple[int, int], Slowdown],
+    ratios: dict[LatencyConfig, Slowdown],
 ) -> list[LatencyResult]:
     throughput = outcome.result.get("throughput_ips") or {}
     results = []
-    for (b, c), ev in evidence.items():
+    for config, ev in evidence.items():
         ns = ev.samples_ns
         if ns.size == 0:
             continue
         pct = percentiles(ns.astype(np.float64) / 1e6)
         # The bounds and decision are those of the last scheduled look (a sequential test with
         # a Bonferroni-corrected confidence per look), not a fresh look at all samples.
-        ips = throughput.get(f"b{b}_c{c}")
+        ips = throughput.get(config.short)
         results.append(
             LatencyResult(
-                batch_size=b,
-                concurrency=c,
+                batch_size=config.batch_size,
+                concurrency=config.concurrency,
+                dims=config.sizes,
                 samples=int(ns.size),
                 p50_ms=float(pct.p50),
                 p90_ms=float(pct.p90),
@@ -144,7 +147,7 @@ def _latency_results(
                 time_cap_s=ev.time_cap_s,
                 throughput_ips=None if ips is None else float(ips),
                 rounds=ev.rounds,
-                vs_baseline=ratios.get((b, c)),
+                vs_baseline=ratios.get(config),
                 **_stage_figures(ev),
                 **_energy_figures(ev),
             )
@@ -194,7 +197,7 @@ def _stage_figures(ev: ConfigEvidence) -> dict[str, Any]:
 @dataclass
 class _Measured:
     outcomes: list[WorkerOutcome]
-    evidence: list[dict[tuple[int, int], ConfigEvidence]]
+    evidence: list[dict[LatencyConfig, ConfigEvidence]]
     host_busy: bool
     soaks: list[Soak | None]
     open_loops: list[OpenLoopResult | None]
@@ -211,7 +214,7 @@ def _rate_line(found: OpenLoopResult) -> str:
     )
 
 
-def _soak_config(evidence: list[dict[tuple[int, int], ConfigEvidence]]) -> tuple[int, int] | None:
+def _soak_config(evidence: list[dict[LatencyConfig, ConfigEvidence]]) -> LatencyConfig | None:
     """The config a soak serves: the baseline's gate config (its highest p99 upper bound, as
     `schemas.cell.Cell.gate_latency`), else the first artifact's that has evidence."""
 
@@ -226,7 +229,7 @@ def _soak_config(evidence: list[dict[tuple[int, int], ConfigEvidence]]) -> tuple
 
 def _interleaved_outcomes(
     stored: list[tuple[ArtifactSpec, str, Path]],
-    configs: list[tuple[int, int]],
+    configs: list[LatencyConfig],
     host_class: HostClass,
     loaded: LoadedProject,
     inputs_path: Path,
@@ -291,7 +294,7 @@ def _interleaved_outcomes(
         soak_s = soak_seconds if soak_seconds is not None else loaded.project.workload.soak_s
         config = _soak_config(measured.evidence)
         if soak_s and config is not None:
-            on_event(f"soak: {soak_s:.0f} s at batch {config[0]}, concurrency {config[1]}")
+            on_event(f"soak: {soak_s:.0f} s at {config.label}")
             soaks = soak(
                 live,
                 config,
@@ -318,7 +321,15 @@ def _interleaved_outcomes(
             for (spec, _, _), found in zip(stored, rates, strict=True):
                 if found is not None:
                     on_event(f"{spec.label}: open loop: {_rate_line(found)}")
-        wanted = [{"batch_size": b, "concurrency": c} for b, c in configs]
+        wanted = [
+            {
+                "key": c.short,
+                "batch_size": c.batch_size,
+                "concurrency": c.concurrency,
+                "dims": c.sizes,
+            }
+            for c in configs
+        ]
         for index, each in enumerate(live):
             if each is not None:
                 outcomes[index] = each.finish(wanted)
@@ -382,17 +393,18 @@ def _parity(
     return None, [why]
 
 
-def _sample_tables(digest: str, evidence: dict[tuple[int, int], ConfigEvidence]) -> list[pa.Table]:
+def _sample_tables(digest: str, evidence: dict[LatencyConfig, ConfigEvidence]) -> list[pa.Table]:
     """One artifact's raw latency samples, one table per config, as the matrix stores them."""
     tables = []
-    for (b, c), ev in evidence.items():
+    for config, ev in evidence.items():
         ns = ev.samples_ns
         tables.append(
             pa.table(
                 [
                     pa.array([digest] * ns.size, pa.string()),
-                    pa.array(np.full(ns.size, b, np.int32)),
-                    pa.array(np.full(ns.size, c, np.int32)),
+                    pa.array(np.full(ns.size, config.batch_size, np.int32)),
+                    pa.array(np.full(ns.size, config.concurrency, np.int32)),
+                    pa.repeat(pa.scalar(config.dims), ns.size),
                     pa.array(np.arange(ns.size, dtype=np.int32)),
                     pa.array(ns.astype(np.int64)),
                 ],
@@ -507,7 +519,12 @@ def qualify_run(
         baseline_outputs: dict[str, np.ndarray] | None = None
         baseline_digest = stored[0][1]
         baseline_error: str | None = None
-        configs = [(b, c) for b in wl.batch_sizes for c in wl.concurrency]
+        configs = [
+            LatencyConfig(b, c, dims_text(dims))
+            for dims in wl.dim_points
+            for b in wl.batch_sizes
+            for c in wl.concurrency
+        ]
         numerics_from = isa_mismatch(fp, host_class)
         if numerics_from:
             on_event("numerics from another ISA: " + "; ".join(numerics_from))

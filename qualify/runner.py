@@ -467,7 +467,7 @@ class ServedWorker:
             return None
         return reply
 
-    def finish(self, configs: list[dict[str, int]]) -> WorkerOutcome:
+    def finish(self, configs: list[dict[str, Any]]) -> WorkerOutcome:
         """Ask for throughput and the profile, let the child exit, and reap it."""
         if self.alive and self._send({"cmd": "finish", "configs": configs}):
             self._stop(kill=False)
@@ -505,7 +505,7 @@ class RoundWorker(Protocol):
         """One timed round; None if it ended instead of answering."""
         ...
 
-    def finish(self, configs: list[dict[str, int]]) -> WorkerOutcome:
+    def finish(self, configs: list[dict[str, Any]]) -> WorkerOutcome:
         """Throughput and profile, then the outcome of the whole process."""
         ...
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from qualify.runner import RoundWorker
 from qualify.stats import p99_bounds, percentiles
-from schemas.cell import Soak, SoakWindow
+from schemas.cell import LatencyConfig, Soak, SoakWindow
 
 __all__ = ["CPUFREQ", "THERMAL", "WINDOWS", "drifted", "host_heat", "soak"]
 
@@ -103,7 +103,7 @@ def _alive(worker: RoundWorker | None) -> bool:
 
 def soak(
     workers: Sequence[RoundWorker | None],
-    config: tuple[int, int],
+    config: LatencyConfig,
     seconds: float,
     *,
     confidence: float,
@@ -118,7 +118,6 @@ def soak(
     Returns:
         Per worker (in order), its soak; None for a worker that was not alive.
     """
-    b, c = config
     live = [i for i, w in enumerate(workers) if w is not None and w.alive]
     window_s = seconds / WINDOWS
     per_window: dict[int, list[list[np.ndarray]]] = {i: [[] for _ in range(WINDOWS)] for i in live}
@@ -138,8 +137,9 @@ def soak(
                     break
                 reply = worker.round(
                     {
-                        "batch_size": b,
-                        "concurrency": c,
+                        "batch_size": config.batch_size,
+                        "concurrency": config.concurrency,
+                        "dims": config.sizes,
                         "warmup": 0,
                         "time_s": min(_SLICE_S, left),
                         "max_samples": max_samples,
@@ -157,8 +157,9 @@ def soak(
             _window(per_window[i][w], w * window_s, confidence, heats[w]) for w in range(WINDOWS)
         ]
         found[i] = Soak(
-            batch_size=b,
-            concurrency=c,
+            batch_size=config.batch_size,
+            concurrency=config.concurrency,
+            dims=config.sizes,
             seconds=seconds,
             tolerance=tolerance,
             windows=windows,

@@ -28,7 +28,7 @@ from typing import Any
 from qualify import cpus, energy
 from qualify.job import JobError, WorkerJob
 from qualify.procfs import hwm_kb, reset_hwm
-from schemas.rules import batched_on, fallback_count
+from schemas.rules import batched_on, fallback_count, sample_at, swept_axes
 
 __all__ = ["classify_exception", "main", "probe"]
 
@@ -307,6 +307,23 @@ def _batch(pool: dict[str, Any], job: WorkerJob, start: int, size: int) -> dict[
         rows = array[idx]
         feed[name] = np.ascontiguousarray(np.moveaxis(rows, 0, axis) if axis else rows)
     return feed
+
+
+def _at_dims(pool: dict[str, Any], job: WorkerJob, dims: dict[str, int]) -> dict[str, Any]:
+    """The pool (built at each swept dimension's largest size) at the sizes ``dims`` gives:
+    the leading part of every swept axis, as views; the pool itself when nothing is swept."""
+    if not dims:
+        return pool
+    cut: dict[str, Any] = {}
+    for name, array in pool.items():
+        spec = job.inputs[name]
+        axis = batched_on(spec.get("batch_axis", 0), spec["source"], spec.get("state_from"))
+        shape = list(spec["shape"])
+        sizes = sample_at(shape, axis, dims)
+        swept = set(swept_axes(shape, axis))
+        index = [slice(0, sizes[k]) if k in swept else slice(None) for k in range(len(sizes))]
+        cut[name] = array[(slice(None), *index)]
+    return cut
 
 
 def _postprocess(kind: str) -> Callable[[list[Any]], Any]:
@@ -731,8 +748,8 @@ class _Prepared:
         self.pool = pool
         self.pre, self.post = hooks
         self._energy: tuple[list[energy.Domain], str | None] | None = None
-        self._raw: dict[int, list[dict[str, Any]]] = {}
-        self._feeds: dict[int, list[dict[str, Any]]] = {}
+        self._raw: dict[tuple[int, str], list[dict[str, Any]]] = {}
+        self._feeds: dict[tuple[int, str], list[dict[str, Any]]] = {}
 
     def energy_domains(self) -> list[energy.Domain]:
         """The energy counters this process can read (found once)."""
@@ -745,31 +762,39 @@ class _Prepared:
         """Why there are no energy counters, once looked for."""
         return self._energy[1] if self._energy is not None else None
 
-    def raw_feeds(self, job: WorkerJob, batch_size: int) -> list[dict[str, Any]]:
-        """Sixteen batches of ``batch_size`` rows as the workload builds them, once per size."""
-        if batch_size not in self._raw:
-            self._raw[batch_size] = [
-                _batch(self.pool, job, k * batch_size, batch_size) for k in range(16)
-            ]
-        return self._raw[batch_size]
+    def raw_feeds(
+        self, job: WorkerJob, batch_size: int, dims: dict[str, int] | None = None
+    ) -> list[dict[str, Any]]:
+        """Sixteen batches of ``batch_size`` rows as the workload builds them, at the swept
+        sizes ``dims`` (none: the pool as built, each at its largest), once per config."""
+        key = (batch_size, json.dumps(dims or {}, sort_keys=True))
+        if key not in self._raw:
+            pool = _at_dims(self.pool, job, dims or {})
+            self._raw[key] = [_batch(pool, job, k * batch_size, batch_size) for k in range(16)]
+        return self._raw[key]
 
-    def feeds(self, job: WorkerJob, batch_size: int) -> list[dict[str, Any]]:
-        """The model's feeds of `raw_feeds` (through the ``pre`` hook, if any), once per size."""
-        if batch_size not in self._feeds:
-            raw = self.raw_feeds(job, batch_size)
-            self._feeds[batch_size] = raw if self.pre is None else [self.pre(f) for f in raw]
-        return self._feeds[batch_size]
+    def feeds(
+        self, job: WorkerJob, batch_size: int, dims: dict[str, int] | None = None
+    ) -> list[dict[str, Any]]:
+        """The model's feeds of `raw_feeds` (through the ``pre`` hook, if any), once per config."""
+        key = (batch_size, json.dumps(dims or {}, sort_keys=True))
+        if key not in self._feeds:
+            raw = self.raw_feeds(job, batch_size, dims)
+            self._feeds[key] = raw if self.pre is None else [self.pre(f) for f in raw]
+        return self._feeds[key]
 
-    def stages(self, job: WorkerJob, batch_size: int) -> _Stages | None:
+    def stages(
+        self, job: WorkerJob, batch_size: int, dims: dict[str, int] | None = None
+    ) -> _Stages | None:
         """The pipeline for the timed loop; None without hooks."""
         if self.pre is None and self.post is None:
             return None
         return _Stages(
             pre=self.pre,
             post=self.post if self.post is not None else _identity,
-            raw=self.raw_feeds(job, batch_size)
+            raw=self.raw_feeds(job, batch_size, dims)
             if self.pre is not None
-            else self.feeds(job, batch_size),
+            else self.feeds(job, batch_size, dims),
         )
 
 
@@ -961,10 +986,11 @@ def _round(
 ) -> dict[str, Any]:
     """One timed round of an interleaved A/B: a short warm-up, then ``time_s`` of samples."""
     b, c = int(cmd["batch_size"]), int(cmd["concurrency"])
-    feeds = prepared.feeds(job, b)
+    dims = {str(k): int(v) for k, v in dict(cmd.get("dims") or {}).items()}
+    feeds = prepared.feeds(job, b, dims)
     session = prepared.session
     if "rate" in cmd:
-        return _open_loop(session, feeds, post, prepared.stages(job, b), cmd)
+        return _open_loop(session, feeds, post, prepared.stages(job, b, dims), cmd)
     for k in range(int(cmd["warmup"])):
         session.run(None, feeds[k % len(feeds)])
     limit_s, most = float(cmd["time_s"]), int(cmd["max_samples"])
@@ -974,7 +1000,7 @@ def _round(
         done = sum(len(x) for x in per_thread)
         return done >= most or time.perf_counter() - started >= limit_s
 
-    stages = prepared.stages(job, b)
+    stages = prepared.stages(job, b, dims)
     domains = prepared.energy_domains()
     before = energy.read(domains)
     per_thread = _timed_loop(session, feeds, c, post, should_stop, check_every=8, stages=stages)
@@ -1025,8 +1051,9 @@ def _serve(job: WorkerJob, result: dict[str, Any]) -> None:
         throughput: dict[str, float] = {}
         for cfg in cmd.get("configs", []):
             b, c = int(cfg["batch_size"]), int(cfg["concurrency"])
-            throughput[f"b{b}_c{c}"] = _throughput(
-                prepared.session, prepared.feeds(job, b), c, job.throughput_s
+            dims = {str(k): int(v) for k, v in dict(cfg.get("dims") or {}).items()}
+            throughput[str(cfg.get("key") or f"b{b}_c{c}")] = _throughput(
+                prepared.session, prepared.feeds(job, b, dims), c, job.throughput_s
             )
         result["throughput_ips"] = throughput
         _profile(prepared, job, result)

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from reports.view import ChartView
-from schemas.cell import Cell, LatencyResult
+from schemas.cell import Cell, LatencyConfig, LatencyResult
 from schemas.rules import order_rank
 
 __all__ = ["CHART_POINTS", "Samples", "SamplesSource", "latency_chart", "samples_reader"]
@@ -31,8 +31,8 @@ __all__ = ["CHART_POINTS", "Samples", "SamplesSource", "latency_chart", "samples
 CHART_POINTS = 40
 """Points per series in a chart: a smooth curve, and small enough for 1,000 classes."""
 
-Samples = Mapping[tuple[int, int], npt.NDArray[np.int64]]
-"""Raw latencies of one cell: ``{(batch_size, concurrency): latency_ns array}``."""
+Samples = Mapping[LatencyConfig, npt.NDArray[np.int64]]
+"""Raw latencies of one cell: ``{LatencyConfig: latency_ns array}``."""
 
 SamplesSource = Callable[[str, str], Samples] | Mapping[tuple[str, str], Samples]
 """Where raw samples come from: ``(run_id, artifact_digest) -> Samples``
@@ -110,7 +110,7 @@ def latency_chart(
     raw: list[npt.NDArray[np.int64] | None] = []
     for cell, gate in with_latency:
         by_config = samples(cell.run_id, cell.artifact_digest)
-        raw.append(by_config.get((gate.batch_size, gate.concurrency)))
+        raw.append(by_config.get(gate.config))
     counts = [r.size for r in raw if r is not None and r.size]
     missing = [
         cell.artifact_name
@@ -126,7 +126,7 @@ def latency_chart(
     grid = np.linspace(0.0, nines_max, CHART_POINTS)
     series = []
     for (cell, gate), latencies in zip(with_latency, raw, strict=True):
-        label = f"{cell.artifact_name} (b{gate.batch_size} c{gate.concurrency})"
+        label = f"{cell.artifact_name} ({gate.config.short})"
         series.append(_series(label, cell.role, gate, latencies, grid))
     data = {
         "nines_max": nines_max,

@@ -306,7 +306,7 @@ def _config(cell: Cell) -> tuple[str, Tone]:
         return NOT_MEASURED, "muted"
     tput = f", {gate.throughput_ips:,.0f}/s" if gate.throughput_ips is not None else ""
     return (
-        f"batch {gate.batch_size}, conc. {gate.concurrency}, n={gate.samples:,}{tput}",
+        f"{gate.config.label.replace('concurrency', 'conc.')}, n={gate.samples:,}{tput}",
         "",
     )
 
@@ -420,7 +420,7 @@ def _other_configs(cell: Cell) -> tuple[str, Tone]:
     if not others:
         return "none", "muted"
     return "; ".join(
-        f"b{r.batch_size} c{r.concurrency}: p50 {bare_ms(r.p50_ms)}, p99 {bare_ms(r.p99_ms)} "
+        f"{r.config.short}: p50 {bare_ms(r.p50_ms)}, p99 {bare_ms(r.p99_ms)} "
         f"(≤ {bare_ms(r.p99_upper_ms) if r.p99_upper_ms is not None else '?'}) ms, "
         f"n={r.samples:,}, {r.decision}"
         for r in others
@@ -961,7 +961,7 @@ def build_report(
             class of the project has are counted in a note and otherwise left out (unless the
             manifest names their class).
         runs: Run records by run id (emulation, fingerprint, rollback check).
-        samples: Raw latencies per cell, ``(run_id, digest) -> {(batch, concurrency): ns}``
+        samples: Raw latencies per cell, ``(run_id, digest) -> {LatencyConfig: ns}``
             (``Store.samples_by_config``) or a mapping with those keys; None draws no charts.
         now: When the report is made (shown in the header).
         tool_version: The qualify version that made it.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import Field, field_validator
 
@@ -21,6 +21,7 @@ __all__ = [
     "BUNDLE_FORMAT",
     "REASON_CODES",
     "Cell",
+    "LatencyConfig",
     "LatencyResult",
     "OpenLoopResult",
     "OutputParity",
@@ -36,6 +37,7 @@ __all__ = [
     "Slowdown",
     "Soak",
     "SoakWindow",
+    "dims_text",
     "latest",
     "recency",
 ]
@@ -136,11 +138,50 @@ class Slowdown(Document):
     p99_upper: float | None = Field(description="Upper bound of it; null with too few rounds.")
 
 
+def dims_text(dims: dict[str, int]) -> str:
+    """The swept sizes of a latency config as the matrix keys them: ``seq=64,width=32`` (names
+    sorted), ``""`` when nothing is swept."""
+    return ",".join(f"{name}={size}" for name, size in sorted(dims.items()))
+
+
+class LatencyConfig(NamedTuple):
+    """What one latency config is: batch size, concurrency and the swept dimensions' sizes
+    (`dims_text`, ``""`` when none); hashable, so results and samples are keyed by it."""
+
+    batch_size: int
+    concurrency: int
+    dims: str = ""
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        """The swept sizes as a mapping (``{}`` when none)."""
+        if not self.dims:
+            return {}
+        pairs = (item.partition("=") for item in self.dims.split(","))
+        return {name: int(size) for name, _, size in pairs}
+
+    @property
+    def label(self) -> str:
+        """``batch 1, concurrency 2`` and the swept sizes (``, seq 64``), for sentences."""
+        extra = "".join(f", {name} {size}" for name, size in self.sizes.items())
+        return f"batch {self.batch_size}, concurrency {self.concurrency}{extra}"
+
+    @property
+    def short(self) -> str:
+        """``b1 c2`` and the swept sizes (`` seq=64``), for tables and charts."""
+        return f"b{self.batch_size} c{self.concurrency}" + (f" {self.dims}" if self.dims else "")
+
+
 class LatencyResult(Document):
-    """Latency at one (batch size, concurrency) with its p99 evidence."""
+    """Latency at one (batch size, concurrency, swept sizes) with its p99 evidence."""
 
     batch_size: int = Field(description="Rows per inference.")
     concurrency: int = Field(description="Threads sharing one session.")
+    dims: dict[str, int] = Field(
+        default_factory=dict,
+        description="The sizes of the dimensions workload.dims sweeps, at this config ({} when "
+        "none is swept).",
+    )
     samples: int = Field(description="Timed inferences after warm-up.")
     p50_ms: float = Field(description="Median latency.")
     p90_ms: float = Field(description="90th percentile.")
@@ -201,6 +242,11 @@ class LatencyResult(Document):
         default=None, description="Why energy_mj is null (no counters, not readable, ...)."
     )
 
+    @property
+    def config(self) -> LatencyConfig:
+        """The config this result is for."""
+        return LatencyConfig(self.batch_size, self.concurrency, dims_text(self.dims))
+
 
 class SoakWindow(Document):
     """One window of a soak: its latency and the host's heat at its end."""
@@ -228,6 +274,9 @@ class Soak(Document):
 
     batch_size: int = Field(description="Rows per inference.")
     concurrency: int = Field(description="Threads sharing one session.")
+    dims: dict[str, int] = Field(
+        default_factory=dict, description="The swept sizes of the config served ({} if none)."
+    )
     seconds: float = Field(description="How long it was served.")
     tolerance: float = Field(description="workload.soak_tolerance it was judged with.")
     windows: list[SoakWindow] = Field(description="Equal windows, in order.")
@@ -235,6 +284,11 @@ class Soak(Document):
         description="The last window's p99 lower bound above the first's upper bound times "
         "1 + tolerance; null when a window had too few samples to bound its p99."
     )
+
+    @property
+    def config(self) -> LatencyConfig:
+        """The config served."""
+        return LatencyConfig(self.batch_size, self.concurrency, dims_text(self.dims))
 
 
 class RateProbe(Document):

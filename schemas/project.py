@@ -18,10 +18,11 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from schemas.base import NAME_RE, NAME_RULE, Document, Name, Precision
-from schemas.rules import batched_on
+from schemas.rules import batched_on, sample_at
 
 __all__ = [
     "DEFAULT_TOLERANCES",
+    "DIM_RE",
     "HOOK_RE",
     "ITEMSIZE",
     "KNOWN_PROVIDERS",
@@ -91,6 +92,23 @@ POOL_ROWS = 256
 MAX_INPUT_BYTES = 4 * 2**30
 """Largest input data a workload may ask a run to hold, per input (generated rows, or the
 batches of the largest batch size)."""
+
+DIM_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+"""A swept dimension's name in an input's shape (``seq`` in ``[1, seq, 16]``), declared with
+its values in ``workload.dims``."""
+
+
+def _check_dim(value: str) -> str:
+    if not DIM_RE.fullmatch(value):
+        raise ValueError(
+            f"{value[:80]!r} is not a dimension name (letters, digits and '_', not starting with "
+            "a digit, e.g. 'seq'); name it in workload.dims with the sizes to sweep"
+        )
+    return value
+
+
+DimName = Annotated[str, AfterValidator(_check_dim)]
+"""A `DIM_RE` name."""
 
 ITEMSIZE = {
     "float32": 4,
@@ -174,9 +192,10 @@ class Artifacts(_ProjectDocument):
 class InputSpec(_ProjectDocument):
     """How one model input is fed: recorded data, seeded generation or a fixed value."""
 
-    shape: list[Annotated[int, Field(gt=0)]] = Field(
+    shape: list[Annotated[int, Field(gt=0)] | DimName] = Field(
         description="Shape of one feed, including the batch axis at batch_axis (which each "
-        "batch size replaces); [] for a scalar.",
+        "batch size replaces); [] for a scalar. A name instead of a size (e.g. 'seq' in "
+        "[1, seq, 16]) is a dimension swept over the sizes workload.dims gives it.",
     )
     batch_axis: int | None = Field(
         default=0,
@@ -214,12 +233,15 @@ class InputSpec(_ProjectDocument):
         return batched_on(self.batch_axis, self.source, self.state_from) is not None
 
     @property
-    def sample_shape(self) -> list[int]:
-        """The shape of one sample: ``shape`` without its batch axis when batched."""
-        if not self.batched:
-            return list(self.shape)
-        axis = self.batch_axis or 0
-        return self.shape[:axis] + self.shape[axis + 1 :]
+    def dim_names(self) -> list[str]:
+        """The swept dimensions named in ``shape`` (off the batch axis), in axis order."""
+        axis = self.batch_axis if self.batched else None
+        return [d for k, d in enumerate(self.shape) if isinstance(d, str) and k != axis]
+
+    def sample_shape_at(self, dims: dict[str, int]) -> list[int]:
+        """The shape of one sample with each named dimension at its size in ``dims``: ``shape``
+        without its batch axis when batched (`schemas.rules.sample_at`)."""
+        return sample_at(self.shape, self.batch_axis if self.batched else None, dims)
 
     @model_validator(mode="after")
     def _source_fields(self) -> InputSpec:
@@ -385,6 +407,29 @@ class Workload(_ProjectDocument):
         description="Pre- and post-processing hooks run around every timed inference: cells "
         "then report end-to-end latency, inference-only latency and each stage's share.",
     )
+    dims: dict[
+        DimName, Annotated[list[Annotated[int, Field(gt=0)]], Field(min_length=1, max_length=64)]
+    ] = Field(
+        default_factory=dict,
+        description="Sizes to sweep for each dimension an input's shape names (e.g. "
+        "{seq: [16, 64, 256]}): every combination is a latency config of its own. The pool "
+        "holds samples at the largest sizes and each config takes their leading part (a "
+        "recorded file needs at least the largest size on that axis); parity, cold init, "
+        "the profile and the open loop use the largest.",
+    )
+
+    @property
+    def dim_points(self) -> list[dict[str, int]]:
+        """Every combination of the swept sizes, in the order written (``[{}]`` without dims)."""
+        points: list[dict[str, int]] = [{}]
+        for name, sizes in self.dims.items():
+            points = [{**p, name: size} for p in points for size in dict.fromkeys(sizes)]
+        return points
+
+    @property
+    def largest_dims(self) -> dict[str, int]:
+        """Each swept dimension at its largest size: the size the input pool is built at."""
+        return {name: max(sizes) for name, sizes in self.dims.items()}
 
     @model_validator(mode="after")
     def _levels(self) -> Workload:
@@ -392,12 +437,35 @@ class Workload(_ProjectDocument):
             raise ValueError("'inputs' must name at least one model input")
         if self.max_samples < self.min_samples:
             raise ValueError("'max_samples' must be >= 'min_samples'")
+        named = {d: name for name, spec in self.inputs.items() for d in spec.dim_names}
+        for dim, name in named.items():
+            if dim not in self.dims:
+                raise ValueError(
+                    f"input {name!r}: shape names dimension {dim!r}, which 'dims' does not "
+                    f"give sizes; add dims: {{{dim}: [16, 64, 256]}} (the sizes to sweep) or "
+                    "write a number in the shape"
+                )
+        unused = sorted(set(self.dims) - set(named))
+        if unused:
+            raise ValueError(
+                f"dims {unused} are named in no input's shape; write the name in the shape of "
+                "the input it sizes (e.g. shape: [1, seq, 16]) or remove it"
+            )
+        points = math.prod(len(set(sizes)) for sizes in self.dims.values())
+        if points > 64:
+            raise ValueError(
+                f"'dims' makes {points} combinations of sizes, more than the 64 a run measures; "
+                "sweep fewer sizes"
+            )
+        largest = self.largest_dims
         for name, spec in self.inputs.items():
-            row = math.prod(spec.sample_shape) * ITEMSIZE[spec.dtype]
+            row = math.prod(spec.sample_shape_at(largest)) * ITEMSIZE[spec.dtype]
             rows = 1 if spec.source == "fixed" else max(POOL_ROWS, 16 * max(self.batch_sizes))
             if row * rows > MAX_INPUT_BYTES:
                 raise ValueError(
-                    f"input {name!r}: shape {spec.shape} ({spec.dtype}) needs "
+                    f"input {name!r}: shape {spec.shape}"
+                    + (f" at dims {largest}" if spec.dim_names else "")
+                    + f" ({spec.dtype}) needs "
                     f"{row * rows / 2**30:.3g} GiB of input data ({rows} rows of {row} bytes), "
                     f"more than the {MAX_INPUT_BYTES // 2**30} GiB a run holds; use a smaller "
                     "shape or smaller batch_sizes"

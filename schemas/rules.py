@@ -43,8 +43,10 @@ __all__ = [
     "order_rank",
     "p99_outcome",
     "resolve_tolerance",
+    "sample_at",
     "show_pair",
     "slower_than",
+    "swept_axes",
     "tolerance_failures",
 ]
 
@@ -184,3 +186,18 @@ def batched_on(batch_axis: int | None, source: str, state_from: str | None) -> i
     if batch_axis is None or (source == "fixed" and not state_from):
         return None
     return batch_axis
+
+
+def swept_axes(shape: list[int | str], axis: int | None) -> list[int]:
+    """The axes of one sample (``shape`` without the batch axis ``axis``, as `batched_on`
+    gives it) that a swept dimension sizes: those the shape names instead of sizing. Owned here
+    for the input pool (`qualify.workload`) and the measuring child, which cuts them."""
+    kept = [d for k, d in enumerate(shape) if k != axis]
+    return [k for k, d in enumerate(kept) if isinstance(d, str)]
+
+
+def sample_at(shape: list[int | str], axis: int | None, dims: dict[str, int]) -> list[int]:
+    """The shape of one sample (``shape`` without the batch axis ``axis``) with each named
+    dimension at its size in ``dims`` (1 where ``dims`` does not name it)."""
+    kept = [d for k, d in enumerate(shape) if k != axis]
+    return [d if isinstance(d, int) else dims.get(d, 1) for d in kept]

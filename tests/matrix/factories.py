@@ -235,6 +235,7 @@ def make_samples(bundle: RunBundle, *, seed: int = 0) -> pa.Table:
     digests: list[str] = []
     batch: list[int] = []
     concurrency: list[int] = []
+    dims: list[str] = []
     seq: list[int] = []
     latency: list[int] = []
     for cell in bundle.cells:
@@ -243,6 +244,7 @@ def make_samples(bundle: RunBundle, *, seed: int = 0) -> pa.Table:
             digests += [cell.artifact_digest] * count
             batch += [result.batch_size] * count
             concurrency += [result.concurrency] * count
+            dims += [result.config.dims] * count
             seq += list(range(count))
             latency += rng.integers(5_000_000, 15_000_000, size=count).tolist()
     return pa.Table.from_pydict(
@@ -250,6 +252,7 @@ def make_samples(bundle: RunBundle, *, seed: int = 0) -> pa.Table:
             "artifact_digest": digests,
             "batch_size": batch,
             "concurrency": concurrency,
+            "dims": dims,
             "seq": seq,
             "latency_ns": latency,
         },

@@ -118,7 +118,7 @@ def test_a_truncated_samples_file_is_named(written: Path) -> None:
 
 def test_samples_with_a_wrong_column_name_the_file_and_column(written: Path) -> None:
     table = pq.read_table(written / SAMPLES_PARQUET).rename_columns(
-        ["artifact_digest", "batch_size", "concurrency", "sequence", "latency_ns"]
+        ["artifact_digest", "batch_size", "concurrency", "dims", "sequence", "latency_ns"]
     )
     pq.write_table(table, written / SAMPLES_PARQUET)
     with pytest.raises(

@@ -57,3 +57,43 @@ def test_read_only_open_of_an_unmigrated_file_says_how_to_migrate(db_path: Path)
 def test_read_only_open_of_a_missing_file_names_it(db_path: Path) -> None:
     with pytest.raises(MatrixError, match=f"no matrix at {db_path}"):
         Store.open(db_path, read_only=True)
+
+
+def test_a_version_4_matrix_keeps_its_latency_and_samples_as_sweeping_no_dims(
+    db_path: Path,
+) -> None:
+    conn = duckdb.connect(str(db_path))
+    conn.execute(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+        "applied_at TIMESTAMPTZ NOT NULL)"
+    )
+    for migration in MIGRATIONS[:4]:
+        for statement in migration.statements:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_migrations VALUES (?, ?, ?)",
+            [migration.version, migration.name, FIXED],
+        )
+    conn.execute(
+        "INSERT INTO latency VALUES ('r1', 'sha256:a', 1, 2, true, 700, 1, 1, 2, 3, 1, 1.5, 2.5, "
+        "0.99, 'pass', 'decided', 1.0, NULL)"
+    )
+    conn.execute("INSERT INTO samples VALUES ('r1', 'sha256:a', 1, 2, 0, 1000)")
+    conn.close()
+
+    with Store.open(db_path, clock=lambda: FIXED) as store:
+        assert store.schema_version == LATEST_VERSION
+        assert store.samples("r1", "sha256:a").to_pylist() == [
+            {"batch_size": 1, "concurrency": 2, "dims": "", "seq": 0, "latency_ns": 1000}
+        ]
+    conn = duckdb.connect(str(db_path))
+    try:
+        assert conn.execute("SELECT dims, p99_ms FROM latency").fetchall() == [("", 2.0)]
+        # The new key: the same (run, artifact, batch, concurrency) at another size is a new row.
+        conn.execute(
+            "INSERT INTO latency SELECT * REPLACE ('seq=64' AS dims) FROM latency WHERE dims = ''"
+        )
+        with pytest.raises(duckdb.ConstraintException):
+            conn.execute("INSERT INTO latency SELECT * FROM latency WHERE dims = ''")
+    finally:
+        conn.close()

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from matrix.errors import BundleError, ManifestVersionError, MatrixError
 from matrix.samples import empty_samples
 from matrix.store import EXPORTED, MEMORY, Store
-from schemas.cell import RunBundle
+from schemas.cell import LatencyConfig, RunBundle
 from schemas.project import HostClassKey
 from tests.matrix.factories import EPOCH, KEY, digest_of, make_bundle, make_cell, make_samples
 
@@ -225,10 +225,10 @@ def test_samples_come_back_in_order_grouped_by_config(store: Store) -> None:
     grouped = store.samples_by_config("run-1", digest)
 
     mine = samples.filter(pc.equal(samples["artifact_digest"], digest))
-    assert table.column_names == ["batch_size", "concurrency", "seq", "latency_ns"]
+    assert table.column_names == ["batch_size", "concurrency", "dims", "seq", "latency_ns"]
     assert table["latency_ns"].to_pylist() == mine["latency_ns"].to_pylist()
-    assert sorted(grouped) == [(1, 1), (1, 2)]
-    assert grouped[(1, 2)].tolist() == mine["latency_ns"].to_pylist()[5:]
+    assert sorted(grouped) == [LatencyConfig(1, 1), LatencyConfig(1, 2)]
+    assert grouped[LatencyConfig(1, 2)].tolist() == mine["latency_ns"].to_pylist()[5:]
     assert store.samples_by_config("run-1", digest_of("unknown")) == {}
 
 
@@ -238,7 +238,7 @@ def test_samples_come_back_in_order_grouped_by_config(store: Store) -> None:
         (lambda t: t.drop_columns(["seq"]), r"missing \['seq'\]"),
         (lambda t: t.append_column("extra", t["seq"]), r"unexpected \['extra'\]"),
         (
-            lambda t: t.set_column(4, "latency_ns", pc.cast(t["latency_ns"], pa.float64())),
+            lambda t: t.set_column(5, "latency_ns", pc.cast(t["latency_ns"], pa.float64())),
             "'latency_ns' has type double",
         ),
         (
@@ -249,8 +249,12 @@ def test_samples_come_back_in_order_grouped_by_config(store: Store) -> None:
             lambda t: t.set_column(0, "artifact_digest", pa.array([digest_of("x")] * t.num_rows)),
             "no cell in the run",
         ),
+        (
+            lambda t: t.set_column(3, "dims", pa.array([None] * t.num_rows, type=pa.string())),
+            "'dims' has .* null",
+        ),
     ],
-    ids=["missing", "extra", "float-latency", "nulls", "orphan-digest"],
+    ids=["missing", "extra", "float-latency", "nulls", "orphan-digest", "null-dims"],
 )
 def test_bad_samples_are_refused_and_nothing_is_written(
     store: Store, mutate: Callable[[pa.Table], pa.Table], expected: str
@@ -270,6 +274,33 @@ def test_narrower_integer_samples_are_accepted(store: Store) -> None:
     wide = samples.set_column(2, "concurrency", pc.cast(samples["concurrency"], pa.int64()))
 
     assert store.write_run(bundle, wide) is True
+
+
+def test_samples_from_before_swept_dims_are_stored_as_sweeping_none(store: Store) -> None:
+    bundle = make_bundle("run-1", samples=3)
+    old = make_samples(bundle).drop_columns(["dims"])
+
+    assert store.write_run(bundle, old) is True
+    grouped = store.samples_by_config("run-1", digest_of("int8"))
+    assert sorted(grouped) == [LatencyConfig(1, 1), LatencyConfig(1, 2)]
+
+
+def test_samples_of_configs_that_differ_only_in_dims_stay_apart(store: Store) -> None:
+    bundle = make_bundle("run-1", samples=3)
+    cells = []
+    for cell in bundle.cells:
+        swept = [
+            r.model_copy(update={"dims": {"seq": size}})
+            for r in cell.latency[:1]
+            for size in (16, 64)
+        ]
+        cells.append(cell.model_copy(update={"latency": swept}))
+    bundle = bundle.model_copy(update={"cells": cells})
+
+    assert store.write_run(bundle, make_samples(bundle)) is True
+    grouped = store.samples_by_config("run-1", digest_of("int8"))
+    assert sorted(grouped) == [LatencyConfig(1, 1, "seq=16"), LatencyConfig(1, 1, "seq=64")]
+    assert [len(v) for v in grouped.values()] == [3, 3]
 
 
 def test_a_cell_from_another_run_is_refused(store: Store) -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from qualify.ab import interleave
 from qualify.stats import AUTO_TIME_CAP_CEILING_S, AUTO_TIME_CAP_FLOOR_S, time_cap
+from schemas.cell import LatencyConfig
 from schemas.project import InputSpec, Workload
 
 
@@ -37,12 +38,12 @@ def _workload(**extra: Any) -> Workload:
 def _run(workers: list[Scripted], budget_ms: float, **extra: Any) -> Any:
     found = interleave(
         workers,  # type: ignore[arg-type]  # scripted stand-ins for ServedWorker
-        [(1, 1)],
+        [LatencyConfig(1, 1)],
         _workload(**extra),
         budget_ms,
         cores=10_000,
     )
-    return [found.evidence[i][(1, 1)] for i in range(len(workers))]
+    return [found.evidence[i][LatencyConfig(1, 1)] for i in range(len(workers))]
 
 
 def test_unset_time_cap_adapts_so_a_slow_model_gets_the_samples_its_p99_needs() -> None:

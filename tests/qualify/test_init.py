@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper
 
+from matrix.store import Store
 from qualify.cli import cli
 from qualify.project import load_project
 from qualify.run import RunOptions, qualify_run
@@ -51,17 +52,41 @@ def test_init_writes_the_models_inputs_with_dynamic_axes_made_explicit(tmp_path:
     code, said = _init(tmp_path, str(model))
     assert code == 0, said
     text = (tmp_path / "qualify.yaml").read_text()
-    assert '"tokens": {shape: [1, 16, 8], dtype: float32' in text
-    assert '"mask": {shape: [1, 16], dtype: int64' in text
-    assert "axis 1 is dynamic ('seq'): 16 chosen" in text
+    assert '"tokens": {shape: [1, "seq", 8], dtype: float32' in text
+    assert '"mask": {shape: [1, "seq"], dtype: int64' in text
+    assert "dims:\n    seq: [16, 64, 256]" in text
     assert "SET:" in text and "CHOOSE" in text
     project = load_project(tmp_path / "qualify.yaml").project
     assert project.artifacts.baseline.path == "models/encoder.onnx"
     assert list(project.host_classes) == ["this-host"]
+    assert project.workload.dim_points == [{"seq": 16}, {"seq": 64}, {"seq": 256}]
+
+
+def test_init_gives_an_unnamed_dynamic_axis_a_size_and_names_odd_symbols_safely(
+    tmp_path: Path,
+) -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "odd",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", None, "len\n# x: 1"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", None, "len\n# x: 1"])],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION
+    )
+    path = tmp_path / "odd.onnx"
+    path.write_bytes(model.SerializeToString())
+    code, said = _init(tmp_path, str(path))
+    assert code == 0, said
+    text = (tmp_path / "qualify.yaml").read_text()
+    assert "axis 1 is dynamic (unnamed): 16 chosen" in text
+    workload = load_project(tmp_path / "qualify.yaml").project.workload
+    assert workload.inputs["x"].shape == [1, 16, "len_x_1"]
+    assert workload.dims == {"len_x_1": [16, 64, 256]}
 
 
 @pytest.mark.slow
-def test_the_written_project_runs_as_written_on_this_host(tmp_path: Path) -> None:
+def test_the_written_project_runs_as_written_at_every_swept_length(tmp_path: Path) -> None:
     model = _sequence_model(tmp_path / "models")
     assert _init(tmp_path, str(model))[0] == 0
     outcome = qualify_run(
@@ -69,8 +94,15 @@ def test_the_written_project_runs_as_written_on_this_host(tmp_path: Path) -> Non
         "this-host",
         RunOptions(db_path=tmp_path / "m.duckdb"),
     )
-    assert [c.verdict for c in outcome.bundle.cells] == ["pass"], outcome.bundle.cells[0].reasons
+    (cell,) = outcome.bundle.cells
+    assert cell.verdict == "pass", cell.reasons
     assert not outcome.bundle.run.emulated
+    assert [r.dims for r in cell.latency] == [{"seq": 16}, {"seq": 64}, {"seq": 256}]
+    assert all(r.samples >= 662 for r in cell.latency)
+    with Store.open(tmp_path / "m.duckdb", read_only=True) as store:
+        stored = store.samples_by_config(cell.run_id, cell.artifact_digest)
+    assert sorted(stored) == sorted(r.config for r in cell.latency)
+    assert [stored[r.config].size for r in cell.latency] == [r.samples for r in cell.latency]
 
 
 def test_candidates_are_listed_with_a_precision_guessed_from_their_names(tmp_path: Path) -> None:

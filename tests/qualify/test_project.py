@@ -210,7 +210,7 @@ def test_unknown_key_lists_the_allowed_keys(tmp_path: Path) -> None:
     path = write_tree(tmp_path, text)
     message = load_error(path)
     assert f"{path}:{line_of(text, 'colour')}:3: workload.colour: unknown key 'colour'" in message
-    assert "Expected one of: batch_sizes, concurrency, confidence, inputs," in message
+    assert "Expected one of: batch_sizes, concurrency, confidence, dims, inputs," in message
 
 
 def test_misspelt_key_suggests_the_nearest_field(tmp_path: Path) -> None:

@@ -21,13 +21,15 @@ from tests.qualify.jobs import make_job
 
 
 def test_a_scalar_is_declared_with_no_batch_axis_and_a_batch_axis_must_exist() -> None:
-    assert InputSpec(shape=[], source="fixed", value=16000, batch_axis=None).sample_shape == []
+    assert (
+        InputSpec(shape=[], source="fixed", value=16000, batch_axis=None).sample_shape_at({}) == []
+    )
     with pytest.raises(ValidationError, match="batch_axis: null"):
         InputSpec(shape=[], source="generated")
     with pytest.raises(ValidationError, match="'batch_axis' 3 is not an axis of shape"):
         InputSpec(shape=[1, 2, 8], source="generated", batch_axis=3)
     state = InputSpec(shape=[2, 1, 128], source="generated", batch_axis=1)
-    assert state.batched and state.sample_shape == [2, 128]
+    assert state.batched and state.sample_shape_at({}) == [2, 128]
     # A fixed value is fed whole, unless it is a recurrent state's first value.
     assert not InputSpec(shape=[1, 8], source="fixed", value=0).batched
     assert InputSpec(shape=[1, 1, 8], source="fixed", value=0, batch_axis=1, state_from="h").batched

@@ -13,6 +13,7 @@ from manifest.gates import judge
 from qualify.project import load_project
 from qualify.run import RunOptions, qualify_run
 from qualify.soak import WINDOWS, host_heat, soak
+from schemas.cell import LatencyConfig
 from tests.qualify.projects import write_project
 
 
@@ -46,7 +47,7 @@ def _soak(after_s: float) -> Any:
     worker = Slowing(clock, before_s=0.002, after_s=after_s, at_s=30.0)
     (found,) = soak(
         [worker],  # type: ignore[list-item]  # a scripted stand-in for a served worker
-        (1, 1),
+        LatencyConfig(1, 1),
         60.0,
         confidence=0.99,
         tolerance=0.2,

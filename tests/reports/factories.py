@@ -25,6 +25,7 @@ from qualify.stats import p99_bounds, percentiles
 from schemas.base import Role, Verdict
 from schemas.cell import (
     Cell,
+    LatencyConfig,
     LatencyResult,
     OutputParity,
     ParityResult,
@@ -78,7 +79,7 @@ CANDIDATE = "rec-int8"
 HOSTILE = "<script>alert(1)</script>"
 """A class name that must render as text."""
 
-Samples = dict[tuple[int, int], npt.NDArray[np.int64]]
+Samples = dict[LatencyConfig, npt.NDArray[np.int64]]
 
 
 def digest_of(name: str) -> str:
@@ -330,7 +331,7 @@ class Fleet:
                 scale = 1.0 if concurrency == 1 else 1.15
                 result, ns = _latency(rng, p99 * scale, budget, samples, concurrency)
                 results.append(result)
-                by_config[(1, concurrency)] = ns
+                by_config[LatencyConfig(1, concurrency)] = ns
             self.samples[(run_id, digest)] = by_config
             fb = fallback_nodes if role == "candidate" else 0
             placement = Placement(

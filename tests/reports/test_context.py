@@ -123,7 +123,7 @@ def test_chart_curve_comes_from_the_samples(golden_view: ReportView) -> None:
     cell = next(c for c in fleet.cells if c.host_class == "arm-r5" and c.role == "candidate")
     gate = cell.gate_latency
     assert gate is not None
-    raw = fleet.samples[(cell.run_id, cell.artifact_digest)][(1, gate.concurrency)]
+    raw = fleet.samples[(cell.run_id, cell.artifact_digest)][gate.config]
     assert data["series"][1]["y"][0] == pytest.approx(raw.min() / 1e6, rel=5e-3)
     assert data["series"][1]["hi"] == pytest.approx(gate.p99_upper_ms, rel=5e-3)
 
@@ -136,7 +136,7 @@ def test_quantiles_beyond_a_series_sample_count_are_null() -> None:
     gate = base.gate_latency
     assert gate is not None
     key = (base.run_id, base.artifact_digest)
-    samples[key] = {(1, gate.concurrency): samples[key][(1, gate.concurrency)][:100]}
+    samples[key] = {gate.config: samples[key][gate.config][:100]}
     view = build_report(fleet.project, cells, fleet.runs, samples, now=CLOCK, tool_version=VERSION)
     chart = _class(view, "arm-r5").chart
     assert chart is not None
@@ -210,7 +210,7 @@ def test_chart_values_stay_within_the_samples(p99: float, n: int, seed: int) -> 
     for series, cell in zip(chart.data["series"], fleet.cells, strict=True):
         gate = cell.gate_latency
         assert gate is not None
-        raw = fleet.samples[(cell.run_id, cell.artifact_digest)][(1, gate.concurrency)] / 1e6
+        raw = fleet.samples[(cell.run_id, cell.artifact_digest)][gate.config] / 1e6
         values = [v for v in series["y"] if v is not None]
         assert values, "the 0th percentile is always supported"
         # Three significant digits: within half a unit of the third digit of the samples.
