@@ -374,7 +374,8 @@ GATES: tuple[Gate, ...] = (
     Gate(
         "energy",
         "energy per inference at the gate config is within budgets.energy_mj",
-        "gate_latency.energy_mj (powercap RAPL counters read around the timed rounds)",
+        "gate_latency.energy_mj (powercap RAPL counters, and NVML for a GPU class, read around the "
+        "timed rounds)",
         ("energy_over_budget", "energy_missing"),
         _energy,
     ),

@@ -731,6 +731,18 @@ def _kernel_time_per_provider(
     return {name: us / 1000.0 / runs for name, us in sorted(totals.items())}
 
 
+def _gpu_device(job: WorkerJob) -> int | None:
+    """The CUDA device the session runs on when the class expects a GPU provider, else None."""
+    expected = job.provider.expected
+    if expected not in energy.GPU_PROVIDERS:
+        return None
+    device = dict(job.provider.provider_options.get(expected) or {}).get("device_id", 0)
+    try:
+        return max(0, int(device))
+    except (TypeError, ValueError):
+        return 0
+
+
 class _Prepared:
     """A loaded, verified session after cold/warm init, placement and parity outputs."""
 
@@ -751,10 +763,11 @@ class _Prepared:
         self._raw: dict[tuple[int, str], list[dict[str, Any]]] = {}
         self._feeds: dict[tuple[int, str], list[dict[str, Any]]] = {}
 
-    def energy_domains(self) -> list[energy.Domain]:
-        """The energy counters this process can read (found once)."""
+    def energy_domains(self, job: WorkerJob) -> list[energy.Domain]:
+        """The energy counters this process can read (found once): the host's, and the GPU's
+        when the class expects a GPU provider."""
         if self._energy is None:
-            self._energy = energy.discover()
+            self._energy = energy.discover(gpu=_gpu_device(job))
         return self._energy[0]
 
     @property
@@ -1001,7 +1014,7 @@ def _round(
         return done >= most or time.perf_counter() - started >= limit_s
 
     stages = prepared.stages(job, b, dims)
-    domains = prepared.energy_domains()
+    domains = prepared.energy_domains(job)
     before = energy.read(domains)
     per_thread = _timed_loop(session, feeds, c, post, should_stop, check_every=8, stages=stages)
     spent = energy.energy_between(domains, before, energy.read(domains))
