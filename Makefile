@@ -12,7 +12,7 @@ $(BIN)/python:
 
 # One stamp per install flavour, refreshed when pyproject.toml changes.
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[dev,bench]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,bench,fleet]"
 	touch $@
 
 demo: $(VENV)/.installed-dev

@@ -8,6 +8,7 @@ code here (``--debug`` shows the traceback instead). No SQL, statistics or HTML 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -672,6 +673,104 @@ def init_cmd(model: Path, candidates: tuple[Path, ...], out: Path, force: bool) 
     click.echo(
         f"wrote {out}: edit the lines marked CHOOSE and SET, then: qualify run --host-class this-host"
     )
+
+
+@cli.group("fleet")
+def fleet_group() -> None:
+    """Qualify every class on real hosts of that class, through Ray (pip install qualify[fleet])."""
+
+
+@fleet_group.command("join")
+@click.option("--address", required=True, help="The Ray cluster's head, HOST:PORT.")
+@_project_option
+@click.option("--node-ip", "node_ip", help="The address this host is reached at (default: Ray's).")
+def fleet_join(address: str, project_path: Path, node_ip: str | None) -> None:
+    """Join this host to the cluster as the project's classes it matches, until stopped.
+
+    Fingerprints the host, advertises one Ray resource per matching class
+    (qualify/class/NAME) and its fingerprint as node labels, then runs `ray start --block`:
+    the node leaves when this command is stopped.
+    """
+    from qualify.fingerprint import take_fingerprint
+    from qualify.fleet import join_argv, node_offer
+    from qualify.project import load_project
+    from qualify.runner import probe_runtime
+
+    loaded = load_project(project_path)
+    offer = node_offer(loaded, take_fingerprint(probe_runtime))
+    for name, failures in offer.unmatched.items():
+        click.echo(f"not {name}: " + "; ".join(failures))
+    if not offer.classes:
+        _fail(f"this host matches none of the classes of {loaded.path}; nothing to offer", 1)
+    click.echo("offering: " + ", ".join(offer.classes))
+    argv = join_argv(address, offer, node_ip=node_ip)
+    if not Path(argv[0]).is_file():
+        _fail("the fleet commands need Ray: pip install 'qualify[fleet]' (or pip install ray)")
+    sys.stdout.flush()
+    os.execv(argv[0], argv)
+
+
+@fleet_group.command("status")
+@click.option("--address", required=True, help="The Ray cluster's head, HOST:PORT.")
+@_project_option
+def fleet_status_cmd(address: str, project_path: Path) -> None:
+    """Per class, the live hosts that can serve it, and the classes no host can serve.
+
+    Exit status: 0 when every class has a host, 1 when some class has none.
+    """
+    from qualify.fleet import fleet_status, read_nodes
+    from qualify.project import load_project
+
+    loaded = load_project(project_path)
+    status = fleet_status(loaded, read_nodes(address))
+    for name, hosts in status.hosts.items():
+        click.echo(f"{name}: " + (", ".join(hosts) if hosts else "no host (unserved)"))
+    if status.unknown:
+        click.echo("advertised but not in the project: " + ", ".join(status.unknown))
+    sys.exit(1 if status.unserved else 0)
+
+
+@fleet_group.command("run")
+@click.option("--address", help="The Ray cluster's head, HOST:PORT; default: Ray on this host.")
+@click.option("--classes", help="Comma-separated classes to qualify; default: every class.")
+@click.option(
+    "--timeout",
+    "timeout",
+    default="1h",
+    show_default=True,
+    metavar="DURATION",
+    help="Most time one class's run may take on its host (queueing excluded).",
+)
+@_project_option
+@_db_option
+def fleet_run_cmd(
+    address: str | None, classes: str | None, timeout: str, project_path: Path, db_path: Path
+) -> None:
+    """Qualify each class on a host of that class, in parallel across hosts, into this matrix.
+
+    Exit status: 0 when every class came back measured without an error cell, 1 when a class
+    was unserved, lost its host, timed out or has an error cell, 2 for a usage or project error.
+    """
+    from datetime import timedelta
+
+    from qualify.fleet import FleetOptions, fleet_run
+    from qualify.project import load_project
+    from qualify.release import parse_duration
+
+    limit = parse_duration(timeout, what="--timeout", most=timedelta(days=7)).total_seconds()
+    loaded = load_project(project_path)
+    wanted = [c.strip() for c in classes.split(",") if c.strip()] if classes else None
+    options = FleetOptions(db_path=db_path, address=address, timeout_s=limit)
+    outcome = fleet_run(
+        loaded, options, classes=wanted, on_event=lambda m: click.echo(f"fleet: {m}", err=True)
+    )
+    for run in outcome.classes:
+        click.echo(
+            f"{run.host_class}: {run.message}"
+            if run.state == "done"
+            else f"{run.host_class}: {run.state}: {run.message}"
+        )
+    sys.exit(0 if outcome.ok else 1)
 
 
 def main() -> None:

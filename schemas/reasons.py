@@ -50,6 +50,10 @@ REASONS: dict[str, str] = {
     "timeout": "the subprocess exceeded its wall-clock limit",
     "out_of_memory": "the subprocess exceeded its memory limit",
     "crashed": "the subprocess died without a result",
+    # How a class's run on a fleet host ended without a result (qualify.fleet).
+    "node_lost": "the fleet host measuring the class left the cluster (died or was stopped) "
+    "before its run came back",
+    "fleet_timeout": "the class's run on a fleet host exceeded qualify fleet run's time limit",
     # The decision policy (manifest.policy).
     "candidate_passed": "the candidate passed every gate on this class's exact key",
     "candidate_not_chosen": "the candidate passed, but another one has a lower p99 upper bound",
@@ -83,8 +87,11 @@ RUN_ERROR_CODES: tuple[str, ...] = (
     "timeout",
     "out_of_memory",
     "crashed",
+    "node_lost",
+    "fleet_timeout",
 )
-"""How a measuring process can end without a measurement: a cell's, never a manifest's."""
+"""How a measuring process (or, on the fleet, its host) can end without a measurement: a
+cell's, never a manifest's."""
 
 CELL_CODES: tuple[str, ...] = (
     "parity_failed",

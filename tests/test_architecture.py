@@ -25,6 +25,7 @@ CONFINED = {
     "duckdb": ("matrix/",),
     "onnxruntime": ("qualify/worker.py",),
     "jinja2": ("reports/",),
+    "ray": ("qualify/fleet.py",),
 }
 HEAVY = ("pydantic", "duckdb", "pandas", "pyarrow", "onnxruntime", "jinja2", "click")
 
