@@ -111,6 +111,61 @@ def _db_option(f: F) -> F:
     )(f)
 
 
+GATE_EXIT = 3
+"""Exit status of ``--gate`` when the release cannot proceed."""
+
+
+def _ci_options(f: F) -> F:
+    f = click.option(
+        "--gate",
+        is_flag=True,
+        help="Exit 3 when the release cannot proceed: a class in scope has no measured decision "
+        "or regressed from its entry in the current manifest.",
+    )(f)
+    f = click.option(
+        "--summary-md",
+        "summary_md",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="Write a markdown summary for a CI job (e.g. $GITHUB_STEP_SUMMARY).",
+    )(f)
+    return click.option(
+        "--junit-xml",
+        "junit_xml",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="Write JUnit XML: one test case per class x artifact, and one per class's decision.",
+    )(f)
+
+
+def _ci_outputs(
+    loaded: Any,
+    db_path: Path,
+    scope: list[str],
+    *,
+    junit: Path | None,
+    summary: Path | None,
+    gate: bool,
+    unserved: list[str] | None = None,
+) -> bool:
+    """Write the CI files asked for; True when ``gate`` is on and the release is blocked."""
+    if junit is None and summary is None and not gate:
+        return False
+    from matrix.store import Store
+    from qualify.coverage import junit_xml, summary_markdown
+    from qualify.release import release_check
+    from schemas.atomic import write_atomic
+
+    with Store.open(db_path, read_only=True) as db:
+        check = release_check(loaded, db, scope=scope, unserved=unserved or [])
+    if junit is not None:
+        write_atomic(junit, junit_xml(check.items, check.gate, reasons=check.reasons))
+    if summary is not None:
+        title = f"qualify: {loaded.project.model} on {', '.join(scope)}"
+        write_atomic(summary, summary_markdown(check.items, check.gate, title=title))
+    for name, why in check.gate.problems.items():
+        click.echo(f"release gate: {name}: {why}", err=True)
+    return gate and check.gate.blocked
+
+
 @click.group(cls=_QualifyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="qualify")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
@@ -148,6 +203,7 @@ def cli(debug: bool) -> None:
     "arrivals) whose p99 meets the class's budget (workload.open_loop, or its defaults).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@_ci_options
 def run_cmd(
     host_class: str,
     project_path: Path,
@@ -157,11 +213,15 @@ def run_cmd(
     soak: str | None,
     open_loop: bool,
     as_json: bool,
+    junit_xml: Path | None,
+    summary_md: Path | None,
+    gate: bool,
 ) -> None:
     """Qualify every artifact on one host class and store the cells in the matrix.
 
     Exit status: 0 when every cell was measured (whatever its verdict), 1 when any cell ended
-    in error, 2 for a usage or project-file error or a host that does not match the class.
+    in error, 2 for a usage or project-file error or a host that does not match the class, 3
+    with --gate when the release cannot proceed for this class.
     """
     from datetime import timedelta
 
@@ -198,7 +258,10 @@ def run_cmd(
         click.echo(json.dumps(summary, indent=2))
     else:
         display.print_cells(outcome.bundle, loaded.project)
-    sys.exit(0 if outcome.ok else 1)
+    blocked = _ci_outputs(
+        loaded, db_path, [host_class], junit=junit_xml, summary=summary_md, gate=gate
+    )
+    sys.exit(1 if not outcome.ok else GATE_EXIT if blocked else 0)
 
 
 @cli.group("matrix")
@@ -220,7 +283,7 @@ def matrix_group() -> None:
 def matrix_show(db_path: Path, project_path: Path, fmt: str) -> None:
     """Show the latest cell per (hardware, runtime, provider, artifact)."""
     from matrix.store import Store
-    from qualify.console import print_matrix, rows_to_csv, with_budgets
+    from qualify.console import plain, print_matrix, rows_to_csv, with_budgets
     from qualify.project import load_project
 
     _require_db(db_path)
@@ -236,6 +299,14 @@ def matrix_show(db_path: Path, project_path: Path, fmt: str) -> None:
         click.echo(rows_to_csv(rows), nl=False)
     else:
         print_matrix(rows)
+        if project is not None:
+            from qualify.coverage import coverage
+
+            gaps = [i for i in coverage(project, rows) if i.gap is not None]
+            for item in gaps:
+                click.echo(f"gap: {plain(item.host_class)} x {plain(item.artifact)}: {item.note}")
+            if not gaps:
+                click.echo("coverage: every class x artifact has a current cell")
 
 
 def _require_db(db_path: Path) -> None:
@@ -244,6 +315,49 @@ def _require_db(db_path: Path) -> None:
             f"{db_path}: no matrix database here. Fix: run 'qualify run --host-class NAME' "
             "first, or pass --db PATH."
         )
+
+
+@matrix_group.command("gate")
+@_db_option
+@_project_option
+@click.option("--classes", help="Comma-separated classes in scope; default: every class.")
+@click.option(
+    "--junit-xml",
+    "junit_xml",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write JUnit XML: one test case per class x artifact, and one per class's decision.",
+)
+@click.option(
+    "--summary-md",
+    "summary_md",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Write a markdown summary for a CI job (e.g. $GITHUB_STEP_SUMMARY).",
+)
+def matrix_gate(
+    db_path: Path,
+    project_path: Path,
+    classes: str | None,
+    junit_xml: Path | None,
+    summary_md: Path | None,
+) -> None:
+    """Whether a release can proceed from the matrix as it is (e.g. after ingesting bundles).
+
+    Exit status: 0 when every class in scope has a measured decision and none regressed from
+    the current manifest, 3 when the release cannot proceed, 2 for a usage or project error.
+    """
+    from qualify.project import load_project
+
+    _require_db(db_path)
+    loaded = load_project(project_path, check_models=False)
+    known = list(loaded.project.host_classes)
+    scope = [c.strip() for c in classes.split(",") if c.strip()] if classes else known
+    unknown = [c for c in scope if c not in known]
+    if unknown:
+        _fail(f"--classes: {', '.join(unknown)} not in {loaded.path}; pick from {', '.join(known)}")
+    blocked = _ci_outputs(loaded, db_path, scope, junit=junit_xml, summary=summary_md, gate=True)
+    if not blocked:
+        click.echo("release gate: the release can proceed for " + ", ".join(scope))
+    sys.exit(GATE_EXIT if blocked else 0)
 
 
 @matrix_group.command("ingest")
@@ -743,13 +857,22 @@ def fleet_status_cmd(address: str, project_path: Path) -> None:
 )
 @_project_option
 @_db_option
+@_ci_options
 def fleet_run_cmd(
-    address: str | None, classes: str | None, timeout: str, project_path: Path, db_path: Path
+    address: str | None,
+    classes: str | None,
+    timeout: str,
+    project_path: Path,
+    db_path: Path,
+    junit_xml: Path | None,
+    summary_md: Path | None,
+    gate: bool,
 ) -> None:
     """Qualify each class on a host of that class, in parallel across hosts, into this matrix.
 
     Exit status: 0 when every class came back measured without an error cell, 1 when a class
-    was unserved, lost its host, timed out or has an error cell, 2 for a usage or project error.
+    was unserved, lost its host, timed out or has an error cell, 2 for a usage or project
+    error, 3 with --gate when every class came back but the release cannot proceed.
     """
     from datetime import timedelta
 
@@ -764,13 +887,24 @@ def fleet_run_cmd(
     outcome = fleet_run(
         loaded, options, classes=wanted, on_event=lambda m: click.echo(f"fleet: {m}", err=True)
     )
+    scope = [run.host_class for run in outcome.classes]
+    unserved = [run.host_class for run in outcome.classes if run.state == "unserved"]
     for run in outcome.classes:
         click.echo(
             f"{run.host_class}: {run.message}"
             if run.state == "done"
             else f"{run.host_class}: {run.state}: {run.message}"
         )
-    sys.exit(0 if outcome.ok else 1)
+    blocked = _ci_outputs(
+        loaded,
+        db_path,
+        scope,
+        junit=junit_xml,
+        summary=summary_md,
+        gate=gate,
+        unserved=unserved,
+    )
+    sys.exit(1 if not outcome.ok else GATE_EXIT if blocked else 0)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ in ``matrix``; this module only wires them, with the clock as a parameter.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,6 +23,7 @@ from manifest.policy import decide
 from manifest.signing import load_private_key, sign_encoded
 from matrix.store import Store
 from qualify.artifacts import ArtifactStore, digest_file
+from qualify.coverage import CoverageItem, ReleaseGate, coverage, release_gate
 from qualify.errors import QualifyError
 from qualify.project import LoadedProject
 from schemas.manifest import ArtifactRef, ClassDecision, Manifest
@@ -29,9 +31,11 @@ from schemas.manifest import ArtifactRef, ClassDecision, Manifest
 __all__ = [
     "MAX_VALIDITY",
     "GeneratedManifest",
+    "ReleaseCheck",
     "generate_manifest",
     "parse_duration",
     "previous_manifest",
+    "release_check",
 ]
 
 _DURATION = re.compile(r"\s*([0-9]{1,9})\s*([smhdw])\s*")
@@ -183,3 +187,36 @@ def generate_manifest(
         per_class_dir=per_class_dir,
         signed=key is not None,
     )
+
+
+@dataclass(frozen=True)
+class ReleaseCheck:
+    """What CI is told: coverage of the classes in scope, the release gate, the reasons."""
+
+    items: list[CoverageItem]
+    gate: ReleaseGate
+    reasons: dict[tuple[str, str], list[str]]
+
+
+def release_check(
+    loaded: LoadedProject, db: Store, *, scope: Sequence[str], unserved: Sequence[str] = ()
+) -> ReleaseCheck:
+    """Coverage and the release gate for the classes in ``scope``, from the matrix as it is.
+
+    Every class is decided as ``manifest generate`` would now (nothing is written) and compared
+    with its entry in the newest published manifest.
+    """
+    budgets = {name: c.budgets.p99_ms for name, c in loaded.project.host_classes.items()}
+    rows = [{**row, "p99_budget_ms": budgets.get(row["host_class"])} for row in db.matrix_rows()]
+    wanted = set(scope)
+    items = [i for i in coverage(loaded.project, rows, unserved=unserved) if i.host_class in wanted]
+    runs = {r.run_id: r for r in db.runs()}
+    cells = db.latest_cells()
+    previous = previous_manifest(db)
+    decisions = decide(loaded.project, cells, runs, previous=previous)
+    current = previous.signed.entries if previous is not None else None
+    gate = release_gate(decisions, current, scope=list(scope))
+    reasons = {
+        (c.run_id, c.artifact_digest): [f"{r.code}: {r.message}" for r in c.reasons] for c in cells
+    }
+    return ReleaseCheck(items=items, gate=gate, reasons=reasons)
