@@ -44,7 +44,16 @@ __all__ = [
 
 REPO = Path(__file__).resolve().parent.parent
 
-ORDER = ("harness_vs_loadgen", "ab", "openloop", "memory", "resolve", "report", "telemetry")
+ORDER = (
+    "harness_vs_loadgen",
+    "ab",
+    "openloop",
+    "memory",
+    "resolve",
+    "report",
+    "telemetry",
+    "ingest",
+)
 """Known benchmarks, in the order their sections appear."""
 DEFAULT_TIMEOUT_S = 600.0
 """Per benchmark; the whole of ``make bench`` should stay under ~10 minutes on 2 cores."""

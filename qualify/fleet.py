@@ -343,7 +343,8 @@ def _qualify_here(shipment: dict[str, Any], class_name: str, tracker: Any) -> di
         root = Path(tmp)
         _unpack(files, root)
         loaded = load_project(root / shipment["project"])
-        outcome = qualify_run(loaded, class_name, RunOptions(db_path=root / "host.duckdb"))
+        options = RunOptions(db_path=root / "host.duckdb", fleet_node=f"{node} ({fp.hostname})")
+        outcome = qualify_run(loaded, class_name, options)
         sink = io.BytesIO()
         pq.write_table(outcome.samples if outcome.samples.num_rows else pa.table({}), sink)
         return {
@@ -416,6 +417,7 @@ def _error_bundle(
             placement=None,
             parity=None,
             error=message,
+            fleet_node=f"{where[0]} ({where[1]})",
         )
         for index, (spec, digest) in enumerate(zip(specs, digests, strict=True))
     ]

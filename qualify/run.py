@@ -86,6 +86,8 @@ class RunOptions:
     """How long to wait for another run's measurement on this host."""
     soak_s: float | None = None
     """Soak this long (``--soak``), whatever ``workload.soak_s`` says; None: as the workload."""
+    fleet_node: str | None = None
+    """The Ray node this run measures on, for a fleet run (`qualify.fleet`): every cell says it."""
     open_loop: bool = False
     """Search the highest request rate (``--open-loop``) even where ``workload.open_loop`` is
     unset (then with its defaults)."""
@@ -602,6 +604,7 @@ def qualify_run(
                 error=outcome.error_message if outcome.error_code else None,
                 measured_alone=options.measure_alone,
                 cpus=outcome.result.get("cpus"),
+                fleet_node=options.fleet_node,
                 soak=outcomes.soaks[index],
                 open_loop=outcomes.open_loops[index],
             )

@@ -446,6 +446,11 @@ class Cell(Document):
         description="The CPUs the measuring process ran on (provider.cpu_affinity / numa_node "
         "applied, else all it was allowed); null in cells recorded before it was kept.",
     )
+    fleet_node: str | None = Field(
+        default=None,
+        description="The Ray node that measured it (qualify fleet run), with its host name; "
+        "null for a run started on the host itself.",
+    )
 
     @property
     def gate_latency(self) -> LatencyResult | None:

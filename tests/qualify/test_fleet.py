@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 
@@ -233,3 +234,57 @@ def test_a_node_lost_mid_run_gives_its_class_error_cells_and_the_others_go_on(
     assert {r.code for c in lost.bundle.cells for r in c.reasons} == {"node_lost"}
     assert cluster.nodes["doomed"].node_id[:12] in lost.message
     assert by_class["lost-gpu"].state == "done"
+
+
+def test_the_demo_on_a_three_node_cluster_matches_a_per_host_run(tmp_path: Path) -> None:
+    from matrix.ingest import ingest_bundles
+    from qualify.coverage import coverage, junit_xml
+    from qualify.demo import lay_out
+    from qualify.release import release_check
+    from qualify.run import RunOptions, qualify_run
+
+    loaded = load_project(lay_out(tmp_path / "demo"))
+    matched = list(node_offer(loaded, take_fingerprint(probe_runtime)).classes)
+    assert matched, "the demo has x86 and ARM classes; this host matches none of them"
+    # One node per class this host really is (a fleet host offers only what it matches), and
+    # one that matches none: three nodes with the head whatever this CPU.
+    offers = {f"host-{k}": [name] for k, name in enumerate(matched)} | {"bare": []}
+    cluster = _Fleet(offers)
+    db = tmp_path / "fleet.duckdb"
+    try:
+        outcome = fleet_run(loaded, FleetOptions(db_path=db, address=cluster.address))
+        ids = {name: cluster.nodes[f"host-{k}"].node_id for k, name in enumerate(matched)}
+    finally:
+        cluster.shutdown()
+    by_class = {c.host_class: c for c in outcome.classes}
+    for name in loaded.project.host_classes:
+        assert by_class[name].state == ("done" if name in matched else "unserved"), name
+    for name in matched:
+        bundle = by_class[name].bundle
+        assert bundle is not None and not bundle.run.emulated
+        assert all(c.fleet_node and c.fleet_node.startswith(ids[name]) for c in bundle.cells)
+
+    first = matched[0]
+    alone = qualify_run(loaded, first, RunOptions(db_path=tmp_path / "alone" / "m.duckdb"))
+    fleet_cells = by_class[first].bundle.cells  # type: ignore[union-attr]
+    assert [(c.artifact_name, c.verdict) for c in fleet_cells] == [
+        (c.artifact_name, c.verdict) for c in alone.bundle.cells
+    ]
+
+    with Store.open(db) as store:
+        again = ingest_bundles(store, sorted((tmp_path / "bundles").iterdir()))
+        assert again.bundles and not again.ingested  # every run is there once already
+        unserved = [n for n in loaded.project.host_classes if n not in matched]
+        check = release_check(
+            loaded, store, scope=list(loaded.project.host_classes), unserved=unserved
+        )
+    root = ElementTree.fromstring(junit_xml(check.items, check.gate, reasons=check.reasons))
+    for item in coverage(loaded.project, [i.row for i in check.items if i.row], unserved=unserved):
+        (case,) = [
+            c
+            for c in root.iter("testcase")
+            if c.get("classname") == item.host_class and c.get("name") == item.artifact
+        ]
+        failing = item.row is None or item.row["verdict"] != "pass" or item.gap is not None
+        marks = [e for e in case if e.tag in ("failure", "error")]
+        assert len(marks) == (1 if failing else 0), (item.host_class, item.artifact)
