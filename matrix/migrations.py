@@ -262,6 +262,20 @@ CREATE TABLE latency_v5 (
 """
 """Migration 5's latency table: keyed by the swept dimensions' sizes too."""
 
+_FLEET_GAPS = """
+CREATE TABLE fleet_gaps (
+    host_class VARCHAR NOT NULL,
+    hardware   VARCHAR NOT NULL,
+    runtime    VARCHAR NOT NULL,
+    provider   VARCHAR NOT NULL,
+    reason     VARCHAR NOT NULL,
+    detail     VARCHAR NOT NULL,
+    noted_at   TIMESTAMPTZ NOT NULL
+)
+"""
+"""What ``qualify fleet run`` found it could not run (``unserved``: no host advertised the class),
+so that coverage can say so until a cell of that key is measured after it."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -307,6 +321,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE samples ADD COLUMN dims VARCHAR DEFAULT ''",
             "ALTER TABLE samples ALTER COLUMN dims SET NOT NULL",
         ),
+    ),
+    Migration(
+        version=6,
+        name="fleet_gaps: classes a fleet run found no host for, and when",
+        statements=(_FLEET_GAPS,),
     ),
 )
 

@@ -23,7 +23,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +47,7 @@ from matrix.migrations import (
 )
 from schemas.atomic import read_bounded
 from schemas.cell import Cell, LatencyConfig, RunBundle, RunRecord, dims_text
+from schemas.project import HostClassKey
 
 __all__ = ["EXPORTED", "MEMORY", "LockWait", "Store"]
 
@@ -802,6 +803,30 @@ class Store:
         except BaseException:
             _rollback_quietly(conn)
             raise
+
+    def note_unserved(self, classes: Iterable[tuple[str, HostClassKey]], detail: str) -> None:
+        """Record that a fleet run found no host for these (class name, key) pairs, now.
+
+        Raises:
+            MatrixError: the store was opened read-only.
+        """
+        self._require_writable("record unserved classes")
+        rows = [
+            (name, *key.as_tuple(), "unserved", detail[:500], self._clock())
+            for name, key in classes
+        ]
+        if rows:
+            self._conn.executemany("INSERT INTO fleet_gaps VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+
+    def unserved(self) -> set[str]:
+        """Classes a fleet run last found no host for and whose key has no cell measured since."""
+        rows = self._conn.execute(
+            "SELECT g.host_class FROM fleet_gaps g GROUP BY g.host_class, g.hardware, "
+            "g.runtime, g.provider HAVING max(g.noted_at) > coalesce(("
+            "SELECT max(c.measured_at) FROM cells c WHERE c.hardware = g.hardware AND "
+            "c.runtime = g.runtime AND c.provider = g.provider), TIMESTAMPTZ '1970-01-01')"
+        ).fetchall()
+        return {str(row[0]) for row in rows}
 
     def latest_manifest(self) -> tuple[int, str] | None:
         """The highest *published* manifest as (version, document JSON), or None."""

@@ -289,6 +289,7 @@ def matrix_show(db_path: Path, project_path: Path, fmt: str) -> None:
     _require_db(db_path)
     with Store.open(db_path, read_only=True) as db:  # showing never writes, nor migrates
         rows = db.matrix_rows()
+        unserved = db.unserved()
     project = (
         load_project(project_path, check_models=False).project if project_path.exists() else None
     )
@@ -302,7 +303,7 @@ def matrix_show(db_path: Path, project_path: Path, fmt: str) -> None:
         if project is not None:
             from qualify.coverage import coverage
 
-            gaps = [i for i in coverage(project, rows) if i.gap is not None]
+            gaps = [i for i in coverage(project, rows, unserved=unserved) if i.gap is not None]
             for item in gaps:
                 click.echo(f"gap: {plain(item.host_class)} x {plain(item.artifact)}: {item.note}")
             if not gaps:

@@ -569,6 +569,13 @@ def _run_on(
                 results[name] = _lost(loaded, name, where, "fleet_timeout", message, digests)
                 _store_error(results[name], options)
                 on_event(f"{name}: error: {message}")
+    missing = [name for name in wanted if results[name].state == "unserved"]
+    if missing:
+        from matrix.store import Store
+
+        with Store.open(options.db_path) as db:
+            keys = loaded.project.host_classes
+            db.note_unserved(((n, keys[n].key) for n in missing), "no host advertised the class")
     return FleetOutcome([results[name] for name in wanted])
 
 

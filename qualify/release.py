@@ -201,7 +201,8 @@ class ReleaseCheck:
 def release_check(
     loaded: LoadedProject, db: Store, *, scope: Sequence[str], unserved: Sequence[str] = ()
 ) -> ReleaseCheck:
-    """Coverage and the release gate for the classes in ``scope``, from the matrix as it is.
+    """Coverage and the release gate for the classes in ``scope``, from the matrix as it is
+    (``unserved`` adds to the classes the matrix knows a fleet run found no host for).
 
     Every class is decided as ``manifest generate`` would now (nothing is written) and compared
     with its entry in the newest published manifest.
@@ -209,7 +210,8 @@ def release_check(
     budgets = {name: c.budgets.p99_ms for name, c in loaded.project.host_classes.items()}
     rows = [{**row, "p99_budget_ms": budgets.get(row["host_class"])} for row in db.matrix_rows()]
     wanted = set(scope)
-    items = [i for i in coverage(loaded.project, rows, unserved=unserved) if i.host_class in wanted]
+    lost = {*unserved, *db.unserved()}
+    items = [i for i in coverage(loaded.project, rows, unserved=lost) if i.host_class in wanted]
     runs = {r.run_id: r for r in db.runs()}
     cells = db.latest_cells()
     previous = previous_manifest(db)

@@ -424,3 +424,24 @@ def test_a_pipe_given_as_the_matrix_is_refused_without_blocking(tmp_path: Path) 
     os.mkfifo(path)
     with pytest.raises(MatrixError, match="not a regular file"):
         Store.open(path)
+
+
+def test_an_unserved_class_stays_unserved_until_its_key_is_measured_after(
+    db_path: Path,
+) -> None:
+    from tests.matrix.factories import EPOCH, KEY
+
+    now = [EPOCH - timedelta(days=1)]
+    with Store.open(db_path, clock=lambda: now[0]) as store:
+        store.note_unserved([("x86-fast", KEY)], "no host advertised the class")
+        assert store.unserved() == {"x86-fast"}
+        store.write_run(*_bundle_and_samples())  # measured at EPOCH: after the note
+        assert store.unserved() == set()
+        now[0] = EPOCH + timedelta(days=1)
+        store.note_unserved([("x86-fast", KEY)], "no host advertised the class")
+        assert store.unserved() == {"x86-fast"}  # a later fleet run found none again
+
+
+def _bundle_and_samples() -> tuple[RunBundle, pa.Table]:
+    bundle = make_bundle("run-1")
+    return bundle, make_samples(bundle)

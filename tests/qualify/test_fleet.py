@@ -169,6 +169,7 @@ def test_each_class_runs_on_a_node_that_offers_it_and_lands_in_this_matrix(
     assert here.cells[0].verdict == "pass" and all(c.verdict != "error" for c in here.cells)
     with Store.open(tmp_path / "fleet.duckdb", read_only=True) as store:
         runs = {r.host_class for r in store.runs()}
+        assert store.unserved() == {"elsewhere"}
         stored = store.samples_by_config(here.run.run_id, here.cells[0].artifact_digest)
     assert runs == {"here-cpu", "lost-gpu"}
     assert stored and all(v.size for v in stored.values())
