@@ -32,7 +32,11 @@ none is writable it says so on stderr and runs without rollback protection acros
 for the answer (``manifest.host_events``): class, served digest, the requested providers this host
 has, runtime revision and manifest version; a failure to append warns on stderr and never
 changes the exit code. The ``--json`` answer's ``providers`` lists the served artifact's
-execution providers that this host has, in order (empty on hold).
+execution providers that this host has, in order (empty on hold). An entry with a staged
+``rollout`` serves the rollout's artifact to the hosts in its cohort (``served: rollout``) and
+the entry's artifact to the rest; ``--host-id`` (default ``$QUALIFY_HOST_ID``, else the node
+name) places the host by a stable hash (`cohort_point`), and the answer's ``cohort`` says the
+rollout, its step and percentage, and whether this host is a member (null without a rollout).
 
 Exit codes:
 
@@ -476,6 +480,38 @@ def _reasons(entry: Mapping[str, Any]) -> list[dict[str, str]]:
     ]
 
 
+def cohort_point(rollout_id: str, host_id: str) -> float:
+    """Where a host falls in a rollout, in [0, 100): a stable hash of the rollout id and the
+    host id. A host is in the cohort while this is below the step's percentage, so it stays in
+    as the percentage grows, and stays put across restarts."""
+    import hashlib  # only a host in a rollout pays for it
+
+    digest = hashlib.sha256(f"qualify-cohort/1\0{rollout_id}\0{host_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64 * 100.0
+
+
+def _cohort(
+    entry: Mapping[str, Any], host_class: str, host_id: str | None
+) -> dict[str, Any] | None:
+    """The entry's rollout as this host sees it: its id, step, percentage and whether the host
+    is in its cohort (a host without an id stays with the rest); None without a rollout."""
+    rollout = entry.get("rollout")
+    if rollout is None:
+        return None
+    where = f"entry {host_class!r}: rollout"
+    if not isinstance(rollout, dict):
+        raise _Refused(EXIT_VERIFY, f"{where} is not an object")
+    rid, percent, step = rollout.get("id"), rollout.get("percent"), rollout.get("step")
+    if not isinstance(rid, str) or not 0 < len(rid) <= 128:
+        raise _Refused(EXIT_VERIFY, f"{where}.id is not a rollout id: {_show(rid)}")
+    if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
+        raise _Refused(EXIT_VERIFY, f"{where}.percent is not in 0..100: {_show(percent)}")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise _Refused(EXIT_VERIFY, f"{where}.step is not a step number: {_show(step)}")
+    member = host_id is not None and cohort_point(rid, host_id) < percent
+    return {"rollout": rid, "step": step, "percent": percent, "member": member}
+
+
 def _answer(
     signed: Mapping[str, Any],
     host_class: str,
@@ -483,6 +519,7 @@ def _answer(
     host: HostRuntime,
     notes: list[dict[str, str]],
     schemes: Sequence[str],
+    host_id: str | None = None,
 ) -> tuple[int, dict[str, Any], list[str]]:
     messages: list[str] = []
     reasons = _reasons(entry) + notes
@@ -498,6 +535,7 @@ def _answer(
         "served": None,
         "providers": [],
         "reasons": reasons,
+        "cohort": None,
     }
     if rollback is not None:
         answer["rollback"] = _pointer(rollback, schemes, f"entry {host_class!r}: rollback")
@@ -512,6 +550,13 @@ def _answer(
     pointer = _pointer(artifact, schemes, f"entry {host_class!r}: artifact")
     provider = entry.get("provider") or {}
     failures = requirement_failures(host, entry.get("runtime") or {}, provider)
+    answer["cohort"] = _cohort(entry, host_class, host_id)
+    if not failures and answer["cohort"] is not None and answer["cohort"]["member"]:
+        staged = entry["rollout"].get("artifact")
+        answer["artifact"] = _pointer(staged, schemes, f"entry {host_class!r}: rollout.artifact")
+        answer["served"] = "rollout"
+        answer["providers"] = _usable(provider, host)
+        return EXIT_RESOLVED, answer, messages
     if not failures:
         answer["artifact"], answer["served"] = pointer, "artifact"
         answer["providers"] = _usable(provider, host)
@@ -545,6 +590,7 @@ def _decide(
     host: HostRuntime,
     notes: list[dict[str, str]],
     schemes: Sequence[str],
+    host_id: str | None = None,
 ) -> tuple[int, dict[str, Any], list[str]]:
     """The answer a verified, checked document gives this host.
 
@@ -554,7 +600,7 @@ def _decide(
     """
     try:
         name, entry = _find_class(verified.signed, host_class, facts)
-        return _answer(verified.signed, name, entry, host, notes, schemes)
+        return _answer(verified.signed, name, entry, host, notes, schemes, host_id)
     except _Refused:
         raise
     except Exception as exc:  # a verified document breaking an assumption: refused, no crash
@@ -580,6 +626,7 @@ def resolve(
     grace_s: float = DEFAULT_GRACE_DAYS * 86400,
     max_validity_s: float | None = DEFAULT_MAX_VALIDITY_DAYS * 86400,
     uri_schemes: Sequence[str] = DEFAULT_URI_SCHEMES,
+    host_id: str | None = None,
 ) -> Outcome:
     """Decide the answer for this host: the core of ``resolve-artifact``, with no I/O.
 
@@ -606,6 +653,8 @@ def resolve(
         grace_s: how long after it expired a last-known-good is still served (exit 6).
         max_validity_s: a new document expiring further ahead than this is refused.
         uri_schemes: the artifact URI schemes a host may be told to fetch.
+        host_id: this host's stable id, which places it in or out of a rollout's cohort
+            (`cohort_point`); None keeps it with the rest of its class.
 
     Returns:
         The outcome: exit code, answer (for ``--json``), messages for stderr, and what to keep.
@@ -648,7 +697,7 @@ def resolve(
                 max_validity_s=max_validity_s,
             )
             _check_fork(fresh, floor, source)
-            code, answer, more = _decide(fresh, host_class, facts, host, [], uri_schemes)
+            code, answer, more = _decide(fresh, host_class, facts, host, [], uri_schemes, host_id)
         except VerificationError as exc:
             failure = exc
         except _Refused as exc:
@@ -673,6 +722,7 @@ def resolve(
         facts=facts,
         grace_s=grace_s,
         uri_schemes=uri_schemes,
+        host_id=host_id,
     )
 
 
@@ -688,6 +738,7 @@ def _from_last_known_good(
     facts: Callable[[], Any] | None,
     grace_s: float,
     uri_schemes: Sequence[str],
+    host_id: str | None = None,
 ) -> Outcome:
     """The answer from the last-known-good, when the new document was refused."""
     if kept is None:
@@ -714,7 +765,7 @@ def _from_last_known_good(
         notes.append({"code": "stale_last_known_good", "message": f"expired at {expires}"})
     messages.append(f"using the last-known-good manifest, version {kept.signed['version']}")
     try:
-        code, answer, more = _decide(kept, host_class, facts, host, notes, uri_schemes)
+        code, answer, more = _decide(kept, host_class, facts, host, notes, uri_schemes, host_id)
     except _Refused as exc:
         return Outcome(exc.code, None, [*messages, str(exc)], None, None, floor)
     if stale and code == EXIT_RESOLVED:
@@ -800,6 +851,12 @@ def _file_digest(path: Path) -> str:
         while chunk := fh.read(1 << 20):
             h.update(chunk)
     return "sha256:" + h.hexdigest()
+
+
+def _default_host_id() -> str:
+    from manifest.host_events import host_id
+
+    return host_id()
 
 
 def _emit(
@@ -911,7 +968,8 @@ def _parser() -> Any:
     p.add_argument(
         "--host-id",
         default=None,
-        help="host id in telemetry events (default $QUALIFY_HOST_ID, else the node name)",
+        help="this host's stable id: it places the host in or out of a staged rollout's cohort "
+        "and names it in telemetry events (default $QUALIFY_HOST_ID, else the node name)",
     )
     p.add_argument(
         "--max-bytes",
@@ -1074,6 +1132,7 @@ def _main(argv: Sequence[str] | None, say: Callable[[str], None]) -> int:
         grace_s=args.grace_days * 86400,
         max_validity_s=args.max_validity_days * 86400,
         uri_schemes=schemes,
+        host_id=args.host_id or _default_host_id(),
     )
     if state_dir is not None:
         try:

@@ -276,6 +276,23 @@ CREATE TABLE fleet_gaps (
 """What ``qualify fleet run`` found it could not run (``unserved``: no host advertised the class),
 so that coverage can say so until a cell of that key is measured after it."""
 
+_ROLLOUTS = """
+CREATE TABLE rollouts (
+    rollout_id VARCHAR NOT NULL,
+    host_class VARCHAR NOT NULL,
+    action     VARCHAR NOT NULL,
+    version    INTEGER NOT NULL,
+    step       INTEGER NOT NULL,
+    percent    INTEGER NOT NULL,
+    artifact   VARCHAR NOT NULL,
+    actor      VARCHAR NOT NULL,
+    why        VARCHAR NOT NULL,
+    acted_at   TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (rollout_id, version)
+)
+"""
+"""What ``qualify rollout`` did (``qualify.rollout``): one row per published step or abort."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -326,6 +343,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=6,
         name="fleet_gaps: classes a fleet run found no host for, and when",
         statements=(_FLEET_GAPS,),
+    ),
+    Migration(
+        version=7,
+        name="rollouts: every staged-rollout action, the version it published, who and why",
+        statements=(_ROLLOUTS,),
     ),
 )
 

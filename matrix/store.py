@@ -828,6 +828,51 @@ class Store:
         ).fetchall()
         return {str(row[0]) for row in rows}
 
+    def record_rollout(
+        self,
+        rollout_id: str,
+        host_class: str,
+        action: str,
+        version: int,
+        step: int,
+        percent: int,
+        artifact: str,
+        actor: str,
+        why: str,
+        at: datetime,
+    ) -> None:
+        """Record one rollout action and the manifest version it published.
+
+        Raises:
+            MatrixError: the store was opened read-only.
+        """
+        self._require_writable("record a rollout")
+        self._conn.execute(
+            "INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                rollout_id,
+                host_class,
+                action,
+                version,
+                step,
+                percent,
+                artifact,
+                actor[:200],
+                why[:1000],
+                at,
+            ],
+        )
+
+    def rollout_log(self, host_class: str | None = None) -> list[dict[str, Any]]:
+        """Every rollout action, oldest first (one class's with ``host_class``)."""
+        where = "WHERE host_class = ?" if host_class is not None else ""
+        result = self._conn.execute(
+            f"SELECT * FROM rollouts {where} ORDER BY acted_at, version",
+            [host_class] if host_class is not None else [],
+        )
+        names = [column[0] for column in result.description or ()]
+        return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
+
     def latest_manifest(self) -> tuple[int, str] | None:
         """The highest *published* manifest as (version, document JSON), or None."""
         row = _first(

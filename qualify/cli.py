@@ -908,6 +908,177 @@ def fleet_run_cmd(
     sys.exit(1 if not outcome.ok else GATE_EXIT if blocked else 0)
 
 
+@cli.group("rollout")
+def rollout_group() -> None:
+    """Staged rollouts: a class's new artifact to a cohort of its hosts, then a rollback."""
+
+
+def _rollout_publish_options(f: F) -> F:
+    f = click.option(
+        "--expires", default="30d", show_default=True, help="Validity, e.g. 30d, 12h."
+    )(f)
+    f = click.option(
+        "--key",
+        "key_path",
+        required=True,
+        type=click.Path(path_type=Path, dir_okay=False, exists=True),
+        help="Ed25519 private key (from 'qualify keygen'); every step is a signed version.",
+    )(f)
+    return click.option(
+        "--out",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default="manifest.json",
+        show_default=True,
+        help="Manifest file hosts read (the new version replaces it atomically).",
+    )(f)
+
+
+@rollout_group.command("start")
+@click.argument("host_class")
+@click.option("--steps", default="5,25,100", show_default=True, help="Percent of hosts per step.")
+@click.option(
+    "--artifact", help="The candidate to roll out (default: the one the matrix supports)."
+)
+@click.option("--why", default="", help="Why, recorded with the step.")
+@click.option("--artifact-base-uri", help="Base URL hosts fetch artifacts from.")
+@_rollout_publish_options
+@_project_option
+@_db_option
+def rollout_start(
+    host_class: str,
+    steps: str,
+    artifact: str | None,
+    why: str,
+    artifact_base_uri: str | None,
+    out: Path,
+    key_path: Path,
+    expires: str,
+    project_path: Path,
+    db_path: Path,
+) -> None:
+    """Publish a version in which HOST_CLASS's hosts in the first step's cohort run the new
+    artifact (chosen per host by a stable hash of its id) and the rest keep the current one."""
+    from datetime import UTC, datetime
+
+    from matrix.store import Store
+    from qualify.hostlock import lock_wait_message
+    from qualify.project import load_project
+    from qualify.release import MAX_VALIDITY, parse_duration
+    from qualify.rollout import parse_steps, start_rollout
+
+    validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
+    plan = parse_steps(steps)
+    loaded = load_project(project_path)
+    _require_db(db_path)
+    with Store.open(db_path, on_wait=lock_wait_message()) as db:
+        done = start_rollout(
+            loaded,
+            db,
+            host_class,
+            steps=plan,
+            key_path=key_path,
+            out=out,
+            now=datetime.now(UTC),
+            expires_in=validity,
+            artifact=artifact,
+            why=why,
+            artifact_base_uri=artifact_base_uri,
+        )
+    click.echo(f"{done.summary}; wrote {done.path}")
+
+
+@rollout_group.command("abort")
+@click.argument("host_class")
+@click.option("--why", required=True, help="Why, recorded with the rollback.")
+@_rollout_publish_options
+@_project_option
+@_db_option
+def rollout_abort(
+    host_class: str,
+    why: str,
+    out: Path,
+    key_path: Path,
+    expires: str,
+    project_path: Path,
+    db_path: Path,
+) -> None:
+    """Publish a sanctioned rollback: a newer version sending HOST_CLASS back to its rollback
+    package, so that hosts never have to accept an older document."""
+    from datetime import UTC, datetime
+
+    from matrix.store import Store
+    from qualify.hostlock import lock_wait_message
+    from qualify.project import load_project
+    from qualify.release import MAX_VALIDITY, parse_duration
+    from qualify.rollout import abort_rollout
+
+    validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
+    loaded = load_project(project_path, check_models=False)
+    _require_db(db_path)
+    with Store.open(db_path, on_wait=lock_wait_message()) as db:
+        done = abort_rollout(
+            loaded,
+            db,
+            host_class,
+            key_path=key_path,
+            out=out,
+            now=datetime.now(UTC),
+            expires_in=validity,
+            why=why,
+        )
+    click.echo(f"{done.summary}; wrote {done.path}")
+
+
+@rollout_group.command("status")
+@_db_option
+def rollout_status(db_path: Path) -> None:
+    """The rollouts in progress in the current manifest."""
+    from matrix.store import Store
+    from qualify.console import plain
+    from qualify.release import previous_manifest
+
+    _require_db(db_path)
+    with Store.open(db_path, read_only=True) as db:
+        current = previous_manifest(db)
+    if current is None:
+        _fail("no manifest has been published from this matrix", 1)
+    found = False
+    for name, entry in current.signed.entries.items():
+        if entry.rollout is None:
+            continue
+        found = True
+        r = entry.rollout
+        rest = entry.artifact.name if entry.artifact is not None else "nothing (hold)"
+        click.echo(
+            f"{plain(name)}: rollout {plain(r.id)} of {plain(r.artifact.name)} at {r.percent}% "
+            f"(step {r.step} of {len(r.steps)}: {', '.join(map(str, r.steps))}); the rest run "
+            f"{plain(rest)} (v{current.signed.version})"
+        )
+    if not found:
+        click.echo(f"no rollout in progress (manifest v{current.signed.version})")
+
+
+@rollout_group.command("log")
+@click.option("--host-class", "host_class", help="Only this class.")
+@_db_option
+def rollout_log(host_class: str | None, db_path: Path) -> None:
+    """Every rollout action: when, the version it published, who and why."""
+    from matrix.store import Store
+    from qualify.console import plain
+
+    _require_db(db_path)
+    with Store.open(db_path, read_only=True) as db:
+        rows = db.rollout_log(host_class)
+    if not rows:
+        click.echo("no rollout recorded")
+    for r in rows:
+        click.echo(
+            f"{r['acted_at']:%Y-%m-%d %H:%M:%SZ} {plain(r['host_class'])} {plain(r['rollout_id'])} "
+            f"{r['action']} v{r['version']} step {r['step']} {r['percent']}% "
+            f"{plain(r['artifact'])} by {plain(r['actor'])}: {plain(r['why'] or '-')}"
+        )
+
+
 def main() -> None:
     """Console-script entry point."""
     cli(prog_name="qualify")

@@ -32,6 +32,7 @@ __all__ = [
     "MAX_VALIDITY",
     "GeneratedManifest",
     "ReleaseCheck",
+    "artifact_refs",
     "generate_manifest",
     "parse_duration",
     "previous_manifest",
@@ -91,9 +92,11 @@ def previous_manifest(db: Store) -> Manifest | None:
     return load_manifest(latest[1].encode(), source=f"matrix manifest v{latest[0]}")
 
 
-def _artifact_refs(
+def artifact_refs(
     loaded: LoadedProject, store: ArtifactStore, base_uri: str | None
 ) -> tuple[dict[str, str], dict[str, ArtifactRef]]:
+    """The project's artifacts: label -> digest (of the files now), and digest -> where hosts
+    fetch it (the spec's ``uri``, else ``base_uri``, else the store's ``file://`` path)."""
     digests: dict[str, str] = {}
     refs: dict[str, ArtifactRef] = {}
     specs = [loaded.project.artifacts.baseline, *loaded.project.artifacts.candidates]
@@ -149,7 +152,7 @@ def generate_manifest(
     key = load_private_key(key_path) if key_path is not None else None
     previous = previous_manifest(db)
     store = ArtifactStore(store_dir or Path(db.path).resolve().parent / "artifacts")
-    digests, refs = _artifact_refs(loaded, store, artifact_base_uri)
+    digests, refs = artifact_refs(loaded, store, artifact_base_uri)
     runs = {r.run_id: r for r in db.runs()}
     decisions = decide(loaded.project, db.cells(), runs, previous=previous, digests=digests)
     signed = build_manifest(

@@ -13,7 +13,7 @@ Per class in the manifest, the check raises:
 
 * ``unexpected_digest``: hosts run a digest the manifest does not assign to the class (the
   rollback digest of an entry is a warning: resolve-artifact served it because the host cannot
-  run the entry's artifact);
+  run the entry's artifact; a staged rollout's artifact is assigned to its cohort);
 * ``provider_changed`` and ``fallback_appeared``: events of the assigned digest whose providers
   differ from the qualified cell's actual placement, or with more nodes off the expected
   provider than that cell had (a driver or image change does not change the digest);
@@ -202,6 +202,8 @@ def _digest_alert(
     assigned = _assigned(entry)
     rollback = entry.rollback.digest if entry.rollback is not None else None
     allowed = {assigned} if assigned is not None else ({rollback} if rollback else set())
+    if entry.rollout is not None:  # the canary cohort runs the rollout's artifact, as assigned
+        allowed.add(entry.rollout.artifact.digest)
     by_digest: dict[str, list[ProfileRow]] = defaultdict(list)
     for row in rows:
         if row.model_digest is not None and row.model_digest not in allowed:

@@ -12,7 +12,7 @@ with ``format(x, ".6e")``, times ``YYYY-MM-DDTHH:MM:SSZ`` strings.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -41,6 +41,7 @@ __all__ = [
     "OutputParitySummary",
     "ParitySummary",
     "Rollback",
+    "Rollout",
     "Signature",
 ]
 
@@ -178,6 +179,24 @@ class Rollback(ManifestArtifact):
     )
 
 
+class Rollout(Document):
+    """A staged rollout of one class: a cohort of its hosts runs ``artifact``, the rest run the
+    entry's artifact. Which hosts are in the cohort is a stable hash of the rollout id and the
+    host id (``manifest.resolve.cohort_point``), so a host stays in as ``percent`` grows."""
+
+    id: str = Field(
+        min_length=1, max_length=128, description="The rollout's id; it seeds the cohort hash."
+    )
+    artifact: ManifestArtifact = Field(description="What the cohort runs.")
+    percent: int = Field(
+        ge=0, le=100, description="Share of the class's hosts in the cohort, whole percent."
+    )
+    step: int = Field(ge=1, description="Which step of 'steps' this is (1-based).")
+    steps: list[Annotated[int, Field(gt=0, le=100)]] = Field(
+        min_length=1, description="Every step's percentage, increasing, the last 100."
+    )
+
+
 class ManifestEntry(Document):
     """One host class in a manifest: everything ``resolve-artifact`` needs, and the evidence."""
 
@@ -195,6 +214,11 @@ class ManifestEntry(Document):
     reasons: list[Reason] = Field(description="Reason codes with evidence.")
     summary: str = Field(description="One sentence: the decision and why.")
     run_ids: list[str] = Field(description="Runs the decision rests on, sorted.")
+    rollout: Rollout | None = Field(
+        default=None,
+        description="A staged rollout in progress: its cohort runs the rollout's artifact, the "
+        "other hosts 'artifact'; absent when none.",
+    )
 
 
 class ManifestSigned(Document):

@@ -432,3 +432,39 @@ def test_the_demo_traffic_is_the_same_bytes_for_the_same_seed(tmp_path: Path) ->
     a = write_demo_telemetry(manifest, simulated.cells, tmp_path / "a.jsonl", seed=3, now=NOW)
     b = write_demo_telemetry(manifest, simulated.cells, tmp_path / "b.jsonl", seed=3, now=NOW)
     assert a.path.read_bytes() == b.path.read_bytes()
+
+
+def test_a_staged_rollouts_cohort_running_its_artifact_is_not_an_unexpected_digest(
+    tmp_path: Path,
+) -> None:
+    from schemas.manifest import ManifestArtifact, Rollout
+
+    simulated = fleet()
+    manifest = manifest_of(simulated)
+    canary = digest_of("rec-int4-canary")
+    entries = dict(manifest.signed.entries)
+    entries["x86"] = entries["x86"].model_copy(
+        update={
+            "rollout": Rollout(
+                id="x86-r1",
+                artifact=ManifestArtifact(name="int4", digest=canary, length=1, uri="https://x/y"),
+                percent=5,
+                step=1,
+                steps=[5, 100],
+            )
+        }
+    )
+    manifest = manifest.model_copy(
+        update={"signed": manifest.signed.model_copy(update={"entries": entries})}
+    )
+    path = tmp_path / "telemetry.jsonl"
+    events = healthy() + traffic("x86", n=5, digest=canary, hosts=1)
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    settings = CheckSettings()
+    with Store.open(tmp_path / "m.duckdb") as store:
+        ingest_telemetry(store, [path], now=NOW)
+        aggregates = gather_aggregates(
+            store, manifest, start=NOW - parse_duration(settings.since), end=NOW, settings=settings
+        )
+    check = check_telemetry(manifest, simulated.cells, aggregates, now=NOW, settings=settings)
+    assert kinds(check) == []

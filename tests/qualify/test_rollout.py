@@ -1,0 +1,175 @@
+"""``qualify rollout``: a staged rollout published as a new signed version, the hosts of the
+class placed in or out of its cohort by their ids, and an abort that sends every host back to
+the rollback package at a higher version, which no host can be made to undo."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from manifest import resolve
+from qualify.cli import cli
+from qualify.project import load_project
+from qualify.rollout import parse_steps
+from qualify.run import RunOptions, qualify_run
+from tests.models import padded_mlp
+from tests.qualify.projects import write_project
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("5,25", "last step must be 100"),
+        ("25,5,100", "larger than"),
+        ("a,b", "whole percent"),
+        ("0,100", "larger than"),
+    ],
+)
+def test_bad_steps_are_refused_saying_what_is_wanted(text: str, said: str) -> None:
+    from qualify.errors import QualifyError
+
+    with pytest.raises(QualifyError, match=said):
+        parse_steps(text)
+    assert parse_steps("5, 25,100") == [5, 25, 100]
+
+
+def _cli(*args: str) -> str:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.slow
+def test_a_rollout_reaches_its_cohort_and_an_abort_sends_every_host_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    project = write_project(tmp_path, [])
+    db = tmp_path / "m.duckdb"
+    qualify_run(load_project(project), "here-cpu", RunOptions(db_path=db))
+    _cli("keygen", "k", "--dir", str(tmp_path))
+    common = ["--project", str(project), "--db", str(db)]
+    manifest = tmp_path / "manifest.json"
+    _cli(
+        "manifest",
+        "generate",
+        "--release",
+        "r1",
+        "--key",
+        str(tmp_path / "k.key"),
+        "--out",
+        str(manifest),
+        *common,
+    )
+    # A candidate qualifies after the release: the baseline's graph in other bytes.
+    padded_mlp(tmp_path / "models", 0, name="respun")
+    text = project.read_text().replace(
+        "  candidates:\n    []", "  candidates:\n    - {path: models/respun.onnx, precision: fp32}"
+    )
+    project.write_text(text)
+    qualify_run(load_project(project), "here-cpu", RunOptions(db_path=db))
+
+    said = _cli(
+        "rollout",
+        "start",
+        "here-cpu",
+        "--steps",
+        "30,100",
+        "--why",
+        "canary",
+        "--key",
+        str(tmp_path / "k.key"),
+        "--out",
+        str(manifest),
+        *common,
+    )
+    assert "started at 30%" in said and "(v2)" in said
+    assert "at 30% (step 1 of 2" in _cli("rollout", "status", "--db", str(db))
+
+    served = {}
+    for k in range(60):
+        host = f"host-{k}"
+        assert (
+            resolve.main(
+                [
+                    "--manifest",
+                    str(manifest),
+                    "--pubkey",
+                    str(tmp_path / "k.pub"),
+                    "--host-class",
+                    "here-cpu",
+                    "--runtime",
+                    "onnxruntime==1.32.0",
+                    "--providers",
+                    "CPUExecutionProvider",
+                    "--host-id",
+                    host,
+                    "--no-state",
+                    "--json",
+                    "--uri-schemes",
+                    "file",
+                ]
+            )
+            == 0
+        ), capsys.readouterr().err
+        answer = json.loads(capsys.readouterr().out)
+        served[host] = (answer["served"], answer["artifact"]["digest"], answer["cohort"]["member"])
+    members = [h for h, (how, _, member) in served.items() if member]
+    assert 5 <= len(members) <= 35  # about 30% of 60
+    assert all(served[h][0] == "rollout" for h in members)
+    assert len({served[h][1] for h in members}) == 1
+    assert all(how == "artifact" for how, _, member in served.values() if not member)
+
+    # A canary host that accepted v2 keeps its floor; the abort is v3, the rollback package.
+    state = tmp_path / "state"
+    canary = members[0]
+    args = [
+        "--manifest",
+        str(manifest),
+        "--pubkey",
+        str(tmp_path / "k.pub"),
+        "--host-class",
+        "here-cpu",
+        "--runtime",
+        "onnxruntime==1.32.0",
+        "--providers",
+        "CPUExecutionProvider",
+        "--host-id",
+        canary,
+        "--state-dir",
+        str(state),
+        "--json",
+        "--uri-schemes",
+        "file",
+    ]
+    assert resolve.main(args) == 0
+    capsys.readouterr()
+    v2 = manifest.read_bytes()
+    said = _cli(
+        "rollout",
+        "abort",
+        "here-cpu",
+        "--why",
+        "fallback in the canary",
+        "--key",
+        str(tmp_path / "k.key"),
+        "--out",
+        str(manifest),
+        *common,
+    )
+    assert "(v3)" in said
+    assert resolve.main(args) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["manifest_version"] == 3 and answer["cohort"] is None
+    assert answer["artifact"]["digest"] == answer["rollback"]["digest"]
+    old = tmp_path / "old.json"
+    old.write_bytes(v2)
+    resolve.main([*args[:1], str(old), *args[2:]])  # v2 again, e.g. replayed by an attacker
+    replayed = capsys.readouterr()
+    answer = json.loads(replayed.out)
+    assert "refused" in replayed.err and answer["source"] == "last-known-good"
+    assert answer["manifest_version"] == 3  # the floor holds: still the rollback package
+    log = _cli("rollout", "log", "--db", str(db))
+    assert "start v2 step 1 30%" in log and "abort v3" in log and "fallback in the canary" in log
