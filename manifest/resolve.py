@@ -99,6 +99,7 @@ __all__ = [
     "Accepted",
     "HostRuntime",
     "Outcome",
+    "cohort_point",
     "default_state_dir",
     "detect_runtime",
     "encode_state",

@@ -39,6 +39,7 @@ from tests.qualify.projects import write_project
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.fleet,
     # Ray's own imports and threads warn about things that are not qualify's.
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
     pytest.mark.filterwarnings("ignore::ResourceWarning"),
