@@ -287,11 +287,11 @@ CREATE TABLE rollouts (
     artifact   VARCHAR NOT NULL,
     actor      VARCHAR NOT NULL,
     why        VARCHAR NOT NULL,
-    acted_at   TIMESTAMPTZ NOT NULL,
-    PRIMARY KEY (rollout_id, version)
+    acted_at   TIMESTAMPTZ NOT NULL
 )
 """
-"""What ``qualify rollout`` did (``qualify.rollout``): one row per published step or abort."""
+"""What ``qualify rollout`` did (``qualify.rollout``): one row per published step, abort or
+halted advance (a halt publishes nothing: its version is the one still current)."""
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(

@@ -1029,6 +1029,47 @@ def rollout_abort(
     click.echo(f"{done.summary}; wrote {done.path}")
 
 
+@rollout_group.command("advance")
+@click.argument("host_class")
+@click.option("--why", default="", help="Why, recorded with the step.")
+@_rollout_publish_options
+@_db_option
+def rollout_advance(
+    host_class: str, why: str, out: Path, key_path: Path, expires: str, db_path: Path
+) -> None:
+    """Advance HOST_CLASS's rollout one step, only if its cohort's telemetry since the step
+    began shows no alert, enough latencies to bound its p99 within the qualified bound, and no
+    p99 above the rest of the class's.
+
+    Exit status: 0 advanced (or completed), 1 halted (the reasons are printed and recorded).
+    """
+    from datetime import UTC, datetime
+
+    from matrix.store import Store
+    from qualify.hostlock import lock_wait_message
+    from qualify.release import MAX_VALIDITY, parse_duration
+    from qualify.rollout import advance_rollout
+
+    validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
+    _require_db(db_path)
+    with Store.open(db_path, on_wait=lock_wait_message()) as db:
+        done, verdict = advance_rollout(
+            db,
+            host_class,
+            key_path=key_path,
+            out=out,
+            now=datetime.now(UTC),
+            expires_in=validity,
+            why=why,
+        )
+    click.echo(f"evidence: {verdict.evidence() or 'none'}")
+    if done is None:
+        for problem in verdict.problems:
+            click.echo(f"halted: {problem}")
+        sys.exit(1)
+    click.echo(f"{done.summary}; wrote {done.path}")
+
+
 @rollout_group.command("status")
 @_db_option
 def rollout_status(db_path: Path) -> None:

@@ -8,7 +8,13 @@ its rollback package, never an older document. Each action is recorded in the ma
 (``rollouts``) with who ran it and why. The cohort itself is `manifest.resolve.cohort_point`:
 hosts place themselves, the manifest only says the rollout id and percentage.
 
-Not built yet: ``advance`` gated on the canary cohort's telemetry, ``hold`` and ``pin``.
+An advance (`advance_rollout`) is gated on what the cohort's hosts reported since the step
+began, judged by ``telemetry check``'s own rules on the manifest as the cohort sees it
+(`canary_view`: the rollout's artifact assigned): any alert, too few latencies to bound the
+cohort's p99, or no event at all halts it (``no_data`` never passes), and so does a cohort whose
+p99 is above the rest of the class's over the same window.
+
+Not built yet: ``hold`` and ``pin``.
 """
 
 from __future__ import annotations
@@ -33,9 +39,19 @@ from qualify.artifacts import ArtifactStore
 from qualify.errors import QualifyError
 from qualify.project import LoadedProject
 from qualify.release import artifact_refs, previous_manifest
-from schemas.manifest import Manifest
+from schemas.manifest import Manifest, Rollback
+from schemas.telemetry import CheckSettings, ClassState, TelemetryCheck
 
-__all__ = ["RolloutAction", "abort_rollout", "parse_steps", "start_rollout"]
+__all__ = [
+    "RolloutAction",
+    "StepVerdict",
+    "abort_rollout",
+    "advance_rollout",
+    "canary_view",
+    "judge_step",
+    "parse_steps",
+    "start_rollout",
+]
 
 _STEPS = re.compile(r"\s*\d{1,3}\s*(,\s*\d{1,3}\s*)*")
 
@@ -242,3 +258,209 @@ def abort_rollout(
         f"{host_class}: rollout {rollout['id']} aborted; every host goes back to {target} "
         f"(v{version})",
     )
+
+
+def canary_view(manifest: Manifest, host_class: str) -> Manifest:
+    """The manifest as the rollout's cohort sees it, holding only ``host_class``: its entry
+    assigns the rollout's artifact, with the current one as the rollback (so that the rest of
+    the class, running it, is a warning and not an alert)."""
+    entry = manifest.signed.entries[host_class]
+    if entry.rollout is None:
+        raise QualifyError(f"{host_class} has no rollout in progress")
+    current = entry.artifact
+    rollback = (
+        Rollback(
+            name=current.name,
+            digest=current.digest,
+            length=current.length,
+            uri=current.uri,
+            proven_to_load=True,
+            runtime=None,
+            provider=None,
+        )
+        if current is not None
+        else entry.rollback
+    )
+    canary = entry.model_copy(
+        update={
+            "decision": "candidate",
+            "artifact": entry.rollout.artifact,
+            "rollback": rollback,
+            "evidence": None,
+            "rollout": None,
+        }
+    )
+    signed = manifest.signed.model_copy(update={"entries": {host_class: canary}})
+    return manifest.model_copy(update={"signed": signed})
+
+
+@dataclass(frozen=True)
+class StepVerdict:
+    """Whether a rollout step may advance, and the evidence."""
+
+    problems: list[str]
+    cohort: ClassState | None
+    rest: ClassState | None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def evidence(self) -> str:
+        """One line for the rollout log."""
+        parts = []
+        for what, state in (("cohort", self.cohort), ("rest", self.rest)):
+            if state is not None:
+                p99 = state.observed_p99_ms
+                parts.append(
+                    f"{what}: {state.events} events from {state.hosts} hosts, "
+                    + (f"p99 {p99:.3g} ms ({state.p99})" if p99 is not None else "no latency")
+                )
+        return "; ".join(parts)
+
+
+def _state(check: TelemetryCheck, host_class: str) -> ClassState | None:
+    return next((s for s in check.classes if s.host_class == host_class), None)
+
+
+def judge_step(
+    host_class: str, cohort_check: TelemetryCheck, class_check: TelemetryCheck, tolerance: float
+) -> StepVerdict:
+    """The gate of one step: ``cohort_check`` is ``telemetry check`` over `canary_view`,
+    ``class_check`` over the manifest itself (the rest of the class), both over the step's
+    window."""
+    problems: list[str] = []
+    cohort = _state(cohort_check, host_class)
+    rest = _state(class_check, host_class)
+    if cohort is None or cohort.events == 0:
+        problems.append("no_data: no event from the class since the step began")
+    for alert in cohort_check.alerts:
+        if alert.host_class != host_class or alert.kind == "no_data":
+            continue
+        if alert.kind == "unexpected_digest" and alert.severity == "warning":
+            continue  # the rest of the class, on the current artifact
+        problems.append(f"{alert.kind}: {alert.message}")
+    if cohort is not None and cohort.events and cohort.p99 != "ok":
+        problems.append(
+            f"p99 {cohort.p99}: the cohort's latencies do not show its p99 within the qualified "
+            f"bound (need at least the check's min_samples of them since the step began)"
+        )
+    if (
+        cohort is not None
+        and rest is not None
+        and cohort.observed_p99_lower_ms is not None
+        and rest.observed_p99_upper_ms is not None
+        and cohort.observed_p99_lower_ms > rest.observed_p99_upper_ms * (1 + tolerance)
+    ):
+        problems.append(
+            f"slower than the rest: the cohort's p99 is at least "
+            f"{cohort.observed_p99_lower_ms:.3g} ms, the rest's at most "
+            f"{rest.observed_p99_upper_ms:.3g} ms (tolerance {tolerance:.0%})"
+        )
+    return StepVerdict(problems=problems, cohort=cohort, rest=rest)
+
+
+def _step_started(db: Store, rollout_id: str) -> datetime:
+    acted = [r for r in db.rollout_log() if r["rollout_id"] == rollout_id and r["action"] != "halt"]
+    if not acted:
+        raise QualifyError(f"rollout {rollout_id} is not recorded in this matrix")
+    return acted[-1]["acted_at"]  # type: ignore[no-any-return]
+
+
+def advance_rollout(
+    db: Store,
+    host_class: str,
+    *,
+    key_path: Path,
+    out: Path,
+    now: datetime,
+    expires_in: timedelta,
+    why: str = "",
+    settings: CheckSettings | None = None,
+    who: Callable[[], str] = getpass.getuser,
+) -> tuple[RolloutAction | None, StepVerdict]:
+    """Advance ``host_class``'s rollout one step if the cohort's telemetry since the step began
+    allows it (`judge_step`); at the last step (100%) the rollout's artifact becomes the entry's
+    and the one it replaced its rollback. A halt publishes nothing and is recorded.
+
+    Returns:
+        What was published (None when halted) and the verdict with its evidence.
+    """
+    from qualify.telemetry import gather_aggregates
+    from qualify.telemetry_check import check_telemetry
+
+    settings = settings or CheckSettings()
+    manifest, signed = _current(db)
+    entry = _entry(signed, host_class)
+    rollout = entry.get("rollout")
+    if rollout is None:
+        raise QualifyError(f"{host_class} has no rollout in progress to advance")
+    start = _step_started(db, rollout["id"])
+    cells = db.latest_cells()
+    view = canary_view(manifest, host_class)
+    cohort = check_telemetry(
+        view,
+        cells,
+        gather_aggregates(db, view, start=start, end=now, settings=settings),
+        now=now,
+        settings=settings,
+    )
+    whole = check_telemetry(
+        manifest,
+        cells,
+        gather_aggregates(db, manifest, start=start, end=now, settings=settings),
+        now=now,
+        settings=settings,
+    )
+    verdict = judge_step(host_class, cohort, whole, settings.p99_tolerance)
+    step, steps = int(rollout["step"]), [int(s) for s in rollout["steps"]]
+    name = str(rollout["artifact"]["name"])
+    if not verdict.ok:
+        db.record_rollout(
+            rollout["id"],
+            host_class,
+            "halt",
+            manifest.signed.version,
+            step,
+            int(rollout["percent"]),
+            name,
+            who(),
+            "; ".join(verdict.problems)[:1000],
+            now,
+        )
+        return None, verdict
+    if step >= len(steps) or steps[step - 1] >= 100:
+        entry.pop("rollout")
+        old = entry.get("artifact")
+        entry["artifact"] = dict(rollout["artifact"])
+        entry["decision"] = "candidate"
+        entry["evidence"] = None
+        if old is not None:
+            entry["rollback"] = {
+                **{k: old[k] for k in ("name", "digest", "length", "uri")},
+                "proven_to_load": True,
+                "runtime": None,
+                "provider": None,
+            }
+        entry["summary"] = f"{host_class} runs {name}: rollout {rollout['id']} completed"
+        action, percent, said = "complete", 100, f"completed: every host runs {name}"
+    else:
+        percent = steps[step]
+        entry["rollout"] = {**rollout, "step": step + 1, "percent": percent}
+        action, said = "advance", f"advanced to {percent}% (step {step + 1} of {len(steps)})"
+    signed["entries"] = {**signed["entries"], host_class: entry}
+    version = _publish(db, signed, key_path=key_path, out=out, now=now, expires_in=expires_in)
+    note = verdict.evidence() + (f"; {why}" if why else "")
+    db.record_rollout(
+        rollout["id"],
+        host_class,
+        action,
+        version,
+        min(step + 1, len(steps)),
+        percent,
+        name,
+        who(),
+        note,
+        now,
+    )
+    return RolloutAction(host_class, version, out, f"{host_class}: {said} (v{version})"), verdict

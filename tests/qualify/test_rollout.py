@@ -36,6 +36,17 @@ def test_bad_steps_are_refused_saying_what_is_wanted(text: str, said: str) -> No
     assert parse_steps("5, 25,100") == [5, 25, 100]
 
 
+def _project(tmp_path: Path) -> Path:
+    """The small project; a twin may lose an A/B once in 20 runs, which is not what these
+    tests are about, so the class allows a 1.5x slowdown."""
+    project = write_project(tmp_path, [])
+    text = project.read_text().replace(
+        "budgets: {p99_ms: 50, ", "budgets: {p99_ms: 50, max_slowdown: 1.5, ", 1
+    )
+    project.write_text(text)
+    return project
+
+
 def _cli(*args: str) -> str:
     result = CliRunner().invoke(cli, list(args))
     assert result.exit_code == 0, result.output
@@ -46,7 +57,7 @@ def _cli(*args: str) -> str:
 def test_a_rollout_reaches_its_cohort_and_an_abort_sends_every_host_back(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    project = write_project(tmp_path, [])
+    project = _project(tmp_path)
     db = tmp_path / "m.duckdb"
     qualify_run(load_project(project), "here-cpu", RunOptions(db_path=db))
     _cli("keygen", "k", "--dir", str(tmp_path))
@@ -173,3 +184,113 @@ def test_a_rollout_reaches_its_cohort_and_an_abort_sends_every_host_back(
     assert answer["manifest_version"] == 3  # the floor holds: still the rollback package
     log = _cli("rollout", "log", "--db", str(db))
     assert "start v2 step 1 30%" in log and "abort v3" in log and "fallback in the canary" in log
+
+
+def _events(
+    path: Path, digest: str, nodes: dict[str, int], latency_ms: float, hosts: list[str]
+) -> None:
+    from datetime import UTC, datetime
+
+    now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    lines = []
+    for i in range(700):
+        lines.append(
+            json.dumps(
+                {
+                    "format": "qualify-telemetry/1",
+                    "time": now,
+                    "source": "session",
+                    "host_id": hosts[i % len(hosts)],
+                    "host_class": "here-cpu",
+                    "model_digest": digest,
+                    "runtime_revision": "1.32.0",
+                    "providers": sorted(nodes),
+                    "placement": "actual",
+                    "nodes_per_provider": nodes,
+                    "fallback_nodes": sum(
+                        c for p, c in nodes.items() if p != "CPUExecutionProvider"
+                    ),
+                    "latency_ms": latency_ms,
+                    "manifest_version": 2,
+                }
+            )
+        )
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.slow
+def test_a_step_advances_on_healthy_cohort_telemetry_and_halts_on_a_fallback(
+    tmp_path: Path,
+) -> None:
+    from matrix.store import Store
+
+    project = _project(tmp_path)
+    db = tmp_path / "m.duckdb"
+    qualify_run(load_project(project), "here-cpu", RunOptions(db_path=db))
+    _cli("keygen", "k", "--dir", str(tmp_path))
+    common = ["--project", str(project), "--db", str(db)]
+    key = ["--key", str(tmp_path / "k.key"), "--out", str(tmp_path / "manifest.json")]
+    _cli("manifest", "generate", "--release", "r1", *key, *common)
+    padded_mlp(tmp_path / "models", 0, name="respun")
+    project.write_text(
+        project.read_text().replace(
+            "  candidates:\n    []",
+            "  candidates:\n    - {path: models/respun.onnx, precision: fp32}",
+        )
+    )
+    qualify_run(load_project(project), "here-cpu", RunOptions(db_path=db))
+    _cli("rollout", "start", "here-cpu", "--steps", "30,100", *key, *common)
+
+    halted = CliRunner().invoke(cli, ["rollout", "advance", "here-cpu", *key, "--db", str(db)])
+    assert halted.exit_code == 1 and "halted: no_data" in halted.output
+
+    with Store.open(db, read_only=True) as store:
+        cells = {c.artifact_name: c for c in store.latest_cells()}
+    new, old = cells["respun"], cells["identity_mlp"]
+    assert new.placement is not None and old.placement is not None
+    members = [f"h{k}" for k in range(200) if resolve.cohort_point(_rollout_id(db), f"h{k}") < 30]
+    rest = [f"h{k}" for k in range(200) if f"h{k}" not in members]
+    healthy = new.placement.nodes_per_provider
+    _events(tmp_path / "ok.jsonl", new.artifact_digest, healthy, new.latency[0].p50_ms, members)
+    _events(
+        tmp_path / "rest.jsonl",
+        old.artifact_digest,
+        old.placement.nodes_per_provider,
+        old.latency[0].p50_ms,
+        rest,
+    )
+    _cli(
+        "telemetry",
+        "ingest",
+        str(tmp_path / "ok.jsonl"),
+        str(tmp_path / "rest.jsonl"),
+        "--db",
+        str(db),
+    )
+    said = _cli("rollout", "advance", "here-cpu", *key, "--db", str(db))
+    assert "advanced to 100% (step 2 of 2) (v3)" in said and "cohort: 1400 events" in said
+
+    broken = {**healthy, "AzureExecutionProvider": 2}
+    _events(tmp_path / "bad.jsonl", new.artifact_digest, broken, new.latency[0].p50_ms, members)
+    _cli("telemetry", "ingest", str(tmp_path / "bad.jsonl"), "--db", str(db))
+    halted = CliRunner().invoke(cli, ["rollout", "advance", "here-cpu", *key, "--db", str(db)])
+    assert halted.exit_code == 1, halted.output
+    assert (
+        "halted: fallback_appeared" in halted.output or "halted: provider_changed" in halted.output
+    )
+    _cli("rollout", "abort", "here-cpu", "--why", "fallback in the canary", *key, *common)
+    log = _cli("rollout", "log", "--db", str(db))
+    assert [line.split()[4] for line in log.splitlines()] == [
+        "start",
+        "halt",
+        "advance",
+        "halt",
+        "abort",
+    ]
+
+
+def _rollout_id(db: Path) -> str:
+    from matrix.store import Store
+
+    with Store.open(db, read_only=True) as store:
+        return str(store.rollout_log()[0]["rollout_id"])
