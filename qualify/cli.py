@@ -7,10 +7,11 @@ code here (``--debug`` shows the traceback instead). No SQL, statistics or HTML 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -933,6 +934,21 @@ def _rollout_publish_options(f: F) -> F:
     )(f)
 
 
+@contextlib.contextmanager
+def _rollout_session(db_path: Path, expires: str) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """The matrix opened for a rollout action, and the action's time and validity."""
+    from datetime import UTC, datetime
+
+    from matrix.store import Store
+    from qualify.hostlock import lock_wait_message
+    from qualify.release import MAX_VALIDITY, parse_duration
+
+    validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
+    _require_db(db_path)
+    with Store.open(db_path, on_wait=lock_wait_message()) as db:
+        yield db, {"now": datetime.now(UTC), "expires_in": validity}
+
+
 @rollout_group.command("start")
 @click.argument("host_class")
 @click.option("--steps", default="5,25,100", show_default=True, help="Percent of hosts per step.")
@@ -958,19 +974,12 @@ def rollout_start(
 ) -> None:
     """Publish a version in which HOST_CLASS's hosts in the first step's cohort run the new
     artifact (chosen per host by a stable hash of its id) and the rest keep the current one."""
-    from datetime import UTC, datetime
-
-    from matrix.store import Store
-    from qualify.hostlock import lock_wait_message
     from qualify.project import load_project
-    from qualify.release import MAX_VALIDITY, parse_duration
     from qualify.rollout import parse_steps, start_rollout
 
-    validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
     plan = parse_steps(steps)
     loaded = load_project(project_path)
-    _require_db(db_path)
-    with Store.open(db_path, on_wait=lock_wait_message()) as db:
+    with _rollout_session(db_path, expires) as (db, when):
         done = start_rollout(
             loaded,
             db,
@@ -978,11 +987,10 @@ def rollout_start(
             steps=plan,
             key_path=key_path,
             out=out,
-            now=datetime.now(UTC),
-            expires_in=validity,
             artifact=artifact,
             why=why,
             artifact_base_uri=artifact_base_uri,
+            **when,
         )
     click.echo(f"{done.summary}; wrote {done.path}")
 
@@ -1004,28 +1012,12 @@ def rollout_abort(
 ) -> None:
     """Publish a sanctioned rollback: a newer version sending HOST_CLASS back to its rollback
     package, so that hosts never have to accept an older document."""
-    from datetime import UTC, datetime
-
-    from matrix.store import Store
-    from qualify.hostlock import lock_wait_message
     from qualify.project import load_project
-    from qualify.release import MAX_VALIDITY, parse_duration
     from qualify.rollout import abort_rollout
 
-    validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
     loaded = load_project(project_path, check_models=False)
-    _require_db(db_path)
-    with Store.open(db_path, on_wait=lock_wait_message()) as db:
-        done = abort_rollout(
-            loaded,
-            db,
-            host_class,
-            key_path=key_path,
-            out=out,
-            now=datetime.now(UTC),
-            expires_in=validity,
-            why=why,
-        )
+    with _rollout_session(db_path, expires) as (db, when):
+        done = abort_rollout(loaded, db, host_class, key_path=key_path, out=out, why=why, **when)
     click.echo(f"{done.summary}; wrote {done.path}")
 
 
@@ -1043,25 +1035,10 @@ def rollout_advance(
 
     Exit status: 0 advanced (or completed), 1 halted (the reasons are printed and recorded).
     """
-    from datetime import UTC, datetime
-
-    from matrix.store import Store
-    from qualify.hostlock import lock_wait_message
-    from qualify.release import MAX_VALIDITY, parse_duration
     from qualify.rollout import advance_rollout
 
-    validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
-    _require_db(db_path)
-    with Store.open(db_path, on_wait=lock_wait_message()) as db:
-        done, verdict = advance_rollout(
-            db,
-            host_class,
-            key_path=key_path,
-            out=out,
-            now=datetime.now(UTC),
-            expires_in=validity,
-            why=why,
-        )
+    with _rollout_session(db_path, expires) as (db, when):
+        done, verdict = advance_rollout(db, host_class, key_path=key_path, out=out, why=why, **when)
     click.echo(f"evidence: {verdict.evidence() or 'none'}")
     if done is None:
         for problem in verdict.problems:

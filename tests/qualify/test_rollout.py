@@ -53,34 +53,34 @@ def _cli(*args: str) -> str:
     return result.output
 
 
-@pytest.mark.slow
-def test_a_rollout_reaches_its_cohort_and_an_abort_sends_every_host_back(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _released_then_requalified(tmp_path: Path) -> tuple[Path, list[str], list[str]]:
+    """A release that gives here-cpu the baseline (v1), then a candidate that qualifies after
+    it: the baseline's graph in other bytes. Returns the matrix and the CLI's project/db and
+    key/out arguments."""
     project = _project(tmp_path)
     db = tmp_path / "m.duckdb"
     qualify_run(load_project(project), "here-cpu", RunOptions(db_path=db))
     _cli("keygen", "k", "--dir", str(tmp_path))
     common = ["--project", str(project), "--db", str(db)]
-    manifest = tmp_path / "manifest.json"
-    _cli(
-        "manifest",
-        "generate",
-        "--release",
-        "r1",
-        "--key",
-        str(tmp_path / "k.key"),
-        "--out",
-        str(manifest),
-        *common,
-    )
-    # A candidate qualifies after the release: the baseline's graph in other bytes.
+    key = ["--key", str(tmp_path / "k.key"), "--out", str(tmp_path / "manifest.json")]
+    _cli("manifest", "generate", "--release", "r1", *key, *common)
     padded_mlp(tmp_path / "models", 0, name="respun")
-    text = project.read_text().replace(
-        "  candidates:\n    []", "  candidates:\n    - {path: models/respun.onnx, precision: fp32}"
+    project.write_text(
+        project.read_text().replace(
+            "  candidates:\n    []",
+            "  candidates:\n    - {path: models/respun.onnx, precision: fp32}",
+        )
     )
-    project.write_text(text)
     qualify_run(load_project(project), "here-cpu", RunOptions(db_path=db))
+    return db, common, key
+
+
+@pytest.mark.slow
+def test_a_rollout_reaches_its_cohort_and_an_abort_sends_every_host_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db, common, _ = _released_then_requalified(tmp_path)
+    manifest = tmp_path / "manifest.json"
 
     said = _cli(
         "rollout",
@@ -224,21 +224,7 @@ def test_a_step_advances_on_healthy_cohort_telemetry_and_halts_on_a_fallback(
 ) -> None:
     from matrix.store import Store
 
-    project = _project(tmp_path)
-    db = tmp_path / "m.duckdb"
-    qualify_run(load_project(project), "here-cpu", RunOptions(db_path=db))
-    _cli("keygen", "k", "--dir", str(tmp_path))
-    common = ["--project", str(project), "--db", str(db)]
-    key = ["--key", str(tmp_path / "k.key"), "--out", str(tmp_path / "manifest.json")]
-    _cli("manifest", "generate", "--release", "r1", *key, *common)
-    padded_mlp(tmp_path / "models", 0, name="respun")
-    project.write_text(
-        project.read_text().replace(
-            "  candidates:\n    []",
-            "  candidates:\n    - {path: models/respun.onnx, precision: fp32}",
-        )
-    )
-    qualify_run(load_project(project), "here-cpu", RunOptions(db_path=db))
+    db, common, key = _released_then_requalified(tmp_path)
     _cli("rollout", "start", "here-cpu", "--steps", "30,100", *key, *common)
 
     halted = CliRunner().invoke(cli, ["rollout", "advance", "here-cpu", *key, "--db", str(db)])
