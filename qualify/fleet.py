@@ -326,7 +326,6 @@ def _qualify_here(shipment: dict[str, Any], class_name: str, tracker: Any) -> di
     """The body of a class's task, on the host Ray placed it on: fingerprint, say so to the
     driver's tracker, unpack the project, run ``qualify run`` for the class, hand back the
     bundle (JSON) and its samples (Parquet bytes)."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from qualify.fingerprint import take_fingerprint
@@ -345,11 +344,14 @@ def _qualify_here(shipment: dict[str, Any], class_name: str, tracker: Any) -> di
         loaded = load_project(root / shipment["project"])
         options = RunOptions(db_path=root / "host.duckdb", fleet_node=f"{node} ({fp.hostname})")
         outcome = qualify_run(loaded, class_name, options)
-        sink = io.BytesIO()
-        pq.write_table(outcome.samples if outcome.samples.num_rows else pa.table({}), sink)
+        samples = None
+        if outcome.samples.num_rows:
+            sink = io.BytesIO()
+            pq.write_table(outcome.samples, sink)
+            samples = sink.getvalue()
         return {
             "bundle": outcome.bundle.model_dump_json(),
-            "samples": sink.getvalue() if outcome.samples.num_rows else None,
+            "samples": samples,
             "node": node,
             "hostname": fp.hostname,
         }
@@ -531,7 +533,7 @@ def _run_on(
     task = ray.remote(num_cpus=0, max_retries=0)(_qualify_here)
     nodes = list(ray.nodes())
     results: dict[str, ClassRun] = {}
-    pending: dict[Any, tuple[str, float]] = {}
+    pending: dict[Any, str] = {}
     for name in wanted:
         if not _served(nodes, name):
             results[name] = ClassRun(name, "unserved", "no host in the cluster serves this class")
@@ -540,7 +542,7 @@ def _run_on(
         ref = task.options(resources={CLASS_RESOURCE + name: 1.0, HOST_RESOURCE: 1.0}).remote(
             shipment, name, tracker
         )
-        pending[ref] = (name, 0.0)
+        pending[ref] = name
         on_event(f"{name}: scheduled")
     started: dict[str, float] = {}
     announced: set[str] = set()
@@ -554,10 +556,10 @@ def _run_on(
                 started[name] = now
                 on_event(f"{name}: running on {hostname} ({_node[:12]})")
         for ref in ready:
-            name, _ = pending.pop(ref)
+            name = pending.pop(ref)
             results[name] = _collect(ray, ref, name, seen.get(name), loaded, digests, options)
             on_event(f"{name}: {results[name].message}")
-        for ref, (name, _) in list(pending.items()):
+        for ref, name in list(pending.items()):
             if name in started and now - started[name] > options.timeout_s:
                 ray.cancel(ref, force=True)
                 pending.pop(ref)
