@@ -301,7 +301,9 @@ def _batch(pool: dict[str, Any], job: WorkerJob, start: int, size: int) -> dict[
         spec = job.inputs[name]
         axis = batched_on(spec.get("batch_axis", 0), spec["source"], spec.get("state_from"))
         if axis is None:
-            feed[name] = array[start % n, ...]  # a 0-d array for a scalar, not a number
+            # A 0-d array for a scalar, not a number; copied (C order) when a swept axis was cut.
+            whole = array[start % n, ...]
+            feed[name] = whole if whole.flags.c_contiguous else whole.copy()
             continue
         idx = (np.arange(start, start + size) % n).astype(np.int64)
         rows = array[idx]

@@ -173,3 +173,27 @@ def test_each_swept_config_feeds_the_model_at_its_own_size(tmp_path: Path) -> No
     fed = set((tmp_path / "shapes.txt").read_text().split("\n")) - {""}
     # Cold init and parity at the largest size, one row; then each config at its own.
     assert fed == {repr(((b, s, 8), (b, s))) for b, s in [(1, 32), (1, 4), (3, 4), (3, 32)]}
+
+
+def test_an_input_fed_whole_is_cut_to_each_size_and_stays_contiguous(tmp_path: Path) -> None:
+    from qualify.worker import _at_dims, _batch
+    from tests.models import build
+    from tests.qualify.jobs import make_job
+
+    wl = Workload.model_validate(
+        {
+            "inputs": {
+                "x": {"shape": [1, "seq", 4], "source": "generated"},
+                "table": {"shape": [3, "seq"], "source": "generated", "batch_axis": None},
+                "rate": {"shape": [], "source": "fixed", "value": 2, "batch_axis": None},
+            },
+            "dims": {"seq": [2, 5]},
+        }
+    )
+    pool = build_pool(wl, lambda p: tmp_path / p)
+    job = make_job(tmp_path, build("identity_mlp", tmp_path), workload=wl)
+    feed = _batch(_at_dims(pool, job, {"seq": 2}), job, 0, 3)
+    assert feed["x"].shape == (3, 2, 4)
+    assert feed["table"].shape == (3, 2) and feed["table"].flags.c_contiguous
+    assert feed["rate"].shape == ()  # a scalar stays rank 0
+    assert np.array_equal(feed["table"], pool["table"][0][:, :2])
