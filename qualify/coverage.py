@@ -12,6 +12,7 @@ the files (atomically).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -30,6 +31,9 @@ __all__ = [
 ]
 
 Gap = Literal["never_run", "stale", "unserved"]
+
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
+"""Characters XML 1.0 cannot hold at all, even escaped (a message may carry any)."""
 
 _RANK = {"hold": 0, "baseline": 1, "candidate": 2}
 """How far a decision goes: moving down this order is a regression."""
@@ -171,6 +175,10 @@ def _verdict_line(item: CoverageItem) -> str:
     )
 
 
+def _xml(text: str) -> str:
+    return _NOT_XML.sub("\ufffd", text)
+
+
 def junit_xml(
     items: Sequence[CoverageItem],
     gate: ReleaseGate,
@@ -207,12 +215,12 @@ def junit_xml(
                 if row is not None and reasons is not None:
                     sentences = reasons.get((row["run_id"], row["artifact_digest"]), [])
                 kind = "error" if row is None or row.get("verdict") == "error" else "failure"
-                node = ElementTree.SubElement(case, kind, message=_verdict_line(item))
-                node.text = "\n".join(sentences or [item.note or _verdict_line(item)])
+                node = ElementTree.SubElement(case, kind, message=_xml(_verdict_line(item)))
+                node.text = _xml("\n".join(sentences or [item.note or _verdict_line(item)]))
         release = ElementTree.SubElement(cases, "testcase", classname=name, name="release decision")
         if name in gate.problems:
             failed += 1
-            ElementTree.SubElement(release, "failure", message=gate.problems[name])
+            ElementTree.SubElement(release, "failure", message=_xml(gate.problems[name]))
         elif name in gate.decisions:
             ElementTree.SubElement(release, "system-out").text = _said(gate.decisions[name])
         cases.set("tests", str(len(group) + 1))

@@ -89,7 +89,9 @@ def test_junit_and_markdown_carry_the_reasons_and_survive_hostile_names() -> Non
     ]
     items = coverage(project, rows)
     gate = release_gate([], None, scope=[])
-    reasons = {("r1", "sha256:" + "0" * 64): ['p99_over_budget: p99 <script>&"|</script> > 80 ms']}
+    reasons = {
+        ("r1", "sha256:" + "0" * 64): ['p99_over_budget: p99 <script>&"|</script>\x07\x00 > 80 ms']
+    }
     doc = junit_xml(items, gate, reasons=reasons)
     root = ElementTree.fromstring(doc.encode())
     cases = {(c.get("classname"), c.get("name")): c for c in root.iter("testcase")}
