@@ -79,5 +79,6 @@ def write_qualification_report(
         manifest=current,
         signature_status=status,
         previous=previous,
+        rollouts=db.rollout_log(),
     )
     return write_report(view, out)

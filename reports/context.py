@@ -48,6 +48,7 @@ from reports.view import (
     ParityRow,
     ReasonView,
     ReportView,
+    RolloutRow,
     RunView,
     SignatureStatus,
     Tone,
@@ -952,6 +953,7 @@ def build_report(
     manifest: Manifest | ManifestSigned | None = None,
     signature_status: SignatureStatus | str | None = None,
     previous: Manifest | ManifestSigned | None = None,
+    rollouts: Sequence[Mapping[str, Any]] = (),
 ) -> ReportView:
     """Build the report's view model. Pure: no I/O, no clock.
 
@@ -970,6 +972,7 @@ def build_report(
         signature_status: How the caller's verification of ``manifest`` went:
             ``SignatureStatus`` or its text (``verified``, ``unsigned``, ``invalid: <why>``).
         previous: The manifest before ``manifest``; adds the manifest-diff section.
+        rollouts: The matrix's rollout log (``Store.rollout_log()``); adds the rollout history.
 
     Returns:
         The page's view model.
@@ -1006,4 +1009,24 @@ def build_report(
         classes=tuple(views),
         diff=diff,
         notes=_notes(orphans, columns),
+        rollouts=tuple(_rollout_row(r) for r in rollouts),
+    )
+
+
+_ROLLOUT_TONES: dict[str, Tone] = {"complete": "ok", "abort": "bad", "halt": "warn"}
+
+
+def _rollout_row(row: Mapping[str, Any]) -> RolloutRow:
+    when = row["acted_at"]
+    return RolloutRow(
+        when=when.strftime("%Y-%m-%d %H:%M UTC") if isinstance(when, datetime) else str(when),
+        host_class=str(row["host_class"]),
+        rollout=str(row["rollout_id"]),
+        action=str(row["action"]),
+        version=int(row["version"]),
+        percent=int(row["percent"]),
+        artifact=str(row["artifact"]),
+        actor=str(row["actor"]),
+        why=str(row["why"] or ""),
+        tone=_ROLLOUT_TONES.get(str(row["action"]), ""),
     )

@@ -29,6 +29,7 @@ __all__ = [
     "ParityRow",
     "ReasonView",
     "ReportView",
+    "RolloutRow",
     "RunView",
     "SignatureStatus",
     "Tone",
@@ -263,6 +264,22 @@ class Header:
 
 
 @dataclass(frozen=True)
+class RolloutRow:
+    """One staged-rollout action: the version it published and the evidence that allowed it."""
+
+    when: str
+    host_class: str
+    rollout: str
+    action: str
+    version: int
+    percent: int
+    artifact: str
+    actor: str
+    why: str
+    tone: Tone
+
+
+@dataclass(frozen=True)
 class ReportView:
     """The whole page, ready for the templates."""
 
@@ -274,3 +291,5 @@ class ReportView:
     notes: tuple[str, ...]
     glossary: tuple[tuple[str, str], ...]
     """Every reason code on the page with its meaning, sorted."""
+    rollouts: tuple[RolloutRow, ...] = ()
+    """Every staged-rollout action in the matrix, oldest first (the section shows only then)."""

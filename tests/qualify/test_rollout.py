@@ -273,6 +273,20 @@ def test_a_step_advances_on_healthy_cohort_telemetry_and_halts_on_a_fallback(
         "halt",
         "abort",
     ]
+    report = tmp_path / "report.html"
+    _cli("report", "--out", str(report), *common)
+    page = report.read_text()
+    assert "Rollout history" in page
+    history = page[
+        page.index('id="rollouts"') : page.index("</section>", page.index('id="rollouts"'))
+    ]
+    assert [a for a in ("start", "halt", "advance", "abort") if f">{a}</td>" in history] == [
+        "start",
+        "halt",
+        "advance",
+        "abort",
+    ]
+    assert "cohort: 1400 events" in history and "fallback_appeared" in history
 
 
 def _rollout_id(db: Path) -> str:
