@@ -368,7 +368,9 @@ def test_interleaved_ab_fails_a_slower_candidate_and_passes_a_twin(tmp_path: Pat
             assert ratio is not None
             assert ratio.rounds >= rounds_for_median_bound(ratio.confidence)
             assert ratio.p50_lower is not None and ratio.p50_lower <= ratio.p50_ratio  # type: ignore[operator]
-            assert len(result.rounds) >= 10
+            # A slow host reaches the time cap before the scheduled rounds: what counts is that
+            # the pairs bound the median (above), in at least that many rounds.
+            assert len(result.rounds) >= rounds_for_median_bound(ratio.confidence)
             assert {f.position for f in result.rounds} == {0, 1, 2}  # the order alternates
             assert all(f.samples > 0 and f.load_avg_1m >= 0 for f in result.rounds)
     assert all(r.vs_baseline is None for r in cells["identity_mlp"].latency)
@@ -391,7 +393,10 @@ def test_rounds_balance_the_order_and_count_only_their_own_time(tmp_path: Path) 
     base, twin = outcome.bundle.cells
     for b_result, t_result in zip(base.latency, twin.latency, strict=True):
         by_round = {f.round: f.position for f in b_result.rounds}
-        assert all(by_round[f.round] != f.position for f in t_result.rounds)
+        # The last round before the time cap may have sampled one side only.
+        paired = [f for f in t_result.rounds if f.round in by_round]
+        assert len(paired) >= len(t_result.rounds) - 1
+        assert all(by_round[f.round] != f.position for f in paired)
         first = [f.round for f in b_result.rounds if f.position == 0]
         assert abs(2 * len(first) - len(b_result.rounds)) <= 2  # first in about half the rounds
         assert b_result.duration_s < 3.0 + 1.0  # the time cap counts its own sampling only
