@@ -883,6 +883,81 @@ class Store:
         )
         return (int(row[0]), str(row[1])) if row is not None else None
 
+    def latest_draft(self) -> tuple[int, str] | None:
+        """The newest *draft* as (version, document JSON): recorded, never published, and newer
+        than every published version (an older one can no longer be published); or None."""
+        row = _first(
+            self._conn.execute(
+                "SELECT version, document FROM manifests WHERE published_at IS NULL AND version > "
+                "(SELECT coalesce(max(version), 0) FROM manifests WHERE published_at IS NOT NULL) "
+                "ORDER BY version DESC LIMIT 1"
+            )
+        )
+        return (int(row[0]), str(row[1])) if row is not None else None
+
+    def manifest_state(self, version: int) -> str | None:
+        """``draft`` or ``published`` for a recorded version, None for one never recorded."""
+        row = _first(
+            self._conn.execute(
+                "SELECT published_at IS NOT NULL FROM manifests WHERE version = ?", [version]
+            )
+        )
+        if row is None:
+            return None
+        return "published" if row[0] else "draft"
+
+    def publish_draft(
+        self, version: int, document_json: str, created: datetime, expires: datetime
+    ) -> None:
+        """Replace draft ``version``'s document with its signed form (still unpublished until
+        `mark_published`), refusing a version that is published or older than a published one.
+
+        Raises:
+            ManifestVersionError: the draft is published already or a newer version is.
+            MatrixError: no such version, or the store was opened read-only.
+        """
+        self._require_writable("publish a manifest")
+        conn = self._conn
+        conn.execute("BEGIN TRANSACTION")
+        try:
+            state = self.manifest_state(version)
+            if state is None:
+                raise MatrixError(f"manifest version {version} was never recorded")
+            if state == "published":
+                raise ManifestVersionError(f"manifest version {version} is published already")
+            row = _first(
+                conn.execute(
+                    "SELECT coalesce(max(version), 0) FROM manifests "
+                    "WHERE published_at IS NOT NULL"
+                )
+            )
+            newest = int(row[0]) if row is not None else 0
+            if newest > version:
+                raise ManifestVersionError(
+                    f"draft version {version} is older than published version {newest} (a "
+                    "rollout step or another publish came after it): generate a new draft"
+                )
+            conn.execute(
+                "UPDATE manifests SET document = ?, created = ?, expires = ? WHERE version = ?",
+                [document_json, created, expires, version],
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback_quietly(conn)
+            raise
+
+    def class_holds(self) -> dict[str, dict[str, Any]]:
+        """Classes a person holds or pins (``qualify rollout hold|pin``) and has not cleared:
+        class -> that action's rollout-log row."""
+        result = self._conn.execute(
+            "SELECT * FROM rollouts WHERE action IN ('hold', 'pin', 'clear') "
+            "QUALIFY row_number() OVER (PARTITION BY host_class ORDER BY acted_at DESC, "
+            "version DESC) = 1"
+        )
+        names = [column[0] for column in result.description or ()]
+        rows = [dict(zip(names, row, strict=True)) for row in result.fetchall()]
+        return {str(r["host_class"]): r for r in rows if r["action"] != "clear"}
+
     def highest_manifest_version(self) -> int:
         """The highest version recorded, published or only reserved (0 without any)."""
         row = _first(self._conn.execute("SELECT coalesce(max(version), 0) FROM manifests"))

@@ -549,29 +549,74 @@ def manifest_group() -> None:
     """Generate, verify, compare and show signed release manifests."""
 
 
+def _key_option(f: F) -> F:
+    return click.option(
+        "--key",
+        "key_path",
+        type=click.Path(path_type=Path, dir_okay=False, exists=True),
+        help="Ed25519 private key (from 'qualify keygen').",
+    )(f)
+
+
+def _publish_options(f: F) -> F:
+    for option in reversed(
+        (
+            _key_option,
+            click.option("--unsigned", is_flag=True, help="Publish it unsigned (hosts refuse it)."),
+            click.option(
+                "--expires", default="30d", show_default=True, help="Validity, e.g. 30d, 12h."
+            ),
+            click.option(
+                "--per-class",
+                "per_class_dir",
+                type=click.Path(path_type=Path, file_okay=False),
+                help="Also write one signed document per host class into this directory.",
+            ),
+        )
+    ):
+        f = option(f)
+    return f
+
+
+def _signing_choice(key_path: Path | None, unsigned: bool, expires: str) -> Any:
+    from qualify.release import MAX_VALIDITY, parse_duration
+
+    if key_path is None and not unsigned:
+        _fail("pass --key KEYFILE to sign the manifest (or --unsigned to write one hosts refuse)")
+    if key_path is not None and unsigned:
+        _fail("--key and --unsigned contradict each other; pass one")
+    return parse_duration(expires, what="--expires", most=MAX_VALIDITY)
+
+
+def _echo_published(result: Any, out: Path, per_class_dir: Path | None) -> None:
+    signed = result.manifest.signed
+    click.echo(
+        f"manifest {out}: release {signed.release} version {signed.version}, "
+        f"{'signed' if result.signed else 'UNSIGNED'}, expires {signed.expires}, published"
+    )
+    for name, entry in signed.entries.items():
+        kept = result.kept.get(name)
+        click.echo(
+            f"  {name}: {entry.decision} — {entry.summary}" + (f" [kept: {kept}]" if kept else "")
+        )
+    if per_class_dir is not None:
+        click.echo(f"per-class documents: {per_class_dir}")
+
+
 @manifest_group.command("generate")
 @click.option("--release", required=True, help="Release name, e.g. digits-2026.12.")
 @click.option(
     "--out",
     type=click.Path(path_type=Path, dir_okay=False),
-    default="manifest.json",
-    show_default=True,
-    help="Manifest file to write.",
+    help="File to write: the draft (default manifest.draft.json), or with --publish the "
+    "published manifest (default manifest.json).",
 )
 @click.option(
-    "--key",
-    "key_path",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
-    help="Ed25519 private key (from 'qualify keygen').",
+    "--publish",
+    is_flag=True,
+    help="Publish at once (as 'qualify manifest publish' would): needs --key or --unsigned.",
 )
-@click.option("--unsigned", is_flag=True, help="Write an unsigned manifest (hosts refuse it).")
-@click.option("--expires", default="30d", show_default=True, help="Validity, e.g. 30d, 12h.")
-@click.option(
-    "--per-class",
-    "per_class_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="Also write one signed document per host class into this directory.",
-)
+@_publish_options
 @click.option(
     "--artifact-base-uri",
     help="Base URL hosts fetch artifacts from (BASE/sha256/<hex>.onnx); default: file:// URIs "
@@ -581,7 +626,8 @@ def manifest_group() -> None:
 @_db_option
 def manifest_generate(
     release: str,
-    out: Path,
+    out: Path | None,
+    publish: bool,
     key_path: Path | None,
     unsigned: bool,
     expires: str,
@@ -590,46 +636,117 @@ def manifest_generate(
     project_path: Path,
     db_path: Path,
 ) -> None:
-    """Decide every host class from the matrix and write a signed manifest.
+    """Decide every host class from the matrix and write a draft manifest (or, with
+    --publish, sign and publish it at once).
 
     A class gets the candidate only where its own (hardware, runtime, provider) cell passed
     every gate; otherwise the approved baseline, or the unknown-class policy without evidence.
+    A class being rolled out, held or pinned keeps its published entry. A draft is unsigned and
+    nothing treats it as current: review it (qualify manifest show / diff), then run
+    qualify manifest publish.
     """
     from datetime import UTC, datetime
 
     from matrix.store import Store
     from qualify.hostlock import lock_wait_message
     from qualify.project import load_project
-    from qualify.release import MAX_VALIDITY, generate_manifest, parse_duration
+    from qualify.release import MAX_VALIDITY, draft_manifest, generate_manifest, parse_duration
 
-    if key_path is None and not unsigned:
-        _fail("pass --key KEYFILE to sign the manifest (or --unsigned to write one hosts refuse)")
-    if key_path is not None and unsigned:
-        _fail("--key and --unsigned contradict each other; pass one")
-    validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
+    if publish:
+        validity = _signing_choice(key_path, unsigned, expires)
+    else:
+        if key_path is not None or unsigned or per_class_dir is not None:
+            _fail(
+                "a draft is not signed: add --publish to sign and publish now, or run "
+                "qualify manifest publish --key KEYFILE after reviewing the draft"
+            )
+        validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
+    target = out or Path("manifest.json" if publish else "manifest.draft.json")
     loaded = load_project(project_path)
     _require_db(db_path)
     with Store.open(db_path, on_wait=lock_wait_message()) as db:
-        result = generate_manifest(
+        if publish:
+            result = generate_manifest(
+                loaded,
+                db,
+                release=release,
+                out=target,
+                now=datetime.now(UTC),
+                expires_in=validity,
+                key_path=key_path,
+                per_class_dir=per_class_dir,
+                artifact_base_uri=artifact_base_uri,
+            )
+            _echo_published(result, target, per_class_dir)
+            return
+        draft = draft_manifest(
             loaded,
             db,
             release=release,
+            out=target,
+            now=datetime.now(UTC),
+            expires_in=validity,
+            artifact_base_uri=artifact_base_uri,
+        )
+    click.echo(f"draft {target}: release {release} version {draft.version}, not published")
+    for name, entry in draft.signed["entries"].items():
+        kept = draft.kept.get(name)
+        click.echo(
+            f"  {name}: {entry['decision']} — {entry['summary']}"
+            + (f" [kept: {kept}]" if kept else "")
+        )
+    click.echo(
+        f"next: qualify manifest diff manifest.json {target}, then "
+        f"qualify manifest publish {target} --key KEYFILE"
+    )
+
+
+@manifest_group.command("publish")
+@click.argument(
+    "draft", required=False, type=click.Path(path_type=Path, dir_okay=False, exists=True)
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default="manifest.json",
+    show_default=True,
+    help="Manifest file hosts read (replaced atomically).",
+)
+@_publish_options
+@_db_option
+def manifest_publish(
+    draft: Path | None,
+    out: Path,
+    key_path: Path | None,
+    unsigned: bool,
+    expires: str,
+    per_class_dir: Path | None,
+    db_path: Path,
+) -> None:
+    """Sign the draft DRAFT (default: the matrix's newest) and make it the current manifest.
+
+    DRAFT must be exactly what manifest generate recorded; a draft older than a published
+    version (a rollout step came after it) is refused: generate a new one.
+    """
+    from datetime import UTC, datetime
+
+    from matrix.store import Store
+    from qualify.hostlock import lock_wait_message
+    from qualify.release import publish_manifest
+
+    validity = _signing_choice(key_path, unsigned, expires)
+    _require_db(db_path)
+    with Store.open(db_path, on_wait=lock_wait_message()) as db:
+        result = publish_manifest(
+            db,
             out=out,
             now=datetime.now(UTC),
             expires_in=validity,
             key_path=key_path,
+            draft_path=draft,
             per_class_dir=per_class_dir,
-            artifact_base_uri=artifact_base_uri,
         )
-    signed = result.manifest.signed
-    click.echo(
-        f"manifest {out}: release {signed.release} version {signed.version}, "
-        f"{'signed' if result.signed else 'UNSIGNED'}, expires {signed.expires}"
-    )
-    for name, entry in signed.entries.items():
-        click.echo(f"  {name}: {entry.decision} — {entry.summary}")
-    if per_class_dir is not None:
-        click.echo(f"per-class documents: {per_class_dir}")
+    _echo_published(result, out, per_class_dir)
 
 
 def _read_manifest(path: Path) -> bytes:
@@ -1047,10 +1164,70 @@ def rollout_advance(
     click.echo(f"{done.summary}; wrote {done.path}")
 
 
+@rollout_group.command("hold")
+@click.argument("host_class")
+@click.option("--why", required=True, help="Why, recorded with the hold.")
+@_rollout_publish_options
+@_db_option
+def rollout_hold(
+    host_class: str, why: str, out: Path, key_path: Path, expires: str, db_path: Path
+) -> None:
+    """Publish HOST_CLASS as held: its hosts keep what they run (a rollout stops where it
+    is), and later releases keep the hold until 'qualify rollout clear'."""
+    from qualify.rollout import hold_class
+
+    with _rollout_session(db_path, expires) as (db, when):
+        done = hold_class(db, host_class, key_path=key_path, out=out, why=why, **when)
+    click.echo(f"{done.summary}; wrote {done.path}")
+
+
+@rollout_group.command("pin")
+@click.argument("host_class")
+@click.option("--artifact", help="What to pin it to (default: what it runs now).")
+@click.option("--why", required=True, help="Why, recorded with the pin.")
+@_rollout_publish_options
+@_project_option
+@_db_option
+def rollout_pin(
+    host_class: str,
+    artifact: str | None,
+    why: str,
+    out: Path,
+    key_path: Path,
+    expires: str,
+    project_path: Path,
+    db_path: Path,
+) -> None:
+    """Publish HOST_CLASS pinned to one artifact (what it runs, its rollback or the approved
+    baseline) for every host; later releases keep the pin until 'qualify rollout clear'."""
+    from qualify.project import load_project
+    from qualify.rollout import pin_class
+
+    loaded = load_project(project_path)
+    with _rollout_session(db_path, expires) as (db, when):
+        done = pin_class(
+            loaded, db, host_class, key_path=key_path, out=out, why=why, artifact=artifact, **when
+        )
+    click.echo(f"{done.summary}; wrote {done.path}")
+
+
+@rollout_group.command("clear")
+@click.argument("host_class")
+@click.option("--why", required=True, help="Why, recorded.")
+@_db_option
+def rollout_clear(host_class: str, why: str, db_path: Path) -> None:
+    """Lift HOST_CLASS's hold or pin (publishes nothing: the next manifest generate decides
+    the class from the matrix again)."""
+    from qualify.rollout import clear_class
+
+    with _rollout_session(db_path, "30d") as (db, when):
+        click.echo(clear_class(db, host_class, now=when["now"], why=why))
+
+
 @rollout_group.command("status")
 @_db_option
 def rollout_status(db_path: Path) -> None:
-    """The rollouts in progress in the current manifest."""
+    """The rollouts in progress in the current manifest, and the classes held or pinned."""
     from matrix.store import Store
     from qualify.console import plain
     from qualify.release import previous_manifest
@@ -1058,9 +1235,16 @@ def rollout_status(db_path: Path) -> None:
     _require_db(db_path)
     with Store.open(db_path, read_only=True) as db:
         current = previous_manifest(db)
+        steered = db.class_holds()
     if current is None:
         _fail("no manifest has been published from this matrix", 1)
-    found = False
+    for name, row in sorted(steered.items()):
+        what = "held" if row["action"] == "hold" else f"pinned to {row['artifact']}"
+        click.echo(
+            f"{plain(name)}: {what} by {plain(row['actor'])} since "
+            f"{row['acted_at']:%Y-%m-%d %H:%M:%SZ} (v{row['version']}): {plain(row['why'])}"
+        )
+    found = bool(steered)
     for name, entry in current.signed.entries.items():
         if entry.rollout is None:
             continue
@@ -1073,7 +1257,7 @@ def rollout_status(db_path: Path) -> None:
             f"{plain(rest)} (v{current.signed.version})"
         )
     if not found:
-        click.echo(f"no rollout in progress (manifest v{current.signed.version})")
+        click.echo(f"no rollout, hold or pin in force (manifest v{current.signed.version})")
 
 
 @rollout_group.command("log")

@@ -1,23 +1,25 @@
 """Release manifests from the matrix: the composition of policy, build, signing and storage.
 
-Owns the order of ``qualify manifest generate``: read the latest evidence and the previous
-manifest from the matrix, decide per class (``manifest.policy``), build and sign the document
-(``manifest.build``/``manifest.signing``), write it and the per-class documents atomically, and
-record it in the matrix with its version. Decisions and signatures live in ``manifest``; SQL lives
+Owns the order of ``qualify manifest generate`` and ``publish``: read the latest evidence and the
+previous manifest from the matrix, decide per class (``manifest.policy``), build the document
+(``manifest.build``) and record it as a *draft* (a reserved version nothing treats as current);
+then, on publish, sign it (``manifest.signing``), write it and the per-class documents
+atomically, and mark it published, the one step hosts and readers see. Decisions and signatures live in ``manifest``; SQL lives
 in ``matrix``; this module only wires them, with the clock as a parameter.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from manifest.build import build_manifest, next_version, write_manifest, write_per_class
-from manifest.envelope import encode_canonical, encode_envelope
+from manifest.envelope import encode_canonical, encode_envelope, format_time
 from manifest.load import load_manifest
 from manifest.policy import decide
 from manifest.signing import load_private_key, sign_encoded
@@ -30,12 +32,17 @@ from schemas.manifest import ArtifactRef, ClassDecision, Manifest
 
 __all__ = [
     "MAX_VALIDITY",
+    "Draft",
     "GeneratedManifest",
     "ReleaseCheck",
     "artifact_refs",
+    "draft_manifest",
     "generate_manifest",
     "parse_duration",
+    "previous_document",
     "previous_manifest",
+    "publish_manifest",
+    "read_draft",
     "release_check",
 ]
 
@@ -82,6 +89,7 @@ class GeneratedManifest:
     path: Path
     per_class_dir: Path | None
     signed: bool
+    kept: dict[str, str] = field(default_factory=dict)
 
 
 def previous_manifest(db: Store) -> Manifest | None:
@@ -115,6 +123,187 @@ def artifact_refs(
     return digests, refs
 
 
+@dataclass(frozen=True)
+class Draft:
+    """What ``draft_manifest`` wrote: an unsigned document that no host or reader takes as
+    current until `publish_manifest` signs it."""
+
+    version: int
+    signed: dict[str, Any]
+    decisions: list[ClassDecision]
+    kept: dict[str, str]
+    """Classes whose published entry was carried over unchanged, and why (a rollout in progress,
+    a hold or a pin): a draft never undoes what a person is steering by hand."""
+    path: Path | None
+
+
+def _kept_classes(db: Store, previous: Manifest | None) -> dict[str, str]:
+    if previous is None:
+        return {}
+    kept: dict[str, str] = {}
+    for name, entry in previous.signed.entries.items():
+        if entry.rollout is not None:
+            kept[name] = f"rollout {entry.rollout.id} in progress at {entry.rollout.percent}%"
+    for name, row in db.class_holds().items():
+        if name in previous.signed.entries:
+            kept[name] = f"{row['action']} by {row['actor']}: {row['why']}"
+    return kept
+
+
+def draft_manifest(
+    loaded: LoadedProject,
+    db: Store,
+    *,
+    release: str,
+    out: Path | None,
+    now: datetime,
+    expires_in: timedelta,
+    artifact_base_uri: str | None = None,
+    store_dir: Path | None = None,
+) -> Draft:
+    """Decide every class from the matrix and record the result as a draft (``out``: also
+    write it there, unsigned, for review and ``manifest diff``).
+
+    Classes the current manifest is rolling out, and classes a person holds or pins, keep their
+    published entry. The draft's version is reserved: above every version recorded, so a
+    generate that died before it wrote its file never has its number reused.
+
+    Raises:
+        QualifyError, ManifestError, MatrixError: with messages naming the file and the fix.
+    """
+    previous = previous_manifest(db)
+    store = ArtifactStore(store_dir or Path(db.path).resolve().parent / "artifacts")
+    digests, refs = artifact_refs(loaded, store, artifact_base_uri)
+    runs = {r.run_id: r for r in db.runs()}
+    decisions = decide(loaded.project, db.cells(), runs, previous=previous, digests=digests)
+    signed = build_manifest(
+        loaded.project,
+        decisions,
+        release=release,
+        version=max(next_version(previous), db.highest_manifest_version() + 1),
+        created=now,
+        expires=now + expires_in,
+        snapshot=db.snapshot_id(),
+        artifacts=refs,
+        previous=previous,
+    )
+    kept = _kept_classes(db, previous)
+    if kept:
+        published = json.loads(previous_document(db))["signed"]["entries"]
+        signed["entries"] = {
+            **signed["entries"],
+            **{name: published[name] for name in kept if name in signed["entries"]},
+        }
+    canonical = encode_envelope([], encode_canonical(signed))
+    load_manifest(canonical, source=str(out or "draft"))  # what is drafted must load
+    db.save_manifest(signed["version"], release, now, now + expires_in, canonical.decode())
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_manifest(canonical, out)
+    return Draft(signed["version"], signed, decisions, kept, out)
+
+
+def previous_document(db: Store) -> str:
+    """The newest published manifest's document JSON.
+
+    Raises:
+        QualifyError: nothing is published from this matrix.
+    """
+    latest = db.latest_manifest()
+    if latest is None:
+        raise QualifyError(
+            "no manifest has been published from this matrix: run qualify manifest generate, "
+            "then qualify manifest publish"
+        )
+    return latest[1]
+
+
+def read_draft(db: Store, draft_path: Path | None) -> tuple[int, dict[str, Any]]:
+    """The draft to publish: the one at ``draft_path``, which must be exactly what the matrix
+    recorded under its version (so an edited file is refused), else the matrix's newest.
+
+    Raises:
+        QualifyError: no draft, a file that is not a draft of this matrix, or one edited since.
+    """
+    if draft_path is None:
+        latest = db.latest_draft()
+        if latest is None:
+            raise QualifyError(
+                "no draft to publish in this matrix (every recorded version is published or older "
+                "than a published one): run qualify manifest generate first"
+            )
+        return latest[0], json.loads(latest[1])["signed"]
+    from manifest.envelope import MAX_BYTES, parse_signed, split_envelope
+    from schemas.atomic import read_bounded
+
+    _, body = split_envelope(read_bounded(draft_path, MAX_BYTES), source=str(draft_path))
+    signed = parse_signed(body, source=str(draft_path))
+    version = signed.get("version")
+    recorded = db.manifest(version) if isinstance(version, int) else None
+    if recorded is None or not isinstance(version, int):
+        raise QualifyError(
+            f"{draft_path}: version {version!r} is not a draft recorded in this matrix; "
+            "publish drafts generated from it (qualify manifest generate)"
+        )
+    if encode_canonical(json.loads(recorded)["signed"]) != encode_canonical(signed):
+        raise QualifyError(
+            f"{draft_path}: differs from draft v{version} as the matrix recorded it (edited after "
+            "generate?); generate a new draft rather than editing one"
+        )
+    if db.manifest_state(version) == "published":
+        raise QualifyError(f"{draft_path}: version {version} is published already")
+    return version, signed
+
+
+def publish_manifest(
+    db: Store,
+    *,
+    out: Path,
+    now: datetime,
+    expires_in: timedelta,
+    key_path: Path | None,
+    draft_path: Path | None = None,
+    per_class_dir: Path | None = None,
+) -> GeneratedManifest:
+    """Sign a draft (`read_draft`) and make it the current manifest: written to ``out`` (and one
+    document per class to ``per_class_dir``), then marked published, the only step hosts and
+    readers see. ``created`` and ``expires`` are stamped now; the entries are the draft's.
+
+    Raises:
+        QualifyError, ManifestError, MatrixError: no draft, an edited or stale one (a newer
+            version was published after it), a bad key.
+    """
+    if per_class_dir is not None and key_path is None:
+        raise QualifyError("per-class documents must be signed: pass --key or drop --per-class")
+    key = load_private_key(key_path) if key_path is not None else None
+    version, signed = read_draft(db, draft_path)
+    signed = {
+        **signed,
+        "created": format_time(now),
+        "expires": format_time(now + expires_in),
+    }
+    if key is not None:
+        document, canonical = sign_encoded(signed, key)
+    else:
+        document = {"signed": signed, "signatures": []}
+        canonical = encode_envelope([], encode_canonical(signed))
+    manifest = load_manifest(canonical, source=str(out))
+    db.publish_draft(version, canonical.decode(), now, now + expires_in)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_manifest(canonical, out)
+    if per_class_dir is not None and key is not None:
+        write_per_class(document, key, per_class_dir)
+    db.mark_published(version)  # only now do hosts, report and telemetry check see it
+    return GeneratedManifest(
+        document=document,
+        manifest=manifest,
+        decisions=[],
+        path=out,
+        per_class_dir=per_class_dir,
+        signed=key is not None,
+    )
+
+
 def generate_manifest(
     loaded: LoadedProject,
     db: Store,
@@ -128,7 +317,8 @@ def generate_manifest(
     artifact_base_uri: str | None = None,
     store_dir: Path | None = None,
 ) -> GeneratedManifest:
-    """Decide every class from the matrix and write a signed manifest.
+    """Draft (`draft_manifest`) and publish (`publish_manifest`) in one step: what
+    ``qualify manifest generate --publish`` does.
 
     Args:
         loaded: the project file (classes, budgets and policy in force now).
@@ -149,46 +339,29 @@ def generate_manifest(
     """
     if per_class_dir is not None and key_path is None:
         raise QualifyError("per-class documents must be signed: pass --key or drop --per-class")
-    key = load_private_key(key_path) if key_path is not None else None
-    previous = previous_manifest(db)
-    store = ArtifactStore(store_dir or Path(db.path).resolve().parent / "artifacts")
-    digests, refs = artifact_refs(loaded, store, artifact_base_uri)
-    runs = {r.run_id: r for r in db.runs()}
-    decisions = decide(loaded.project, db.cells(), runs, previous=previous, digests=digests)
-    signed = build_manifest(
-        loaded.project,
-        decisions,
+    if key_path is not None:
+        load_private_key(key_path)  # a bad key fails before a version is reserved
+    draft = draft_manifest(
+        loaded,
+        db,
         release=release,
-        # Above every version recorded: one reserved by a generate that died before it wrote
-        # its file is never reused for other content.
-        version=max(next_version(previous), db.highest_manifest_version() + 1),
-        created=now,
-        expires=now + expires_in,
-        snapshot=db.snapshot_id(),
-        artifacts=refs,
-        previous=previous,
+        out=None,
+        now=now,
+        expires_in=expires_in,
+        artifact_base_uri=artifact_base_uri,
+        store_dir=store_dir,
     )
-    if key is not None:
-        document, canonical = sign_encoded(signed, key)
-    else:
-        document = {"signed": signed, "signatures": []}
-        canonical = encode_envelope([], encode_canonical(signed))
-    manifest = load_manifest(canonical, source=str(out))
-    # Record first: the version is reserved in the matrix before any host can see the file, so
-    # two generators racing cannot both publish the same version.
-    db.save_manifest(signed["version"], release, now, now + expires_in, canonical.decode())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_manifest(canonical, out)
-    if per_class_dir is not None and key is not None:
-        write_per_class(document, key, per_class_dir)
-    db.mark_published(signed["version"])  # only now do report and telemetry check see it
+    published = publish_manifest(
+        db, out=out, now=now, expires_in=expires_in, key_path=key_path, per_class_dir=per_class_dir
+    )
     return GeneratedManifest(
-        document=document,
-        manifest=manifest,
-        decisions=decisions,
+        document=published.document,
+        manifest=published.manifest,
+        decisions=draft.decisions,
         path=out,
         per_class_dir=per_class_dir,
-        signed=key is not None,
+        signed=published.signed,
+        kept=draft.kept,
     )
 
 

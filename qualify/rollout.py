@@ -14,7 +14,9 @@ began, judged by ``telemetry check``'s own rules on the manifest as the cohort s
 cohort's p99, or no event at all halts it (``no_data`` never passes), and so does a cohort whose
 p99 is above the rest of the class's over the same window.
 
-Not built yet: ``hold`` and ``pin``.
+A person can also steer a class by hand: ``hold`` publishes it as held (its hosts keep what
+they run), ``pin`` publishes it on one artifact, and both stay in force through later
+``manifest generate`` runs (which keep the class's published entry) until ``clear``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from matrix.store import Store
 from qualify.artifacts import ArtifactStore
 from qualify.errors import QualifyError
 from qualify.project import LoadedProject
-from qualify.release import artifact_refs, previous_manifest
+from qualify.release import artifact_refs, previous_document, previous_manifest
 from schemas.manifest import Manifest, Rollback
 from schemas.telemetry import CheckSettings, ClassState, TelemetryCheck
 
@@ -48,8 +50,11 @@ __all__ = [
     "abort_rollout",
     "advance_rollout",
     "canary_view",
+    "clear_class",
+    "hold_class",
     "judge_step",
     "parse_steps",
+    "pin_class",
     "start_rollout",
 ]
 
@@ -83,13 +88,19 @@ class RolloutAction:
 
 
 def _current(db: Store) -> tuple[Manifest, dict[str, Any]]:
-    latest = db.latest_manifest()
+    document = previous_document(db)
     previous = previous_manifest(db)
-    if latest is None or previous is None:
+    assert previous is not None  # previous_document raised otherwise
+    return previous, json.loads(document)["signed"]
+
+
+def _not_steered(db: Store, host_class: str) -> None:
+    row = db.class_holds().get(host_class)
+    if row is not None:
         raise QualifyError(
-            "no manifest has been published from this matrix: run qualify manifest generate first"
+            f"{host_class} is {'held' if row['action'] == 'hold' else 'pinned'} by "
+            f"{row['actor']} ({row['why']}); qualify rollout clear {host_class} first"
         )
-    return previous, json.loads(latest[1])["signed"]
 
 
 def _publish(
@@ -148,6 +159,7 @@ def start_rollout(
     """
     previous, signed = _current(db)
     entry = _entry(signed, host_class)
+    _not_steered(db, host_class)
     if entry.get("rollout") is not None:
         raise QualifyError(
             f"{host_class} already has rollout {entry['rollout']['id']!r} in progress (step "
@@ -237,6 +249,9 @@ def abort_rollout(
     entry["summary"] = (
         f"{host_class} was rolled back to {target}: rollout {rollout['id']} aborted ({why})"
     )[:500]
+    entry["reasons"] = [
+        {"code": "rolled_back", "message": f"rollout {rollout['id']} aborted: {why}"[:500]}
+    ]
     signed["entries"] = {**signed["entries"], host_class: entry}
     version = _publish(db, signed, key_path=key_path, out=out, now=now, expires_in=expires_in)
     db.record_rollout(
@@ -464,3 +479,185 @@ def advance_rollout(
         now,
     )
     return RolloutAction(host_class, version, out, f"{host_class}: {said} (v{version})"), verdict
+
+
+def _steer(
+    db: Store,
+    host_class: str,
+    action: str,
+    entry: dict[str, Any],
+    signed: dict[str, Any],
+    *,
+    artifact: str,
+    key_path: Path,
+    out: Path,
+    now: datetime,
+    expires_in: timedelta,
+    why: str,
+    who: Callable[[], str],
+) -> int:
+    rollout = entry.pop("rollout", None)
+    signed["entries"] = {**signed["entries"], host_class: entry}
+    version = _publish(db, signed, key_path=key_path, out=out, now=now, expires_in=expires_in)
+    rollout_id = rollout["id"] if rollout is not None else f"{host_class}-{action}"
+    db.record_rollout(rollout_id, host_class, action, version, 0, 0, artifact, who(), why, now)
+    return version
+
+
+def hold_class(
+    db: Store,
+    host_class: str,
+    *,
+    key_path: Path,
+    out: Path,
+    now: datetime,
+    expires_in: timedelta,
+    why: str,
+    who: Callable[[], str] = getpass.getuser,
+) -> RolloutAction:
+    """Publish ``host_class`` as held: every host of it keeps what it runs now (a rollout in
+    progress stops where it is, its cohort on the new artifact), and later releases keep the
+    hold until `clear_class`.
+
+    Raises:
+        QualifyError: no published manifest, an unknown class, or one already held or pinned.
+    """
+    _, signed = _current(db)
+    entry = _entry(signed, host_class)
+    _not_steered(db, host_class)
+    rollout = entry.get("rollout")
+    stopped = f" (rollout {rollout['id']} stopped at {rollout['percent']}%)" if rollout else ""
+    entry["decision"] = "hold"
+    entry["artifact"] = None
+    entry["evidence"] = None
+    entry["reasons"] = [{"code": "held", "message": f"held by {who()}: {why}"[:500]}]
+    entry["summary"] = f"{host_class} is held: its hosts keep what they run{stopped} ({why})"[:500]
+    version = _steer(
+        db,
+        host_class,
+        "hold",
+        entry,
+        signed,
+        artifact="",
+        key_path=key_path,
+        out=out,
+        now=now,
+        expires_in=expires_in,
+        why=why,
+        who=who,
+    )
+    return RolloutAction(host_class, version, out, f"{host_class}: held{stopped} (v{version})")
+
+
+def pin_class(
+    loaded: LoadedProject,
+    db: Store,
+    host_class: str,
+    *,
+    key_path: Path,
+    out: Path,
+    now: datetime,
+    expires_in: timedelta,
+    why: str,
+    artifact: str | None = None,
+    who: Callable[[], str] = getpass.getuser,
+) -> RolloutAction:
+    """Publish ``host_class`` pinned to ``artifact`` (default: what it runs now): one of the
+    artifacts the class runs or returns to, or the approved baseline, for every host of it;
+    later releases keep the pin until `clear_class`.
+
+    Raises:
+        QualifyError: no published manifest, an unknown class or artifact, a class already held
+            or pinned, or a rollout in progress (abort it, or let it complete, first).
+    """
+    _, signed = _current(db)
+    entry = _entry(signed, host_class)
+    _not_steered(db, host_class)
+    if entry.get("rollout") is not None:
+        raise QualifyError(
+            f"{host_class} has rollout {entry['rollout']['id']} in progress: abort it or let it "
+            "complete before pinning the class"
+        )
+    choices: dict[str, dict[str, Any]] = {}
+    for known in (entry.get("rollback"), entry.get("artifact")):
+        if known is not None:
+            choices[str(known["name"])] = {k: known[k] for k in ("name", "digest", "length", "uri")}
+    baseline = loaded.project.artifacts.baseline.label
+    if baseline not in choices:
+        store = ArtifactStore(Path(db.path).resolve().parent / "artifacts")
+        digests, refs = artifact_refs(loaded, store, None)
+        ref = refs[digests[baseline]]
+        choices[baseline] = {
+            "name": baseline,
+            "digest": digests[baseline],
+            "length": ref.length,
+            "uri": ref.uri,
+        }
+    name = artifact or (entry.get("artifact") or {}).get("name")
+    if name is None:
+        raise QualifyError(
+            f"{host_class} runs nothing in the current manifest (held): pass --artifact, one of "
+            + ", ".join(sorted(choices))
+        )
+    if name not in choices:
+        raise QualifyError(
+            f"{host_class} can be pinned to what it runs or returns to, or the approved baseline "
+            f"({', '.join(sorted(choices))}), not {name!r}"
+        )
+    old = (entry.get("artifact") or {}).get("digest")
+    entry["artifact"] = choices[name]
+    entry["decision"] = "baseline" if name == baseline else "candidate"
+    if old != choices[name]["digest"]:
+        entry["evidence"] = None  # the evidence was the other artifact's
+    entry["reasons"] = [{"code": "pinned", "message": f"pinned by {who()}: {why}"[:500]}]
+    entry["summary"] = f"{host_class} is pinned to {name} ({why})"[:500]
+    version = _steer(
+        db,
+        host_class,
+        "pin",
+        entry,
+        signed,
+        artifact=name,
+        key_path=key_path,
+        out=out,
+        now=now,
+        expires_in=expires_in,
+        why=why,
+        who=who,
+    )
+    return RolloutAction(host_class, version, out, f"{host_class}: pinned to {name} (v{version})")
+
+
+def clear_class(
+    db: Store,
+    host_class: str,
+    *,
+    now: datetime,
+    why: str,
+    who: Callable[[], str] = getpass.getuser,
+) -> str:
+    """Lift a hold or pin: nothing is published; the next ``manifest generate`` decides the
+    class from the matrix again. Returns what happened, for people.
+
+    Raises:
+        QualifyError: the class is neither held nor pinned.
+    """
+    row = db.class_holds().get(host_class)
+    if row is None:
+        raise QualifyError(f"{host_class} is neither held nor pinned")
+    db.record_rollout(
+        str(row["rollout_id"]),
+        host_class,
+        "clear",
+        int(row["version"]),
+        0,
+        0,
+        str(row["artifact"]),
+        who(),
+        why,
+        now,
+    )
+    return (
+        f"{host_class}: {row['action']} cleared; the next qualify manifest generate decides it "
+        "from the matrix again"
+    )

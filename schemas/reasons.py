@@ -76,6 +76,11 @@ REASONS: dict[str, str] = {
     "too (policy.failing_baseline 'hold'): the class is held",
     "baseline_unmeasured": "the baseline has no current measurement on this class",
     "hold": "the class is held: hosts keep what they run and deploy nothing new",
+    "held": "a person held the class (qualify rollout hold): its hosts keep what they run, and "
+    "releases keep the hold until it is cleared",
+    "pinned": "a person pinned the class to this artifact (qualify rollout pin): releases keep "
+    "it until the pin is cleared",
+    "rolled_back": "a rollout was aborted: the class went back to its rollback package",
 }
 """Code -> meaning, for every reason qualify writes anywhere."""
 

@@ -28,9 +28,12 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def generate(tmp: Path, out: str, *extra: str) -> Result:
+    """``manifest generate``, published at once when given a key or --unsigned."""
+    publish = ["--publish"] if {"--key", "--unsigned"} & set(extra) else []
     return invoke(
         "manifest",
         "generate",
+        *publish,
         "--release",
         "r1",
         "--out",
@@ -50,11 +53,73 @@ def test_keygen_writes_a_private_key_only_its_owner_can_read(matrix: Path) -> No
     assert again.exit_code == 2 and "exist" in again.output
 
 
-def test_generate_refuses_to_sign_without_a_key_unless_told(matrix: Path) -> None:
-    result = CliRunner().invoke(
-        cli, ["manifest", "generate", "--release", "x", "--db", str(matrix / "qualify.duckdb")]
-    )
+def test_publishing_refuses_to_sign_without_a_key_unless_told(matrix: Path) -> None:
+    db = ["--db", str(matrix / "qualify.duckdb")]
+    result = CliRunner().invoke(cli, ["manifest", "generate", "--publish", "--release", "x", *db])
     assert result.exit_code == 2 and "--key" in result.output
+    result = CliRunner().invoke(cli, ["manifest", "publish", *db])
+    assert result.exit_code == 2 and "--key" in result.output
+
+
+def test_a_draft_is_signed_only_when_a_key_is_given_to_publish(matrix: Path) -> None:
+    result = generate(matrix, "d.json", "--per-class", str(matrix / "d.d"))
+    assert result.exit_code == 2 and "publish" in result.output
+    assert not (matrix / "d.json").exists()
+
+
+def _published_version(matrix: Path) -> int | None:
+    from matrix.store import Store
+
+    with Store.open(matrix / "qualify.duckdb", read_only=True) as db:
+        latest = db.latest_manifest()
+    return None if latest is None else latest[0]
+
+
+def test_a_draft_is_current_only_once_published_and_then_exactly_as_reviewed(
+    matrix: Path,
+) -> None:
+    before = _published_version(matrix)
+    drafted = generate(matrix, "draft.json")
+    assert drafted.exit_code == 0, drafted.output
+    assert "not published" in drafted.output and "manifest publish" in drafted.output
+    draft = json.loads((matrix / "draft.json").read_text())
+    assert draft["signatures"] == []  # hosts refuse it
+    assert _published_version(matrix) == before  # readers do not see it
+    shown = invoke("manifest", "show", str(matrix / "draft.json"))
+    assert shown.exit_code == 0 and "here-cpu" in shown.output
+    key = ["--key", str(matrix / "rel.key"), "--db", str(matrix / "qualify.duckdb")]
+    out = ["--out", str(matrix / "published.json")]
+    done = invoke("manifest", "publish", str(matrix / "draft.json"), *key, *out)
+    assert done.exit_code == 0, done.output
+    published = json.loads((matrix / "published.json").read_text())
+    assert published["signed"]["version"] == draft["signed"]["version"]
+    assert published["signed"]["entries"] == draft["signed"]["entries"]
+    assert _published_version(matrix) == draft["signed"]["version"]
+    ok = invoke(
+        "manifest", "verify", str(matrix / "published.json"), "--pubkey", str(matrix / "rel.pub")
+    )
+    assert ok.exit_code == 0, ok.output
+    diff = invoke("manifest", "diff", str(matrix / "draft.json"), str(matrix / "published.json"))
+    assert diff.exit_code == 0
+    again = invoke("manifest", "publish", str(matrix / "draft.json"), *key, *out)
+    assert again.exit_code == 2 and "published already" in again.output
+
+
+def test_an_edited_or_overtaken_draft_is_refused(matrix: Path) -> None:
+    assert generate(matrix, "old-draft.json").exit_code == 0
+    edited = (matrix / "old-draft.json").read_text().replace('"baseline"', '"candidate"', 1)
+    (matrix / "edited.json").write_text(edited)
+    key = ["--key", str(matrix / "rel.key"), "--db", str(matrix / "qualify.duckdb")]
+    out = ["--out", str(matrix / "p.json")]
+    bad = invoke("manifest", "publish", str(matrix / "edited.json"), *key, *out)
+    assert bad.exit_code == 2 and "edited" in bad.output, bad.output
+    # Another version published after the draft: publishing the draft would undo it.
+    assert generate(matrix, "newer.json", "--key", str(matrix / "rel.key")).exit_code == 0
+    stale = invoke("manifest", "publish", str(matrix / "old-draft.json"), *key, *out)
+    assert stale.exit_code == 2 and "generate a new draft" in stale.output, stale.output
+    assert not (matrix / "p.json").exists()
+    nothing = invoke("manifest", "publish", *key, *out)
+    assert nothing.exit_code == 2 and "no draft" in nothing.output
 
 
 def test_signed_manifest_decides_each_class_on_its_own_evidence(matrix: Path) -> None:
@@ -113,6 +178,7 @@ def test_bad_expiry_is_a_usage_error(matrix: Path) -> None:
         [
             "manifest",
             "generate",
+            "--publish",
             "--release",
             "x",
             "--unsigned",

@@ -63,7 +63,7 @@ def _released_then_requalified(tmp_path: Path) -> tuple[Path, list[str], list[st
     _cli("keygen", "k", "--dir", str(tmp_path))
     common = ["--project", str(project), "--db", str(db)]
     key = ["--key", str(tmp_path / "k.key"), "--out", str(tmp_path / "manifest.json")]
-    _cli("manifest", "generate", "--release", "r1", *key, *common)
+    _cli("manifest", "generate", "--publish", "--release", "r1", *key, *common)
     padded_mlp(tmp_path / "models", 0, name="respun")
     project.write_text(
         project.read_text().replace(
@@ -294,3 +294,55 @@ def _rollout_id(db: Path) -> str:
 
     with Store.open(db, read_only=True) as store:
         return str(store.rollout_log()[0]["rollout_id"])
+
+
+def _entry(manifest: Path) -> dict[str, object]:
+    entry: dict[str, object] = json.loads(manifest.read_text())["signed"]["entries"]["here-cpu"]
+    return entry
+
+
+def test_a_release_keeps_a_class_in_rollout_held_or_pinned_until_it_is_cleared(
+    tmp_path: Path,
+) -> None:
+    db, common, key = _released_then_requalified(tmp_path)
+    manifest = tmp_path / "manifest.json"
+    release = ["manifest", "generate", "--publish", "--release", "r2", *key, *common]
+    _cli("rollout", "start", "here-cpu", "--steps", "10,100", *key, *common)
+    assert "[kept: rollout here-cpu-" in _cli(*release)  # not jumped to 100% by a release
+    assert _entry(manifest).get("rollout") is not None
+
+    said = _cli("rollout", "hold", "here-cpu", "--why", "incident 42", *key, "--db", str(db))
+    assert "held (rollout here-cpu-" in said and "stopped at 10%" in said
+    held = _entry(manifest)
+    assert held["decision"] == "hold" and held.get("rollout") is None
+    assert [r["code"] for r in held["reasons"]] == ["held"]  # type: ignore[attr-defined]
+    assert "held by" in _cli("rollout", "status", "--db", str(db))
+    refused = CliRunner().invoke(cli, ["rollout", "start", "here-cpu", *key, *common])
+    assert refused.exit_code == 2 and "rollout clear here-cpu" in refused.output
+    assert "[kept: hold by" in _cli(*release)
+    assert _entry(manifest)["decision"] == "hold"
+
+    _cli("rollout", "clear", "here-cpu", "--why", "resolved", "--db", str(db))
+    _cli(*release)
+    assert _entry(manifest)["decision"] == "candidate"  # the matrix decides it again
+
+    baseline = _entry(manifest)["rollback"]["name"]  # type: ignore[index]
+    wrong = CliRunner().invoke(
+        cli, ["rollout", "pin", "here-cpu", "--artifact", "nope", "--why", "x", *key, *common]
+    )
+    assert wrong.exit_code == 2 and "not 'nope'" in wrong.output
+    said = _cli(
+        "rollout", "pin", "here-cpu", "--artifact", str(baseline), "--why", "audit", *key, *common
+    )
+    assert f"pinned to {baseline}" in said
+    assert _cli(*release).count("[kept: pin by") == 1
+    pinned = _entry(manifest)
+    assert pinned["decision"] == "baseline" and pinned["artifact"]["name"] == baseline  # type: ignore[index]
+    log = _cli("rollout", "log", "--db", str(db))
+    assert [line.split()[4] for line in log.splitlines()] == ["start", "hold", "clear", "pin"]
+    cleared = CliRunner().invoke(
+        cli, ["rollout", "clear", "here-cpu", "--why", "x", "--db", str(db)]
+    )
+    assert cleared.exit_code == 0
+    again = CliRunner().invoke(cli, ["rollout", "clear", "here-cpu", "--why", "x", "--db", str(db)])
+    assert again.exit_code == 2 and "neither held nor pinned" in again.output
