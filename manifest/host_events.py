@@ -51,6 +51,7 @@ __all__ = [
     "FORMAT",
     "PLACEMENT_OPTION",
     "append_event",
+    "cohort_fields",
     "encode_event",
     "event_from_resolution",
     "format_time",
@@ -170,6 +171,19 @@ def event_from_resolution(
         "latency_ms": None,
         "manifest_version": version if isinstance(version, int) and version >= 1 else None,
         "decision": answer.get("decision"),
+        **cohort_fields(answer.get("cohort")),
+    }
+
+
+def cohort_fields(cohort: object) -> dict[str, str | None]:
+    """An event's ``rollout`` and ``cohort`` from resolve-artifact's ``cohort`` answer (its
+    ``--json`` field: the rollout id and whether this host is a member); both null without a
+    rollout."""
+    if not isinstance(cohort, Mapping) or not isinstance(cohort.get("rollout"), str):
+        return {"rollout": None, "cohort": None}
+    return {
+        "rollout": str(cohort["rollout"]),
+        "cohort": "canary" if cohort.get("member") is True else "rest",
     }
 
 
@@ -221,6 +235,7 @@ def record_session(
     runtime_revision: str | None = None,
     runtime_package: str | None = None,
     decision: str | None = None,
+    cohort: Mapping[str, Any] | None = None,
     fsync: bool = False,
 ) -> dict[str, Any] | None:
     """Append, with probability ``sample_rate``, the event of a live session's inference.
@@ -247,6 +262,8 @@ def record_session(
         runtime_revision: The onnxruntime version; defaults to the imported module's.
         runtime_package: The onnxruntime distribution, if known.
         decision: The manifest's decision for the class, if known.
+        cohort: resolve-artifact's ``cohort`` answer, when the class is in a staged rollout:
+            the event says which rollout and which side of it this host is on.
         fsync: Force the line to disk.
 
     Returns:
@@ -290,6 +307,7 @@ def record_session(
         "latency_ms": None if latency_ms is None else round(float(latency_ms), 6),
         "manifest_version": manifest_version,
         "decision": decision,
+        **cohort_fields(cohort),
     }
     append_event(path, event, fsync=fsync)
     return event

@@ -349,6 +349,14 @@ MIGRATIONS: tuple[Migration, ...] = (
         name="rollouts: every staged-rollout action, the version it published, who and why",
         statements=(_ROLLOUTS,),
     ),
+    Migration(
+        version=8,
+        name="telemetry.rollout and telemetry.cohort: which side of a staged rollout a host was on",
+        statements=(
+            "ALTER TABLE telemetry ADD COLUMN rollout VARCHAR",
+            "ALTER TABLE telemetry ADD COLUMN cohort VARCHAR",
+        ),
+    ),
 )
 
 LATEST_VERSION: int = MIGRATIONS[-1].version

@@ -927,8 +927,7 @@ class Store:
                 raise ManifestVersionError(f"manifest version {version} is published already")
             row = _first(
                 conn.execute(
-                    "SELECT coalesce(max(version), 0) FROM manifests "
-                    "WHERE published_at IS NOT NULL"
+                    "SELECT coalesce(max(version), 0) FROM manifests WHERE published_at IS NOT NULL"
                 )
             )
             newest = int(row[0]) if row is not None else 0

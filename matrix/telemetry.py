@@ -53,6 +53,7 @@ __all__ = [
     "MAX_LINE_BYTES",
     "MAX_REPORTED_BAD_LINES",
     "BadLine",
+    "Cohort",
     "IngestedTelemetry",
     "ProfileRow",
     "TelemetryFileError",
@@ -61,6 +62,7 @@ __all__ = [
     "ingest_telemetry",
     "latency_tails",
     "revisions_by_class",
+    "rollout_reported",
     "telemetry_profile",
 ]
 
@@ -156,6 +158,8 @@ _PARSE_SCHEMA = pa.schema(
         ("latency_ms", pa.float64()),
         ("manifest_version", pa.int64()),
         ("decision", pa.string()),
+        ("rollout", pa.string()),
+        ("cohort", pa.string()),
     ]
 )
 
@@ -307,8 +311,11 @@ def _suspects(table: pa.Table) -> npt.NDArray[np.bool_]:
     )
     for name in ("host_id", "host_class", "runtime_revision"):
         flags |= nonempty_missing(name)
-    for name in ("host_id", "host_class", "runtime_revision", "runtime_package"):
+    for name in ("host_id", "host_class", "runtime_revision", "runtime_package", "rollout"):
         flags |= _over(pc.utf8_length(col(name)), MAX_TEXT_CHARS)
+    flags |= nonempty_missing("rollout") & np.asarray(
+        col("rollout").is_valid().to_numpy(zero_copy_only=False), dtype=bool
+    )
     digest = col("model_digest")
     flags |= np.asarray(
         pc.and_(
@@ -321,6 +328,13 @@ def _suspects(table: pa.Table) -> npt.NDArray[np.bool_]:
         pc.and_(
             decision.is_valid(),
             pc.invert(pc.is_in(decision, pa.array(["candidate", "baseline", "hold"]))),
+        ).to_numpy(zero_copy_only=False),
+        dtype=bool,
+    )
+    cohort = col("cohort")
+    flags |= np.asarray(
+        pc.and_(
+            cohort.is_valid(), pc.invert(pc.is_in(cohort, pa.array(["canary", "rest"])))
         ).to_numpy(zero_copy_only=False),
         dtype=bool,
     )
@@ -470,6 +484,8 @@ def _rows_table(good: pa.Table, lines: npt.NDArray[np.int64]) -> pa.Table | None
             "latency_ms": good.column("latency_ms"),
             "manifest_version": good.column("manifest_version"),
             "decision": good.column("decision"),
+            "rollout": good.column("rollout"),
+            "cohort": good.column("cohort"),
             "line": pa.array(lines, type=pa.int64()),
         },
         schema=_ROW_SCHEMA,
@@ -788,7 +804,7 @@ WITH w AS (
            list_sort(providers) AS providers, fallback_nodes, host_id, latency_ms, time,
            manifest_version
     FROM telemetry
-    WHERE time >= $start AND time <= $end
+    WHERE time >= $start AND time <= $end {cohort}
 ),
 h AS (
     SELECT host_class, model_digest, runtime_revision, placement, providers, fallback_nodes,
@@ -811,27 +827,59 @@ ORDER BY host_class, model_digest NULLS FIRST, runtime_revision, placement, prov
 _CLASS_SQL = """
 SELECT host_class, count(*)::BIGINT, count(DISTINCT host_id)::BIGINT
 FROM telemetry
-WHERE time >= $start AND time <= $end
+WHERE time >= $start AND time <= $end {cohort}
 GROUP BY host_class
 """
 
+Cohort = tuple[str, str]
+"""(rollout id, 'canary' or 'rest'): only the events of that side of that rollout; the rest
+are every event not reported from its canary (hosts that report no rollout count as the rest)."""
 
-def telemetry_profile(store: Store, *, start: datetime, end: datetime) -> TelemetryProfile:
+
+def _cohort_filter(cohort: Cohort | None, alias: str = "") -> tuple[str, dict[str, str]]:
+    if cohort is None:
+        return "", {}
+    rollout, side = cohort
+    canary = f"coalesce({alias}rollout = $rollout AND {alias}cohort = 'canary', false)"
+    if side == "canary":
+        return f"AND {canary}", {"rollout": rollout}
+    if side == "rest":
+        return f"AND NOT {canary}", {"rollout": rollout}
+    raise ValueError(f"a cohort is 'canary' or 'rest', not {side!r}")
+
+
+def rollout_reported(store: Store, rollout: str, *, start: datetime, end: datetime) -> bool:
+    """Whether any event of the window says it came from ``rollout``'s canary cohort."""
+    row = store.connection.execute(
+        "SELECT count(*) FROM telemetry WHERE time >= $start AND time <= $end AND "
+        "rollout = $rollout AND cohort = 'canary'",
+        {"start": start, "end": end, "rollout": rollout},
+    ).fetchall()
+    return bool(row and row[0][0])
+
+
+def telemetry_profile(
+    store: Store, *, start: datetime, end: datetime, cohort: Cohort | None = None
+) -> TelemetryProfile:
     """The events of a time window, grouped for a check.
 
     Args:
         store: An open store (read-only is fine).
         start: Window start (inclusive, aware).
         end: Window end (inclusive, aware).
+        cohort: Only one side of a staged rollout (see `Cohort`).
 
     Returns:
         One row per (class, digest, runtime, placement kind, providers, fallback), sorted, plus
         events and distinct hosts per class.
     """
     conn = store.connection
-    params = {"start": start, "end": end}
-    rows = conn.execute(_PROFILE_SQL, {**params, "examples": _EXAMPLE_HOSTS}).fetchall()
-    per_class = conn.execute(_CLASS_SQL, params).fetchall()
+    where, extra = _cohort_filter(cohort)
+    params: dict[str, Any] = {"start": start, "end": end, **extra}
+    rows = conn.execute(
+        _PROFILE_SQL.format(cohort=where), {**params, "examples": _EXAMPLE_HOSTS}
+    ).fetchall()
+    per_class = conn.execute(_CLASS_SQL.format(cohort=where), params).fetchall()
     return TelemetryProfile(
         start=start,
         end=end,
@@ -864,6 +912,7 @@ def latency_tails(
     start: datetime,
     end: datetime,
     wanted: dict[tuple[str, str], int],
+    cohort: Cohort | None = None,
 ) -> dict[tuple[str, str], npt.NDArray[np.float64]]:
     """The largest latencies of chosen (class, digest) pairs in a window, largest first.
 
@@ -876,6 +925,7 @@ def latency_tails(
         start: Window start (inclusive).
         end: Window end (inclusive).
         wanted: (host class, model digest) -> how many of the largest latencies to return.
+        cohort: Only one side of a staged rollout (see `Cohort`).
 
     Returns:
         (host class, model digest) -> latencies in ms, descending, at most the number asked
@@ -891,15 +941,16 @@ def latency_tails(
         }
     )
     conn = store.connection
+    where, extra = _cohort_filter(cohort, "t.")
     conn.register("_wanted_pairs", pairs)
     try:
         rows = conn.execute(
             "SELECT t.host_class, t.model_digest, max(t.latency_ms, $top) "
             "FROM telemetry AS t SEMI JOIN _wanted_pairs AS p "
             "ON t.host_class = p.host_class AND t.model_digest = p.model_digest "
-            "WHERE t.time >= $start AND t.time <= $end AND t.latency_ms IS NOT NULL "
+            f"WHERE t.time >= $start AND t.time <= $end AND t.latency_ms IS NOT NULL {where} "
             "GROUP BY t.host_class, t.model_digest",
-            {"start": start, "end": end, "top": max(wanted.values())},
+            {"start": start, "end": end, "top": max(wanted.values()), **extra},
         ).fetchall()
     finally:
         conn.unregister("_wanted_pairs")

@@ -37,6 +37,7 @@ from manifest.load import load_manifest
 from manifest.policy import decide
 from manifest.signing import load_private_key, sign_encoded
 from matrix.store import Store
+from matrix.telemetry import Cohort, rollout_reported
 from qualify.artifacts import ArtifactStore
 from qualify.errors import QualifyError
 from qualify.project import LoadedProject
@@ -339,11 +340,17 @@ def _state(check: TelemetryCheck, host_class: str) -> ClassState | None:
 
 
 def judge_step(
-    host_class: str, cohort_check: TelemetryCheck, class_check: TelemetryCheck, tolerance: float
+    host_class: str,
+    cohort_check: TelemetryCheck,
+    class_check: TelemetryCheck,
+    tolerance: float,
+    *,
+    sides_reported: bool = False,
 ) -> StepVerdict:
     """The gate of one step: ``cohort_check`` is ``telemetry check`` over `canary_view`,
     ``class_check`` over the manifest itself (the rest of the class), both over the step's
-    window."""
+    window. With ``sides_reported`` the cohort's events are the hosts that said they are in
+    it, so one still running the current artifact is a problem, not the rest of the class."""
     problems: list[str] = []
     cohort = _state(cohort_check, host_class)
     rest = _state(class_check, host_class)
@@ -353,7 +360,13 @@ def judge_step(
         if alert.host_class != host_class or alert.kind == "no_data":
             continue
         if alert.kind == "unexpected_digest" and alert.severity == "warning":
-            continue  # the rest of the class, on the current artifact
+            if not sides_reported:
+                continue  # the rest of the class, on the current artifact
+            problems.append(
+                f"canary_not_switched: hosts in the cohort still run the current artifact "
+                f"({alert.message})"
+            )
+            continue
         problems.append(f"{alert.kind}: {alert.message}")
     if cohort is not None and cohort.events and cohort.p99 != "ok":
         problems.append(
@@ -413,21 +426,31 @@ def advance_rollout(
     start = _step_started(db, rollout["id"])
     cells = db.latest_cells()
     view = canary_view(manifest, host_class)
+    # Hosts that say which side of the rollout they are on are judged by it (a canary host
+    # still on the old artifact is then an unexpected digest); hosts too old to say are told
+    # apart by the artifact they report.
+    sides: tuple[Cohort, Cohort] | tuple[None, None] = (
+        ((rollout["id"], "canary"), (rollout["id"], "rest"))
+        if rollout_reported(db, rollout["id"], start=start, end=now)
+        else (None, None)
+    )
     cohort = check_telemetry(
         view,
         cells,
-        gather_aggregates(db, view, start=start, end=now, settings=settings),
+        gather_aggregates(db, view, start=start, end=now, settings=settings, cohort=sides[0]),
         now=now,
         settings=settings,
     )
     whole = check_telemetry(
         manifest,
         cells,
-        gather_aggregates(db, manifest, start=start, end=now, settings=settings),
+        gather_aggregates(db, manifest, start=start, end=now, settings=settings, cohort=sides[1]),
         now=now,
         settings=settings,
     )
-    verdict = judge_step(host_class, cohort, whole, settings.p99_tolerance)
+    verdict = judge_step(
+        host_class, cohort, whole, settings.p99_tolerance, sides_reported=sides[0] is not None
+    )
     step, steps = int(rollout["step"]), [int(s) for s in rollout["steps"]]
     name = str(rollout["artifact"]["name"])
     if not verdict.ok:

@@ -19,6 +19,7 @@ from pathlib import Path
 from manifest.load import load_manifest
 from matrix.store import Store
 from matrix.telemetry import (
+    Cohort,
     TelemetryIngestReport,
     ingest_telemetry,
     latency_tails,
@@ -48,7 +49,13 @@ DEFAULT_MANIFEST = "manifest.json"
 
 
 def gather_aggregates(
-    store: Store, manifest: Manifest, *, start: datetime, end: datetime, settings: CheckSettings
+    store: Store,
+    manifest: Manifest,
+    *,
+    start: datetime,
+    end: datetime,
+    settings: CheckSettings,
+    cohort: Cohort | None = None,
 ) -> TelemetryAggregates:
     """Run the queries a check needs: the profile, then the tail of each judged (class, digest).
 
@@ -59,13 +66,14 @@ def gather_aggregates(
         end: Window end (the check's ``now``).
         settings: min_samples and confidence decide which tails are read and how long
             (``qualify.telemetry_check.tails_needed``).
+        cohort: Only one side of a staged rollout (``matrix.telemetry.Cohort``).
 
     Returns:
         The aggregates for ``check_telemetry``.
     """
-    profile = telemetry_profile(store, start=start, end=end)
+    profile = telemetry_profile(store, start=start, end=end, cohort=cohort)
     wanted = tails_needed(profile, manifest, settings)
-    tails = latency_tails(store, start=start, end=end, wanted=wanted)
+    tails = latency_tails(store, start=start, end=end, wanted=wanted, cohort=cohort)
     return TelemetryAggregates(profile=profile, tails=tails)
 
 

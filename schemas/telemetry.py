@@ -167,6 +167,16 @@ class TelemetryEvent(Document):
     decision: Literal["candidate", "baseline", "hold"] | None = Field(
         default=None, description="The manifest's decision for the class, when the host knows it."
     )
+    rollout: _Text | None = Field(
+        default=None,
+        description="The id of the staged rollout the class was in when the host resolved it "
+        "(resolve-artifact's cohort.rollout); null without one.",
+    )
+    cohort: Literal["canary", "rest"] | None = Field(
+        default=None,
+        description="Which side of that rollout the host is on: 'canary' (it runs the rollout's "
+        "artifact) or 'rest'; null without a rollout.",
+    )
 
     @field_validator("latency_ms")
     @classmethod

@@ -156,6 +156,33 @@ def test_append_event_adds_one_complete_line_per_event(tmp_path: Path) -> None:
     assert all(valid(e) for e in lines(out))
 
 
+def test_events_say_which_side_of_a_rollout_the_host_is_on(tmp_path: Path) -> None:
+    def answer(cohort: object) -> dict[str, object]:
+        return {
+            "host_class": "a",
+            "decision": "candidate",
+            "artifact": {"digest": DIGEST},
+            "cohort": cohort,
+        }
+
+    def sides(cohort: object) -> tuple[object, object]:
+        event = event_from_resolution(
+            answer(cohort),
+            runtime_package=None,
+            runtime_version="1.32.0",
+            when=format_time(WHEN),
+            host="h",
+        )
+        assert valid(event)
+        return event["rollout"], event["cohort"]
+
+    rollout = {"rollout": "a-1", "step": 1, "percent": 5}
+    assert sides({**rollout, "member": True}) == ("a-1", "canary")
+    assert sides({**rollout, "member": False}) == ("a-1", "rest")
+    assert sides(None) == (None, None)
+    assert sides({"rollout": 5, "member": True}) == (None, None)  # not an id: not claimed
+
+
 def test_naive_times_are_refused() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
         format_time(datetime(2025, 6, 1))

@@ -244,6 +244,14 @@ MUTATIONS: list[dict[str, Any]] = [
     {"providers": [f"P{i}" for i in range(32)]},
     {"nodes_per_provider": {"N" * 257: 1}},
     {"nodes_per_provider": {f"N{i}": 1 for i in range(33)}},
+    {"rollout": "x86-20261204T000000Z", "cohort": "canary"},
+    {"rollout": "x86-20261204T000000Z", "cohort": "rest"},
+    {"rollout": "x86-20261204T000000Z", "cohort": "sideways"},
+    {"rollout": "", "cohort": "canary"},
+    {"rollout": "r" * 257},
+    {"rollout": 7},
+    {"cohort": "canary"},
+    {"cohort": None, "rollout": None},
 ]
 
 
@@ -311,6 +319,38 @@ def test_the_profile_groups_events_and_counts_hosts(store: Store, tmp_path: Path
     assert revisions_by_class(store, start=DAY[0], end=DAY[1]) == {
         "x86": {"1.32.0": 2, "1.33.0": 1}
     }
+
+
+def test_a_rollouts_canary_is_told_from_the_rest_by_what_its_hosts_report(
+    store: Store, tmp_path: Path
+) -> None:
+    rid = "x86-20250601T000000Z"
+    path = write(
+        tmp_path / "t.jsonl",
+        [
+            line(host_id="c1", rollout=rid, cohort="canary", latency_ms=9.0),
+            line(host_id="c2", rollout=rid, cohort="canary", model_digest=OTHER, latency_ms=8.0),
+            line(host_id="r1", rollout=rid, cohort="rest", latency_ms=1.0),
+            line(host_id="old", latency_ms=2.0),  # a host too old to say: one of the rest
+            line(host_id="x", rollout="another", cohort="canary", latency_ms=3.0),
+        ],
+    )
+    ingest_telemetry(store, [path], now=NOW)
+    canary = telemetry_profile(store, start=DAY[0], end=DAY[1], cohort=(rid, "canary"))
+    rest = telemetry_profile(store, start=DAY[0], end=DAY[1], cohort=(rid, "rest"))
+    assert canary.class_hosts == {"x86": 2} and rest.class_hosts == {"x86": 3}
+    assert {r.model_digest for r in canary.rows} == {DIGEST, OTHER}
+    wanted = {("x86", DIGEST): 5}
+    assert latency_tails(store, start=DAY[0], end=DAY[1], wanted=wanted, cohort=(rid, "canary"))[
+        ("x86", DIGEST)
+    ].tolist() == [9.0]
+    assert latency_tails(store, start=DAY[0], end=DAY[1], wanted=wanted, cohort=(rid, "rest"))[
+        ("x86", DIGEST)
+    ].tolist() == [3.0, 2.0, 1.0]
+    assert mt.rollout_reported(store, rid, start=DAY[0], end=DAY[1])
+    assert not mt.rollout_reported(store, "nope", start=DAY[0], end=DAY[1])
+    with pytest.raises(ValueError, match="canary"):
+        telemetry_profile(store, start=DAY[0], end=DAY[1], cohort=(rid, "sideways"))
 
 
 def test_latency_tails_are_the_largest_values_largest_first(store: Store, tmp_path: Path) -> None:

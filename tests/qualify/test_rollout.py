@@ -187,7 +187,12 @@ def test_a_rollout_reaches_its_cohort_and_an_abort_sends_every_host_back(
 
 
 def _events(
-    path: Path, digest: str, nodes: dict[str, int], latency_ms: float, hosts: list[str]
+    path: Path,
+    digest: str,
+    nodes: dict[str, int],
+    latency_ms: float,
+    hosts: list[str],
+    side: tuple[str, str] | None = None,
 ) -> None:
     from datetime import UTC, datetime
 
@@ -212,6 +217,7 @@ def _events(
                     ),
                     "latency_ms": latency_ms,
                     "manifest_version": 2,
+                    **({"rollout": side[0], "cohort": side[1]} if side else {}),
                 }
             )
         )
@@ -346,3 +352,24 @@ def test_a_release_keeps_a_class_in_rollout_held_or_pinned_until_it_is_cleared(
     assert cleared.exit_code == 0
     again = CliRunner().invoke(cli, ["rollout", "clear", "here-cpu", "--why", "x", "--db", str(db)])
     assert again.exit_code == 2 and "neither held nor pinned" in again.output
+
+
+@pytest.mark.slow
+def test_hosts_that_say_they_are_in_the_canary_are_judged_as_the_canary(tmp_path: Path) -> None:
+    from matrix.store import Store
+
+    db, common, key = _released_then_requalified(tmp_path)
+    _cli("rollout", "start", "here-cpu", "--steps", "30,100", *key, *common)
+    rid = _rollout_id(db)
+    with Store.open(db, read_only=True) as store:
+        cells = {c.artifact_name: c for c in store.latest_cells()}
+    new, old = cells["respun"], cells["identity_mlp"]
+    assert new.placement is not None and old.placement is not None
+    members = [f"h{k}" for k in range(200) if resolve.cohort_point(rid, f"h{k}") < 30]
+    # The canary's hosts say they are in it, yet run the current artifact: not switched.
+    stuck = tmp_path / "stuck.jsonl"
+    nodes = old.placement.nodes_per_provider
+    _events(stuck, old.artifact_digest, nodes, old.latency[0].p50_ms, members, (rid, "canary"))
+    _cli("telemetry", "ingest", str(stuck), "--db", str(db))
+    halted = CliRunner().invoke(cli, ["rollout", "advance", "here-cpu", *key, "--db", str(db)])
+    assert halted.exit_code == 1 and "halted: canary_not_switched" in halted.output, halted.output
