@@ -950,8 +950,9 @@ class Store:
         class -> that action's rollout-log row."""
         result = self._conn.execute(
             "SELECT * FROM rollouts WHERE action IN ('hold', 'pin', 'clear') "
+            # A clear records the version it cleared: at the same instant it comes after.
             "QUALIFY row_number() OVER (PARTITION BY host_class ORDER BY acted_at DESC, "
-            "version DESC) = 1"
+            "version DESC, action = 'clear' DESC) = 1"
         )
         names = [column[0] for column in result.description or ()]
         rows = [dict(zip(names, row, strict=True)) for row in result.fetchall()]

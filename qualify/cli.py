@@ -1033,6 +1033,13 @@ def rollout_group() -> None:
 
 def _rollout_publish_options(f: F) -> F:
     f = click.option(
+        "--per-class",
+        "per_class_dir",
+        type=click.Path(path_type=Path, file_okay=False),
+        help="Also write the version as one signed document per host class into this directory "
+        "(where hosts of a large fleet read theirs).",
+    )(f)
+    f = click.option(
         "--expires", default="30d", show_default=True, help="Validity, e.g. 30d, 12h."
     )(f)
     f = click.option(
@@ -1086,6 +1093,7 @@ def rollout_start(
     out: Path,
     key_path: Path,
     expires: str,
+    per_class_dir: Path | None,
     project_path: Path,
     db_path: Path,
 ) -> None:
@@ -1102,6 +1110,7 @@ def rollout_start(
             db,
             host_class,
             steps=plan,
+            per_class_dir=per_class_dir,
             key_path=key_path,
             out=out,
             artifact=artifact,
@@ -1124,6 +1133,7 @@ def rollout_abort(
     out: Path,
     key_path: Path,
     expires: str,
+    per_class_dir: Path | None,
     project_path: Path,
     db_path: Path,
 ) -> None:
@@ -1134,7 +1144,16 @@ def rollout_abort(
 
     loaded = load_project(project_path, check_models=False)
     with _rollout_session(db_path, expires) as (db, when):
-        done = abort_rollout(loaded, db, host_class, key_path=key_path, out=out, why=why, **when)
+        done = abort_rollout(
+            loaded,
+            db,
+            host_class,
+            per_class_dir=per_class_dir,
+            key_path=key_path,
+            out=out,
+            why=why,
+            **when,
+        )
     click.echo(f"{done.summary}; wrote {done.path}")
 
 
@@ -1144,7 +1163,13 @@ def rollout_abort(
 @_rollout_publish_options
 @_db_option
 def rollout_advance(
-    host_class: str, why: str, out: Path, key_path: Path, expires: str, db_path: Path
+    host_class: str,
+    why: str,
+    out: Path,
+    key_path: Path,
+    expires: str,
+    per_class_dir: Path | None,
+    db_path: Path,
 ) -> None:
     """Advance HOST_CLASS's rollout one step, only if its cohort's telemetry since the step
     began shows no alert, enough latencies to bound its p99 within the qualified bound, and no
@@ -1155,7 +1180,9 @@ def rollout_advance(
     from qualify.rollout import advance_rollout
 
     with _rollout_session(db_path, expires) as (db, when):
-        done, verdict = advance_rollout(db, host_class, key_path=key_path, out=out, why=why, **when)
+        done, verdict = advance_rollout(
+            db, host_class, per_class_dir=per_class_dir, key_path=key_path, out=out, why=why, **when
+        )
     click.echo(f"evidence: {verdict.evidence() or 'none'}")
     if done is None:
         for problem in verdict.problems:
@@ -1170,14 +1197,22 @@ def rollout_advance(
 @_rollout_publish_options
 @_db_option
 def rollout_hold(
-    host_class: str, why: str, out: Path, key_path: Path, expires: str, db_path: Path
+    host_class: str,
+    why: str,
+    out: Path,
+    key_path: Path,
+    expires: str,
+    per_class_dir: Path | None,
+    db_path: Path,
 ) -> None:
     """Publish HOST_CLASS as held: its hosts keep what they run (a rollout stops where it
     is), and later releases keep the hold until 'qualify rollout clear'."""
     from qualify.rollout import hold_class
 
     with _rollout_session(db_path, expires) as (db, when):
-        done = hold_class(db, host_class, key_path=key_path, out=out, why=why, **when)
+        done = hold_class(
+            db, host_class, per_class_dir=per_class_dir, key_path=key_path, out=out, why=why, **when
+        )
     click.echo(f"{done.summary}; wrote {done.path}")
 
 
@@ -1195,6 +1230,7 @@ def rollout_pin(
     out: Path,
     key_path: Path,
     expires: str,
+    per_class_dir: Path | None,
     project_path: Path,
     db_path: Path,
 ) -> None:
@@ -1206,7 +1242,15 @@ def rollout_pin(
     loaded = load_project(project_path)
     with _rollout_session(db_path, expires) as (db, when):
         done = pin_class(
-            loaded, db, host_class, key_path=key_path, out=out, why=why, artifact=artifact, **when
+            loaded,
+            db,
+            host_class,
+            per_class_dir=per_class_dir,
+            key_path=key_path,
+            out=out,
+            why=why,
+            artifact=artifact,
+            **when,
         )
     click.echo(f"{done.summary}; wrote {done.path}")
 

@@ -47,6 +47,10 @@ twice the baseline's latency so that its story is about parity, placement and ro
 project sets the slowdown its users can take (the default 1.0: not measurably slower)."""
 
 
+RELEASED_AGO = timedelta(hours=3)
+"""How long before the demo ends its release is dated: its rollouts take the time since."""
+
+
 def demo_project(ort_version: str) -> Project:
     """The demo's project: the digits MLP (fp32 baseline, int8 candidate) on four classes.
 
@@ -180,13 +184,21 @@ def lay_out(workdir: Path) -> Path:
 
 
 def _resolve_as_host(
-    workdir: Path, name: str, host_class: HostClass, runtime_version: str
-) -> tuple[int, dict[str, object]]:
+    workdir: Path,
+    name: str,
+    host_class: HostClass,
+    runtime_version: str,
+    *,
+    manifest: Path | None = None,
+    host_id: str | None = None,
+) -> tuple[int, dict[str, object], str]:
     """Run the real ``resolve-artifact`` as a host of ``name`` would (its runtime package and
-    providers), against the demo's signed manifest.
+    providers; ``host_id`` places it in or out of a rollout's cohort, with its own state),
+    against the demo's signed manifest (or ``manifest``).
 
     Returns:
-        The exit code and the ``--json`` answer (empty when it printed none).
+        The exit code, the ``--json`` answer (empty when it printed none) and the last line it
+        wrote to stderr.
     """
     import json
     import subprocess
@@ -197,11 +209,11 @@ def _resolve_as_host(
         "-m",
         "manifest.resolve",
         "--manifest",
-        str(workdir / "manifest.json"),
+        str(manifest or workdir / "manifest.json"),
         "--pubkey",
         str(workdir / "release.pub"),
         "--state-dir",
-        str(workdir / "hosts" / name),
+        str(workdir / "hosts" / (host_id or name)),
         "--host-class",
         name,
         "--runtime",
@@ -209,10 +221,12 @@ def _resolve_as_host(
         "--providers",
         ",".join(host_class.provider.execution_providers),
         "--json",
+        *(["--host-id", host_id] if host_id else []),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=60)
     answer: dict[str, object] = json.loads(proc.stdout) if proc.stdout.strip() else {}
-    return proc.returncode, answer
+    said = proc.stderr.strip().splitlines()
+    return proc.returncode, answer, said[-1] if said else ""
 
 
 def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
@@ -264,34 +278,48 @@ def _release(
     """Sign a manifest from the demo matrix, resolve every class as its hosts would, report."""
     from manifest.signing import generate_keypair
     from matrix.store import Store
-    from qualify.release import generate_manifest
+    from qualify.release import draft_manifest, publish_manifest
     from qualify.reporting import write_qualification_report
 
-    now = datetime.now(UTC)
+    # The release and its day of telemetry end three hours ago, and the rollouts that answer
+    # its alerts run since then: the whole story is in the past, as a check run now sees it.
+    finished = datetime.now(UTC)
+    now = finished - RELEASED_AGO
     key_path = workdir / "release.key"
     if not key_path.exists():
         generate_keypair("release", workdir)
     with Store.open(db_path) as db:
-        result = generate_manifest(
+        draft = draft_manifest(
             loaded,
             db,
             release="digits-demo",
+            out=workdir / "manifest.draft.json",
+            now=now,
+            expires_in=timedelta(days=30),
+        )
+        echo(
+            f"\n== qualify manifest generate --release digits-demo\n  manifest.draft.json: "
+            f"version {draft.version}, a draft (unsigned; no host or reader takes it as current)"
+        )
+        result = publish_manifest(
+            db,
             out=workdir / "manifest.json",
             now=now,
             expires_in=timedelta(days=30),
             key_path=key_path,
+            draft_path=workdir / "manifest.draft.json",
             per_class_dir=workdir / "manifest.d",
         )
     signed = result.manifest.signed
     echo(
-        f"\n== qualify manifest generate --release digits-demo --key release.key "
-        f"--per-class manifest.d\n  manifest.json: version {signed.version}, signed, "
+        f"== qualify manifest publish manifest.draft.json --key release.key --per-class "
+        f"manifest.d\n  manifest.json: version {signed.version}, signed, "
         f"expires {signed.expires}; policy allow_emulated={signed.policy.allow_emulated} "
         "(the demo accepts emulated evidence, and says so here)"
     )
     echo("\n== resolve-artifact on a host of each class")
     for name, host_class in loaded.project.host_classes.items():
-        code, answer = _resolve_as_host(workdir, name, host_class, runtime_version)
+        code, answer, _ = _resolve_as_host(workdir, name, host_class, runtime_version)
         entry = signed.entries[name]
         served = answer.get("served", "artifact")
         chosen = entry.rollback if served == "rollback" else entry.artifact
@@ -301,20 +329,54 @@ def _release(
             else "hold: its hosts keep what they run"
         )
         echo(f"  {name}: exit {code}: {what}. {entry.summary}")
+    _watch(workdir, loaded, db_path, result.manifest, now, runtime_version, echo)
     with Store.open(db_path, read_only=True) as db:
         path = write_qualification_report(
-            loaded, db, workdir / "report.html", now=now, pubkey=workdir / "release.pub"
+            loaded, db, workdir / "report.html", now=finished, pubkey=workdir / "release.pub"
         )
     echo(f"\n== qualify report\n  {path}")
-    _watch(workdir, db_path, result.manifest, now, echo)
 
 
-def _watch(workdir: Path, db_path: Path, manifest: Manifest, now: datetime, echo: Echo) -> None:
-    """Sample telemetry from the fleet (with two injected problems), ingest it and check it."""
+def _watch(
+    workdir: Path,
+    loaded: LoadedProject,
+    db_path: Path,
+    manifest: Manifest,
+    now: datetime,
+    runtime_version: str,
+    echo: Echo,
+) -> None:
+    """Sample telemetry from the fleet (with two injected problems), ingest it and check it;
+    then act on the two alerts with staged rollouts (one promoted, one aborted)."""
     from matrix.store import Store
+    from qualify.demo_rollout import run_demo_rollouts
     from qualify.demo_telemetry import run_demo_telemetry
 
     with Store.open(db_path, read_only=True) as db:
         cells = db.cells()
     echo("\n== qualify telemetry ingest telemetry.jsonl && qualify telemetry check")
-    run_demo_telemetry(workdir, manifest, cells, now=now, echo=lambda m: echo("  " + m))
+    check = run_demo_telemetry(workdir, manifest, cells, now=now, echo=lambda m: echo("  " + m))
+    kinds = {(a.kind, a.host_class) for a in check.alerts}
+    healthy = next((c for k, c in sorted(kinds) if k == "provider_changed"), None)
+    faulty = next((c for k, c in sorted(kinds) if k == "p99_regression"), None)
+    echo(
+        "\n== rollouts: both alerted classes go back to the baseline, then the candidate is "
+        "rolled out again in steps, gated on what the canary's hosts report"
+    )
+
+    def resolve(path: Path, name: str, host: str) -> tuple[int, dict[str, object], str]:
+        host_class = loaded.project.host_classes[name]
+        return _resolve_as_host(
+            workdir, name, host_class, runtime_version, manifest=path, host_id=host
+        )
+
+    run_demo_rollouts(
+        workdir,
+        loaded,
+        db_path,
+        healthy=healthy,
+        faulty=faulty,
+        now=now,
+        resolve=resolve,
+        echo=lambda m: echo("  " + m),
+    )

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from manifest import envelope
-from manifest.build import write_manifest
+from manifest.build import write_manifest, write_per_class
 from manifest.load import load_manifest
 from manifest.policy import decide
 from manifest.signing import load_private_key, sign_encoded
@@ -112,18 +112,22 @@ def _publish(
     out: Path,
     now: datetime,
     expires_in: timedelta,
+    per_class_dir: Path | None = None,
 ) -> int:
-    """``signed`` as the next version, signed, recorded, written, then published."""
+    """``signed`` as the next version, signed, recorded, written (with one document per class
+    in ``per_class_dir``), then published."""
     key = load_private_key(key_path)
     version = max(int(signed["version"]) + 1, db.highest_manifest_version() + 1)
     signed["version"] = version
     signed["created"] = envelope.format_time(now)
     signed["expires"] = envelope.format_time(now + expires_in)
-    _document, canonical = sign_encoded(signed, key)
+    document, canonical = sign_encoded(signed, key)
     load_manifest(canonical, source=str(out))  # what is published must load
     db.save_manifest(version, str(signed["release"]), now, now + expires_in, canonical.decode())
     out.parent.mkdir(parents=True, exist_ok=True)
     write_manifest(canonical, out)
+    if per_class_dir is not None:
+        write_per_class(document, key, per_class_dir)
     db.mark_published(version)
     return version
 
@@ -146,6 +150,7 @@ def start_rollout(
     out: Path,
     now: datetime,
     expires_in: timedelta,
+    per_class_dir: Path | None = None,
     artifact: str | None = None,
     why: str = "",
     artifact_base_uri: str | None = None,
@@ -202,7 +207,15 @@ def start_rollout(
         "steps": [int(s) for s in steps],
     }
     signed["entries"] = {**signed["entries"], host_class: entry}
-    version = _publish(db, signed, key_path=key_path, out=out, now=now, expires_in=expires_in)
+    version = _publish(
+        db,
+        signed,
+        key_path=key_path,
+        out=out,
+        now=now,
+        expires_in=expires_in,
+        per_class_dir=per_class_dir,
+    )
     db.record_rollout(
         rollout_id, host_class, "start", version, 1, int(steps[0]), ref.name, who(), why, now
     )
@@ -223,6 +236,7 @@ def abort_rollout(
     out: Path,
     now: datetime,
     expires_in: timedelta,
+    per_class_dir: Path | None = None,
     why: str,
     who: Callable[[], str] = getpass.getuser,
 ) -> RolloutAction:
@@ -254,7 +268,15 @@ def abort_rollout(
         {"code": "rolled_back", "message": f"rollout {rollout['id']} aborted: {why}"[:500]}
     ]
     signed["entries"] = {**signed["entries"], host_class: entry}
-    version = _publish(db, signed, key_path=key_path, out=out, now=now, expires_in=expires_in)
+    version = _publish(
+        db,
+        signed,
+        key_path=key_path,
+        out=out,
+        now=now,
+        expires_in=expires_in,
+        per_class_dir=per_class_dir,
+    )
     db.record_rollout(
         rollout["id"],
         host_class,
@@ -403,6 +425,7 @@ def advance_rollout(
     out: Path,
     now: datetime,
     expires_in: timedelta,
+    per_class_dir: Path | None = None,
     why: str = "",
     settings: CheckSettings | None = None,
     who: Callable[[], str] = getpass.getuser,
@@ -487,7 +510,15 @@ def advance_rollout(
         entry["rollout"] = {**rollout, "step": step + 1, "percent": percent}
         action, said = "advance", f"advanced to {percent}% (step {step + 1} of {len(steps)})"
     signed["entries"] = {**signed["entries"], host_class: entry}
-    version = _publish(db, signed, key_path=key_path, out=out, now=now, expires_in=expires_in)
+    version = _publish(
+        db,
+        signed,
+        key_path=key_path,
+        out=out,
+        now=now,
+        expires_in=expires_in,
+        per_class_dir=per_class_dir,
+    )
     note = verdict.evidence() + (f"; {why}" if why else "")
     db.record_rollout(
         rollout["id"],
@@ -516,12 +547,21 @@ def _steer(
     out: Path,
     now: datetime,
     expires_in: timedelta,
+    per_class_dir: Path | None = None,
     why: str,
     who: Callable[[], str],
 ) -> int:
     rollout = entry.pop("rollout", None)
     signed["entries"] = {**signed["entries"], host_class: entry}
-    version = _publish(db, signed, key_path=key_path, out=out, now=now, expires_in=expires_in)
+    version = _publish(
+        db,
+        signed,
+        key_path=key_path,
+        out=out,
+        now=now,
+        expires_in=expires_in,
+        per_class_dir=per_class_dir,
+    )
     rollout_id = rollout["id"] if rollout is not None else f"{host_class}-{action}"
     db.record_rollout(rollout_id, host_class, action, version, 0, 0, artifact, who(), why, now)
     return version
@@ -535,6 +575,7 @@ def hold_class(
     out: Path,
     now: datetime,
     expires_in: timedelta,
+    per_class_dir: Path | None = None,
     why: str,
     who: Callable[[], str] = getpass.getuser,
 ) -> RolloutAction:
@@ -568,6 +609,7 @@ def hold_class(
         expires_in=expires_in,
         why=why,
         who=who,
+        per_class_dir=per_class_dir,
     )
     return RolloutAction(host_class, version, out, f"{host_class}: held{stopped} (v{version})")
 
@@ -581,6 +623,7 @@ def pin_class(
     out: Path,
     now: datetime,
     expires_in: timedelta,
+    per_class_dir: Path | None = None,
     why: str,
     artifact: str | None = None,
     who: Callable[[], str] = getpass.getuser,
@@ -647,6 +690,7 @@ def pin_class(
         expires_in=expires_in,
         why=why,
         who=who,
+        per_class_dir=per_class_dir,
     )
     return RolloutAction(host_class, version, out, f"{host_class}: pinned to {name} (v{version})")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -42,8 +43,9 @@ def test_demo_writes_everything_it_promises(demo: tuple[Path, str]) -> None:
     ):
         assert (work / name).is_file(), name
     assert len(list((work / "bundles").iterdir())) == 4
-    assert (work / "manifest.d" / "current").read_text() == "v1\n"
-    assert len(list((work / "manifest.d" / "v1").iterdir())) == 4
+    version = json.loads((work / "manifest.json").read_text())["signed"]["version"]
+    assert (work / "manifest.d" / "current").read_text() == f"v{version}\n"  # the rollouts' too
+    assert len(list((work / "manifest.d" / f"v{version}").iterdir())) == 4
     assert oct((work / "release.key").stat().st_mode & 0o777) == "0o600"
 
 
@@ -51,7 +53,9 @@ def test_three_classes_get_the_candidate_and_the_lost_gpu_class_does_not(
     demo: tuple[Path, str],
 ) -> None:
     work, out = demo
-    signed = json.loads((work / "manifest.json").read_text())["signed"]
+    # What the release decided (the draft it published as v1), before the rollouts.
+    signed = json.loads((work / "manifest.draft.json").read_text())["signed"]
+    assert signed["version"] == 1
     decisions = {name: e["decision"] for name, e in signed["entries"].items()}
     assert decisions == {
         "arm-r5": "candidate",
@@ -86,17 +90,53 @@ def test_commands_work_from_the_demo_directory_with_defaults(demo: tuple[Path, s
 def test_telemetry_check_alerts_on_exactly_the_two_injected_problems(
     demo: tuple[Path, str],
 ) -> None:
-    work, _ = demo
-    checked = run_qualify("telemetry", "check", "--json", cwd=work)
-    assert checked.returncode == 1, checked.stderr
-    alerts = json.loads(checked.stdout)["alerts"]
-    assert {(a["host_class"], a["kind"]) for a in alerts} == {
+    work, out = demo
+    watched = out[out.index("== qualify telemetry check") : out.index("== rollouts:")]
+    assert set(re.findall(r"\[critical\] ([\w-]+): (\w+):", watched)) == {
         ("x86-v4", "provider_changed"),
         ("x86-v4", "fallback_appeared"),
         ("x86-v3-1t", "p99_regression"),
     }
+    checked = run_qualify("telemetry", "check", "--json", cwd=work)
+    assert checked.returncode == 1, checked.stderr  # the day's problems are still in the window
     stale = run_qualify("matrix", "stale", "--json", cwd=work)
     assert stale.returncode == 0 and json.loads(stale.stdout) == {"stale": []}
+
+
+def test_one_rollout_reaches_every_host_and_one_aborts_to_the_rollback_at_a_higher_version(
+    demo: tuple[Path, str],
+) -> None:
+    work, out = demo
+    story = out[out.index("== rollouts:") :]
+    assert "x86-v4: completed: every host runs int8" in story
+    assert "halted: provider_changed" in story
+    assert "x86-v3-1t: rollout x86-v3-1t-" in story and "every host goes back to fp32" in story
+    signed = json.loads((work / "manifest.json").read_text())["signed"]
+    healthy, aborted = signed["entries"]["x86-v4"], signed["entries"]["x86-v3-1t"]
+    assert healthy["artifact"]["name"] == "int8" and "rollout" not in healthy
+    assert aborted["artifact"]["name"] == "fp32" and "rollout" not in aborted
+    assert [r["code"] for r in aborted["reasons"]] == ["rolled_back"]
+    # The canary host ran int8 at the start's version, then fp32 at the abort's, higher one,
+    # and refused the start's version replayed to it.
+    canary = re.findall(r"exit 0, manifest v(\d+), runs (\w+) ", story)
+    assert len(canary) == 3, story
+    (v_start, first), (v_abort, after), (v_kept, kept) = canary
+    assert (first, after, kept) == ("int8", "fp32", "fp32")
+    assert int(v_abort) > int(v_start) and v_kept == v_abort == str(signed["version"])
+    log = run_qualify("rollout", "log", cwd=work)
+    actions = [line.split()[4] for line in log.stdout.splitlines()]
+    assert actions == [
+        "pin",
+        "clear",
+        "pin",
+        "clear",
+        "start",
+        "start",
+        "advance",
+        "complete",
+        "halt",
+        "abort",
+    ]
 
 
 def test_demo_report_opens_in_a_real_browser_with_every_class_and_chart(

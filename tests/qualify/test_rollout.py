@@ -317,12 +317,19 @@ def test_a_release_keeps_a_class_in_rollout_held_or_pinned_until_it_is_cleared(
     assert "[kept: rollout here-cpu-" in _cli(*release)  # not jumped to 100% by a release
     assert _entry(manifest).get("rollout") is not None
 
-    said = _cli("rollout", "hold", "here-cpu", "--why", "incident 42", *key, "--db", str(db))
+    per_class = ["--per-class", str(tmp_path / "manifest.d")]
+    said = _cli(
+        "rollout", "hold", "here-cpu", "--why", "incident 42", *key, *per_class, "--db", str(db)
+    )
     assert "held (rollout here-cpu-" in said and "stopped at 10%" in said
     held = _entry(manifest)
     assert held["decision"] == "hold" and held.get("rollout") is None
     assert [r["code"] for r in held["reasons"]] == ["held"]  # type: ignore[attr-defined]
     assert "held by" in _cli("rollout", "status", "--db", str(db))
+    version = json.loads(manifest.read_text())["signed"]["version"]
+    assert (tmp_path / "manifest.d" / "current").read_text() == f"v{version}\n"
+    document = json.loads((tmp_path / "manifest.d" / f"v{version}" / "here-cpu.json").read_text())
+    assert document["signed"]["entry"]["decision"] == "hold"
     refused = CliRunner().invoke(cli, ["rollout", "start", "here-cpu", *key, *common])
     assert refused.exit_code == 2 and "rollout clear here-cpu" in refused.output
     assert "[kept: hold by" in _cli(*release)
