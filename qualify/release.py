@@ -4,8 +4,9 @@ Owns the order of ``qualify manifest generate`` and ``publish``: read the latest
 previous manifest from the matrix, decide per class (``manifest.policy``), build the document
 (``manifest.build``) and record it as a *draft* (a reserved version nothing treats as current);
 then, on publish, sign it (``manifest.signing``), write it and the per-class documents
-atomically, and mark it published, the one step hosts and readers see. Decisions and signatures live in ``manifest``; SQL lives
-in ``matrix``; this module only wires them, with the clock as a parameter.
+atomically, and mark it published, the one step hosts and readers see. Decisions and signatures
+live in ``manifest``; SQL lives in ``matrix``; this module only wires them, with the clock as a
+parameter.
 """
 
 from __future__ import annotations
