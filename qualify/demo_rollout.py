@@ -27,6 +27,7 @@ from manifest.host_events import FORMAT, encode_event, format_time
 from manifest.resolve import cohort_point
 from matrix.store import Store
 from qualify.artifacts import digest_file
+from qualify.demo_telemetry import SHIFTED_PROVIDER
 from qualify.project import LoadedProject
 from qualify.release import previous_manifest
 from qualify.rollout import (
@@ -40,6 +41,7 @@ from qualify.telemetry import ingest_files
 from schemas.atomic import write_atomic
 from schemas.cell import Cell
 from schemas.manifest import Manifest
+from schemas.rules import fallback_count
 
 __all__ = ["ROLLOUT_HOSTS", "ROLLOUT_STEPS", "run_demo_rollouts"]
 
@@ -52,7 +54,6 @@ ROLLOUT_STEPS = (25, 100)
 _EVENTS_PER_WINDOW = 12000
 """Events per step window: a 25% cohort of 60 hosts sends about 3,000, well above the check's min_samples."""
 _WINDOW = timedelta(minutes=30)
-_SHIFTED_PROVIDER = "OpenVINOExecutionProvider"
 
 
 def _cell_of(cells: Sequence[Cell], host_class: str, digest: str) -> Cell | None:
@@ -92,7 +93,7 @@ def _window_events(
         nodes = {p: n for p, n in cell.placement.nodes_per_provider.items() if n > 0}
         if fault and side == "canary":
             nodes = {
-                _SHIFTED_PROVIDER: max(sum(nodes.values()) - 1, 1),
+                SHIFTED_PROVIDER: max(sum(nodes.values()) - 1, 1),
                 cell.placement.expected_provider: 1,
             }
         gate = cell.gate_latency
@@ -109,9 +110,7 @@ def _window_events(
                 "providers": sorted(nodes),
                 "placement": "actual",
                 "nodes_per_provider": dict(sorted(nodes.items())),
-                "fallback_nodes": sum(
-                    n for p, n in nodes.items() if p != cell.placement.expected_provider
-                ),
+                "fallback_nodes": fallback_count(nodes, cell.placement.expected_provider),
                 "latency_ms": round(gate.p50_ms * float(np.exp(0.1 * rng.standard_normal())), 4),
                 "manifest_version": manifest.signed.version,
                 "decision": entry.decision,
@@ -144,7 +143,7 @@ def _traffic(
     report = ingest_files(db_path, [path], now=start + _WINDOW)
     echo(
         f"  telemetry: {report.events} events, {canary} from the canary"
-        + (f" (injected: nodes moved to {_SHIFTED_PROVIDER} in the canary)" if fault else "")
+        + (f" (injected: nodes moved to {SHIFTED_PROVIDER} in the canary)" if fault else "")
     )
 
 

@@ -37,6 +37,7 @@ from schemas.telemetry import CheckSettings, TelemetryCheck
 __all__ = [
     "DEMO_HOSTS_PER_CLASS",
     "DEMO_SAMPLES_PER_CLASS",
+    "SHIFTED_PROVIDER",
     "DemoTelemetry",
     "run_demo_telemetry",
     "write_demo_telemetry",
@@ -46,7 +47,8 @@ DEMO_HOSTS_PER_CLASS = 8
 DEMO_SAMPLES_PER_CLASS = 4000
 """Latency events per class: enough for the p99 bounds to decide at 99% confidence."""
 
-_SHIFTED_PROVIDER = "OpenVINOExecutionProvider"
+SHIFTED_PROVIDER = "OpenVINOExecutionProvider"
+"""Where the injected provider change moves nodes (the rollout demo injects the same fault)."""
 _PREFERRED_PROVIDER_CLASS = "x86-v4"
 _PREFERRED_P99_CLASS = "x86-v3-1t"
 
@@ -178,7 +180,7 @@ def write_demo_telemetry(
         placement = cell.placement
         nodes = {p: n for p, n in placement.nodes_per_provider.items() if n > 0}
         total = sum(nodes.values())
-        shifted = {_SHIFTED_PROVIDER: max(total - 1, 1), placement.expected_provider: 1}
+        shifted = {SHIFTED_PROVIDER: max(total - 1, 1), placement.expected_provider: 1}
         sigma = max(np.log(max(gate.p99_ms, gate.p50_ms * 1.01) / gate.p50_ms) / 2.326, 0.01)
         n = DEMO_SAMPLES_PER_CLASS
         times = np.sort(rng.uniform(start.timestamp() + 600, now.timestamp() - 60, n))
