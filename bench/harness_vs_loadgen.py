@@ -251,6 +251,7 @@ def _provider() -> ProviderJob:
         provider_options={},
         session_config={},
         graph_optimization_level="all",
+        execution_mode=None,
         intra_op_threads=1,
         inter_op_threads=None,
         strict_fallback=False,

@@ -39,10 +39,11 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from schemas.rules import fallback_count
+from schemas.settings import WATCHED_CONFIG_KEYS, encode_settings
 
 if TYPE_CHECKING:  # resolve-artifact imports this module at start-up: keep datetime off it
     from datetime import datetime
@@ -58,6 +59,7 @@ __all__ = [
     "host_id",
     "placement_of",
     "record_session",
+    "session_settings",
 ]
 
 FORMAT = "qualify-telemetry/1"
@@ -213,6 +215,77 @@ def placement_of(session: Any) -> dict[str, int] | None:
     return dict(sorted(counts.items()))
 
 
+_LEVEL_NAMES = {0: "disable", 1: "basic", 2: "extended", 99: "all"}
+
+
+def _config_entries(options: Any, keys: Iterable[str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for key in keys:
+        try:
+            found[f"config:{key}"] = str(options.get_session_config_entry(key))
+        except Exception:  # onnxruntime raises when the entry is not set
+            continue
+    return found
+
+
+def _provider_entries(session: Any, qualified: Mapping[str, str]) -> dict[str, str]:
+    wanted = [k.split(":", 2) for k in qualified if k.startswith("option:")]
+    if not wanted:
+        return {}
+    try:
+        live = session.get_provider_options()
+    except Exception:
+        return {}
+    found: dict[str, str] = {}
+    for _, provider, key in (w for w in wanted if len(w) == 3):
+        values = live.get(provider) if isinstance(live, dict) else None
+        if isinstance(values, dict) and key in values:
+            found[f"option:{provider}:{key}"] = str(values[key])
+    return found
+
+
+def session_settings(
+    session: Any, qualified: Mapping[str, str] | None = None
+) -> dict[str, str] | None:
+    """The settings a live session runs with, in `schemas.settings` form, read back from the
+    session itself (``get_session_options()``, ``get_provider_options()``), not from what the
+    caller meant to set.
+
+    Args:
+        session: The live ``onnxruntime.InferenceSession`` (duck-typed).
+        qualified: resolve-artifact's ``settings`` answer: the session config entries and
+            provider options it names are read too, and the process's CPU affinity where it
+            names one.
+
+    Returns:
+        The settings, or None when the session cannot report them (no
+        ``get_session_options``).
+    """
+    getter = getattr(session, "get_session_options", None)
+    if getter is None:
+        return None
+    try:
+        options = getter()
+        mode = str(options.execution_mode)
+        out = {
+            "intra_op_threads": str(int(options.intra_op_num_threads)),
+            "inter_op_threads": str(int(options.inter_op_num_threads)),
+            "execution_mode": "parallel" if "PARALLEL" in mode.upper() else "sequential",
+            "graph_optimization_level": _LEVEL_NAMES.get(
+                int(options.graph_optimization_level), "all"
+            ),
+        }
+    except Exception:
+        return None
+    qualified = qualified or {}
+    keys = {*WATCHED_CONFIG_KEYS, *(k[7:] for k in qualified if k.startswith("config:"))}
+    out.update(_config_entries(options, sorted(keys)))
+    out.update(_provider_entries(session, qualified))
+    if "cpu_affinity" in qualified and hasattr(os, "sched_getaffinity"):
+        out["cpu_affinity"] = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+    return dict(sorted(out.items()))
+
+
 def _runtime_version() -> str:
     module = sys.modules.get("onnxruntime")  # the host's own import; never imported here
     version = getattr(module, "__version__", None)
@@ -236,6 +309,7 @@ def record_session(
     runtime_package: str | None = None,
     decision: str | None = None,
     cohort: Mapping[str, Any] | None = None,
+    settings: Mapping[str, str] | None = None,
     fsync: bool = False,
 ) -> dict[str, Any] | None:
     """Append, with probability ``sample_rate``, the event of a live session's inference.
@@ -264,6 +338,10 @@ def record_session(
         decision: The manifest's decision for the class, if known.
         cohort: resolve-artifact's ``cohort`` answer, when the class is in a staged rollout:
             the event says which rollout and which side of it this host is on.
+        settings: resolve-artifact's ``settings`` answer (the settings the class was qualified
+            with). The event reports the settings the session really runs with
+            (`session_settings`, which reads the keys these name too); ``qualify telemetry
+            check`` alerts ``settings_differ`` where they differ.
         fsync: Force the line to disk.
 
     Returns:
@@ -309,5 +387,8 @@ def record_session(
         "decision": decision,
         **cohort_fields(cohort),
     }
+    observed = session_settings(session, settings)
+    if observed is not None:
+        event["settings"] = encode_settings(observed)
     append_event(path, event, fsync=fsync)
     return event

@@ -32,7 +32,10 @@ none is writable it says so on stderr and runs without rollback protection acros
 for the answer (``manifest.host_events``): class, served digest, the requested providers this host
 has, runtime revision and manifest version; a failure to append warns on stderr and never
 changes the exit code. The ``--json`` answer's ``providers`` lists the served artifact's
-execution providers that this host has, in order (empty on hold). An entry with a staged
+execution providers that this host has, in order (empty on hold), and its ``settings`` the
+session settings the class was qualified with, in `schemas.settings` form (threads, execution
+mode, graph level, ``config:`` and ``option:`` entries; null on hold): build the session with
+them and hand them to ``record_session`` so that telemetry can tell. An entry with a staged
 ``rollout`` serves the rollout's artifact to the hosts in its cohort (``served: rollout``) and
 the entry's artifact to the rest; ``--host-id`` (default ``$QUALIFY_HOST_ID``, else the node
 name) places the host by a stable hash (`cohort_point`), and the answer's ``cohort`` says the
@@ -83,6 +86,7 @@ from typing import Any, NamedTuple
 from manifest import envelope
 from manifest.errors import ForkError, KeyFileError, MalformedError, VerificationError
 from schemas.atomic import open_regular, read_bounded
+from schemas.settings import qualified_settings
 
 __all__ = [
     "DEFAULT_GRACE_DAYS",
@@ -535,6 +539,7 @@ def _answer(
         "release": signed.get("release"),
         "served": None,
         "providers": [],
+        "settings": None,
         "reasons": reasons,
         "cohort": None,
     }
@@ -557,10 +562,12 @@ def _answer(
         answer["artifact"] = _pointer(staged, schemes, f"entry {host_class!r}: rollout.artifact")
         answer["served"] = "rollout"
         answer["providers"] = _usable(provider, host)
+        answer["settings"] = qualified_settings(provider)
         return EXIT_RESOLVED, answer, messages
     if not failures:
         answer["artifact"], answer["served"] = pointer, "artifact"
         answer["providers"] = _usable(provider, host)
+        answer["settings"] = qualified_settings(provider)
         return EXIT_RESOLVED, answer, messages
     why = "; ".join(failures)
     name = _show(artifact.get("name"))
@@ -578,6 +585,7 @@ def _answer(
             reasons.append({"code": "served_rollback", "message": f"rollback {rb_name} fits"})
             answer["artifact"], answer["served"] = answer["rollback"], "rollback"
             answer["providers"] = _usable(rb_provider, host)
+            answer["settings"] = qualified_settings(rb_provider)
             return EXIT_RESOLVED, answer, messages
         why += f"; rollback {rb_name}: {'; '.join(rb_failures)}"
     messages.append(f"no compatible artifact for class {host_class!r}: {why}")

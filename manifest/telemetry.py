@@ -19,6 +19,7 @@ from manifest.host_events import (
     host_id,
     placement_of,
     record_session,
+    session_settings,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "host_id",
     "placement_of",
     "record_session",
+    "session_settings",
 ]

@@ -357,6 +357,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE telemetry ADD COLUMN cohort VARCHAR",
         ),
     ),
+    Migration(
+        version=9,
+        name="telemetry.settings: the session settings a host's session ran with",
+        statements=("ALTER TABLE telemetry ADD COLUMN settings VARCHAR",),
+    ),
 )
 
 LATEST_VERSION: int = MIGRATIONS[-1].version

@@ -46,6 +46,7 @@ from pydantic import ValidationError
 from matrix.errors import MatrixError, TelemetryFileError
 from matrix.migrations import _rollback_quietly
 from matrix.store import Store
+from schemas.settings import decode_settings
 from schemas.telemetry import MAX_PROVIDERS, MAX_TEXT_CHARS, TELEMETRY_FORMAT, TelemetryEvent
 
 __all__ = [
@@ -160,6 +161,7 @@ _PARSE_SCHEMA = pa.schema(
         ("decision", pa.string()),
         ("rollout", pa.string()),
         ("cohort", pa.string()),
+        ("settings", pa.string()),
     ]
 )
 
@@ -338,6 +340,7 @@ def _suspects(table: pa.Table) -> npt.NDArray[np.bool_]:
         ).to_numpy(zero_copy_only=False),
         dtype=bool,
     )
+    flags |= _bad_settings(col("settings"))
     providers = col("providers").combine_chunks()
     flags |= np.asarray(providers.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     flags |= _over(pc.list_value_length(providers), MAX_PROVIDERS)
@@ -368,6 +371,26 @@ def _suspects(table: pa.Table) -> npt.NDArray[np.bool_]:
         flags |= np.asarray(
             pc.less(child, 0).fill_null(False).to_numpy(zero_copy_only=False), dtype=bool
         )
+    return flags
+
+
+def _bad_settings(column: pa.ChunkedArray) -> npt.NDArray[np.bool_]:
+    """Rows whose ``settings`` do not decode: each distinct value is decoded once (a fleet
+    runs a handful of settings, not one per event)."""
+    flags = np.zeros(len(column), dtype=bool)
+    if column.null_count == len(column):
+        return flags
+    wrong = []
+    for value in pc.unique(column).to_pylist():
+        if value is None:
+            continue
+        try:
+            decode_settings(value)
+        except ValueError:
+            wrong.append(value)
+    if wrong:
+        hit = pc.is_in(column, pa.array(wrong, type=pa.string())).fill_null(False)
+        flags |= np.asarray(hit.to_numpy(zero_copy_only=False), dtype=bool)
     return flags
 
 
@@ -486,6 +509,7 @@ def _rows_table(good: pa.Table, lines: npt.NDArray[np.int64]) -> pa.Table | None
             "decision": good.column("decision"),
             "rollout": good.column("rollout"),
             "cohort": good.column("cohort"),
+            "settings": good.column("settings"),
             "line": pa.array(lines, type=pa.int64()),
         },
         schema=_ROW_SCHEMA,
@@ -754,7 +778,8 @@ def ingest_telemetry(
 
 @dataclass(frozen=True)
 class ProfileRow:
-    """Events of one (class, digest, runtime, placement kind, providers, fallback) in the window.
+    """Events of one (class, digest, runtime, placement kind, providers, fallback, settings) in
+    the window.
 
     Attributes:
         host_class: The class the hosts reported.
@@ -770,6 +795,8 @@ class ProfileRow:
         first: Earliest event time.
         last: Latest event time.
         manifest_versions: Manifest versions the hosts reported, sorted (unknown left out).
+        settings: The session settings the hosts reported (`schemas.settings` encoding; None:
+            not reported).
     """
 
     host_class: str
@@ -785,6 +812,7 @@ class ProfileRow:
     first: datetime
     last: datetime
     manifest_versions: tuple[int, ...]
+    settings: str | None = None
 
 
 @dataclass(frozen=True)
@@ -801,14 +829,14 @@ class TelemetryProfile:
 _PROFILE_SQL = """
 WITH w AS (
     SELECT host_class, model_digest, runtime_revision, placement,
-           list_sort(providers) AS providers, fallback_nodes, host_id, latency_ms, time,
-           manifest_version
+           list_sort(providers) AS providers, fallback_nodes, settings, host_id, latency_ms,
+           time, manifest_version
     FROM telemetry
     WHERE time >= $start AND time <= $end {cohort}
 ),
 h AS (
     SELECT host_class, model_digest, runtime_revision, placement, providers, fallback_nodes,
-           host_id, count(*) AS events, count(latency_ms) AS latency_samples,
+           settings, host_id, count(*) AS events, count(latency_ms) AS latency_samples,
            min(time) AS first, max(time) AS last,
            list(DISTINCT manifest_version) FILTER (WHERE manifest_version IS NOT NULL) AS mv
     FROM w
@@ -817,11 +845,12 @@ h AS (
 SELECT host_class, model_digest, runtime_revision, placement, providers, fallback_nodes,
        sum(events)::BIGINT, count(*)::BIGINT, min(host_id, $examples),
        sum(latency_samples)::BIGINT, min(first), max(last),
-       list_sort(list_distinct(flatten(list(mv))))
+       list_sort(list_distinct(flatten(list(mv)))), settings
 FROM h
-GROUP BY host_class, model_digest, runtime_revision, placement, providers, fallback_nodes
+GROUP BY host_class, model_digest, runtime_revision, placement, providers, fallback_nodes,
+         settings
 ORDER BY host_class, model_digest NULLS FIRST, runtime_revision, placement, providers,
-         fallback_nodes NULLS FIRST
+         fallback_nodes NULLS FIRST, settings NULLS FIRST
 """
 
 _CLASS_SQL = """
@@ -898,6 +927,7 @@ def telemetry_profile(
                 first=r[10],
                 last=r[11],
                 manifest_versions=tuple(int(v) for v in r[12] or ()),
+                settings=r[13],
             )
             for r in rows
         ),

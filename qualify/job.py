@@ -44,6 +44,7 @@ class ProviderJob:
     provider_options: dict[str, dict[str, Any]]
     session_config: dict[str, Any]
     graph_optimization_level: str
+    execution_mode: str | None
     intra_op_threads: int | None
     inter_op_threads: int | None
     strict_fallback: bool
@@ -165,6 +166,7 @@ def job_for(
             provider_options={k: dict(v) for k, v in provider.provider_options.items()},
             session_config=dict(provider.session_config),
             graph_optimization_level=provider.graph_optimization_level,
+            execution_mode=provider.execution_mode,
             intra_op_threads=provider.intra_op_threads,
             inter_op_threads=provider.inter_op_threads,
             strict_fallback=provider.strict_fallback,

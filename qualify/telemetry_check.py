@@ -43,6 +43,7 @@ from qualify.stats import quantile_bound_ranks
 from schemas.cell import Cell, latest
 from schemas.manifest import Manifest, ManifestEntry
 from schemas.rules import order_rank, p99_outcome
+from schemas.settings import decode_settings, qualified_settings, settings_differences
 from schemas.telemetry import (
     Alert,
     AlertKind,
@@ -329,6 +330,61 @@ def _placement_alerts(
     return alerts, notes
 
 
+def _qualified_settings_of(entry: ManifestEntry, digest: str) -> dict[str, str] | None:
+    """The settings ``digest`` was approved under in this entry; None: not one of its own."""
+    provider = entry.provider
+    if (
+        entry.rollback is not None
+        and digest == entry.rollback.digest
+        and digest != _assigned(entry)
+    ):
+        provider = entry.rollback.provider or entry.provider
+    elif digest != _assigned(entry) and (
+        entry.rollout is None or digest != entry.rollout.artifact.digest
+    ):
+        return None
+    return qualified_settings(provider.model_dump(mode="json"))
+
+
+def _settings_alert(name: str, entry: ManifestEntry, rows: Sequence[ProfileRow]) -> Alert | None:
+    """Hosts whose sessions run one of the class's artifacts under other session settings."""
+    combos: dict[tuple[str, str], list[ProfileRow]] = defaultdict(list)
+    phrases: dict[tuple[str, str], list[str]] = {}
+    for row in rows:
+        if row.settings is None or row.model_digest is None:
+            continue
+        qualified = _qualified_settings_of(entry, row.model_digest)
+        if qualified is None:
+            continue  # an unexpected digest: its own alert
+        differences = settings_differences(qualified, decode_settings(row.settings))
+        if differences:
+            combos[(row.model_digest, row.settings)].append(row)
+            phrases[(row.model_digest, row.settings)] = differences
+    if not combos:
+        return None
+    observed = [
+        _group(found, digest=digest, settings=text, differences=phrases[(digest, text)])
+        for (digest, text), found in sorted(combos.items())
+    ]
+    hosts = sum(o["hosts"] for o in observed)
+    first = observed[0]["differences"]
+    shown = "; ".join(first[:3]) + (f" (+{len(first) - 3} more)" if len(first) > 3 else "")
+    return _alert(
+        name,
+        "settings_differ",
+        "critical",
+        f"{hosts} host(s) of {name} run the model with other session settings than it was "
+        f"qualified with: {shown}",
+        {
+            "qualified": qualified_settings(entry.provider.model_dump(mode="json")),
+            "observed": observed,
+        },
+        "Build the session with resolve-artifact's settings (threads, execution mode, graph "
+        "level, session config, provider options), or qualify the class under the settings "
+        f"the hosts use (edit its provider section, then qualify run --host-class {name}).",
+    )
+
+
 def _runtime_alert(
     name: str, key: tuple[str, str, str], cells: Sequence[Cell], rows: Sequence[ProfileRow]
 ) -> Alert | None:
@@ -489,7 +545,8 @@ def _path_alerts(
     p99_alert: Alert | None,
     p99_note: str | None,
 ) -> tuple[list[Alert], list[str]]:
-    """Alerts and notes of a class that sent events: digest, placement, p99 and runtime."""
+    """Alerts and notes of a class that sent events: digest, placement, settings, p99 and
+    runtime."""
     alerts: list[Alert] = []
     notes: list[str] = []
     digest_alert = _digest_alert(name, entry, rows, ctx.short, ctx.version)
@@ -497,6 +554,9 @@ def _path_alerts(
         alerts.append(digest_alert)
     placement_alerts, placement_notes = _placement_alerts(name, entry, cell, rows)
     alerts.extend(placement_alerts)
+    settings_alert = _settings_alert(name, entry, rows)
+    if settings_alert is not None:
+        alerts.append(settings_alert)
     notes.extend(placement_notes)
     if p99_alert is not None:
         alerts.append(p99_alert)

@@ -29,6 +29,7 @@ from qualify import cpus, energy
 from qualify.job import JobError, WorkerJob
 from qualify.procfs import hwm_kb, reset_hwm
 from schemas.rules import batched_on, fallback_count, sample_at, swept_axes
+from schemas.settings import option_text
 
 __all__ = ["classify_exception", "main", "probe"]
 
@@ -133,8 +134,10 @@ def _session_options(ort: Any, job: WorkerJob, record_placement: bool) -> Any:
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     }[provider.graph_optimization_level]
     so.graph_optimization_level = level
+    if provider.execution_mode == "parallel":
+        so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
     for key, value in provider.session_config.items():
-        so.add_session_config_entry(str(key), _option_text(value))
+        so.add_session_config_entry(str(key), option_text(value))
     if provider.strict_fallback:
         so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     if record_placement:
@@ -192,13 +195,6 @@ def _trim_heap() -> None:
         return
 
 
-def _option_text(value: Any) -> str:
-    """onnxruntime takes option values as strings; booleans as 1/0, as its own keys spell them."""
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    return str(value)
-
-
 def _create(
     ort: Any,
     model: str,
@@ -209,7 +205,7 @@ def _create(
     provider = job.provider
     names = list(provider.execution_providers)
     options = [
-        {str(k): _option_text(v) for k, v in provider.provider_options.get(n, {}).items()}
+        {str(k): option_text(v) for k, v in provider.provider_options.get(n, {}).items()}
         for n in names
     ]
     so = _session_options(ort, job, record_placement)

@@ -637,6 +637,11 @@ class ProviderSpec(_ProjectDocument):
     graph_optimization_level: Literal["disable", "basic", "extended", "all"] = Field(
         default="all", description="Graph optimisation level."
     )
+    execution_mode: Literal["sequential", "parallel"] | None = Field(
+        default=None,
+        description="onnxruntime's execution mode: 'parallel' runs independent branches of the "
+        "graph at once on inter_op_threads; unset: onnxruntime's default, sequential.",
+    )
     strict_fallback: bool = Field(
         default=False,
         description="Set session.disable_cpu_ep_fallback: session creation fails instead of "
@@ -747,10 +752,10 @@ class HostClass(_ProjectDocument):
     def settings_digest(self) -> str:
         """Digest of the runtime and provider settings; a cell measured under another is stale.
 
-        Placement on cores counts once set; unset, it is left out, so that the digests of
-        classes written before it existed do not change."""
-        placement = {"cpu_affinity", "numa_node"}
-        unset = {f for f in placement if getattr(self.provider, f) is None}
+        Placement on cores and the execution mode count once set; unset, they are left out, so
+        that the digests of classes written before they existed do not change."""
+        optional = {"cpu_affinity", "numa_node", "execution_mode"}
+        unset = {f for f in optional if getattr(self.provider, f) is None}
         doc = {
             "runtime": self.runtime.model_dump(),
             "provider": self.provider.model_dump(exclude=unset),

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AwareDatetime, ConfigDict, Field, field_validator
 
 from schemas.base import Digest, Document
+from schemas.settings import MAX_SETTINGS_CHARS, decode_settings
 
 __all__ = [
     "ALERT_KINDS",
@@ -58,6 +59,7 @@ AlertKind = Literal[
     "no_data",
     "unqualified_runtime",
     "unknown_class",
+    "settings_differ",
 ]
 
 ALERT_KINDS: dict[str, str] = {
@@ -72,6 +74,9 @@ ALERT_KINDS: dict[str, str] = {
     "unqualified_runtime": "hosts of the class run an onnxruntime revision no cell of the class "
     "was qualified on",
     "unknown_class": "hosts report a class the manifest does not know",
+    "settings_differ": "hosts run the class's artifact with session settings (threads, "
+    "execution mode, graph level, session config, provider options) other than those it was "
+    "qualified with",
 }
 """Alert kinds, each with what it means."""
 
@@ -177,6 +182,22 @@ class TelemetryEvent(Document):
         description="Which side of that rollout the host is on: 'canary' (it runs the rollout's "
         "artifact) or 'rest'; null without a rollout.",
     )
+    settings: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SETTINGS_CHARS,
+        description="The session settings the host's session runs with, read back from the "
+        "session (manifest.host_events.session_settings): sorted 'key=value' pairs joined by "
+        "';', percent-encoded, e.g. 'execution_mode=sequential;graph_optimization_level=all;"
+        "inter_op_threads=0;intra_op_threads=2'; null if unknown.",
+    )
+
+    @field_validator("settings")
+    @classmethod
+    def _settings(cls, value: str | None) -> str | None:
+        if value is not None:
+            decode_settings(value)
+        return value
 
     @field_validator("latency_ms")
     @classmethod

@@ -24,8 +24,10 @@ from manifest.host_events import (
     format_time,
     placement_of,
     record_session,
+    session_settings,
 )
 from schemas.generate import SCHEMA_DIR
+from schemas.settings import decode_settings, qualified_settings, settings_differences
 from schemas.telemetry import TelemetryEvent
 from tests.manifest.factories import GOLDEN, digest_of, fixed_key, scenario, signed_manifest
 from tests.models import build
@@ -266,3 +268,50 @@ def test_the_old_import_path_gives_the_same_objects() -> None:
     assert telemetry.__all__ == host_events.__all__
     for name in host_events.__all__:
         assert getattr(telemetry, name) is getattr(host_events, name), name
+
+
+def test_a_session_reports_the_settings_it_really_runs_with(model: Path, tmp_path: Path) -> None:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.custom.knob", "7")
+    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    qualified = qualified_settings(
+        {"intra_op_threads": 1, "session_config": {"session.custom.knob": 7}}
+    )
+    event = record(session, tmp_path / "t.jsonl", settings=qualified)
+    assert event is not None
+    parsed = valid(event)
+    assert parsed.settings is not None
+    assert decode_settings(parsed.settings) == {
+        "config:session.custom.knob": "7",  # read because the qualified settings name it
+        "config:session.intra_op.allow_spinning": "0",  # watched: read although not named
+        "execution_mode": "parallel",
+        "graph_optimization_level": "basic",
+        "inter_op_threads": "0",
+        "intra_op_threads": "1",
+    }
+    assert settings_differences(qualified, decode_settings(parsed.settings)) == [
+        "config:session.intra_op.allow_spinning 0, qualified unset",
+        "execution_mode parallel, qualified sequential",
+        "graph_optimization_level basic, qualified all",
+    ]
+
+
+def test_a_default_session_matches_a_class_that_sets_nothing(model: Path, tmp_path: Path) -> None:
+    plain = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    observed = session_settings(plain, qualified_settings({}))
+    assert observed == qualified_settings({})
+
+
+def test_a_session_that_cannot_report_settings_leaves_them_out(tmp_path: Path) -> None:
+    class Bare:
+        def get_providers(self) -> list[str]:
+            return ["CPUExecutionProvider"]
+
+    event = record(Bare(), tmp_path / "t.jsonl")
+    assert event is not None
+    assert "settings" not in event
+    assert valid(event).settings is None

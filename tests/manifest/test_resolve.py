@@ -21,6 +21,7 @@ from manifest.build import per_class_documents
 from manifest.errors import ExpiredError
 from manifest.signing import public_raw, sign_document
 from schemas.manifest import Manifest
+from schemas.settings import qualified_settings
 from tests.manifest.factories import (
     GOLDEN,
     Fleet,
@@ -131,6 +132,11 @@ def test_json_answer_has_the_documented_keys(host: Host) -> None:
         2,
         "manifest",
     )
+    entry = fresh()["signed"]["entries"]["x86-vnni"]
+    assert answer["settings"] == qualified_settings(entry["provider"])
+    assert answer["settings"]["graph_optimization_level"] == entry["provider"].get(
+        "graph_optimization_level", "all"
+    )
 
 
 def test_held_class_exits_3_and_prints_no_artifact(host: Host) -> None:
@@ -138,6 +144,8 @@ def test_held_class_exits_3_and_prints_no_artifact(host: Host) -> None:
     code, out, err = host.run(path, "--host-class", "arm-new")
     assert (code, out) == (resolve.EXIT_HOLD, "")
     assert "on hold" in err
+    _, out, _ = host.run(path, "--host-class", "arm-new", "--json")
+    assert json.loads(out)["settings"] is None
 
 
 def test_unknown_class_exits_2(host: Host) -> None:

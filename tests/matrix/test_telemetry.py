@@ -440,3 +440,25 @@ def test_each_mutation_beside_a_valid_line_gets_the_models_verdict(
     ]
     assert kept == [i + 1 for i, raw in enumerate(lines) if _model_accepts(raw)]
     assert all(len(b.message) <= 400 for b in done.bad)
+
+
+def test_settings_are_stored_as_sent_and_malformed_ones_are_bad_lines(
+    store: Store, tmp_path: Path
+) -> None:
+    good = "execution_mode=sequential;graph_optimization_level=all;inter_op_threads=0;intra_op_threads=2"
+    path = write(
+        tmp_path / "t.jsonl",
+        [
+            line(settings=good),
+            line(settings="intra_op_threads=2"),  # lacks the core keys
+            line(),
+            line(settings=""),
+            line(settings=good.replace("=2", "=4")),
+        ],
+    )
+    done = ingest_telemetry(store, [path], now=NOW).files[0]
+    found = {b.line: b.message for b in done.bad}
+    assert sorted(found) == [2, 4]
+    assert all("settings" in message for message in found.values())
+    rows = store.connection.execute("SELECT line, settings FROM telemetry ORDER BY line").fetchall()
+    assert rows == [(1, good), (3, None), (5, good.replace("=2", "=4"))]

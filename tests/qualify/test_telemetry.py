@@ -468,3 +468,59 @@ def test_a_staged_rollouts_cohort_running_its_artifact_is_not_an_unexpected_dige
         )
     check = check_telemetry(manifest, simulated.cells, aggregates, now=NOW, settings=settings)
     assert kinds(check) == []
+
+
+def sessions_events(
+    tmp_path: Path, simulated: Fleet, host_class: str, *, intra_op_threads: int
+) -> list[dict[str, Any]]:
+    """Events a real onnxruntime session writes through record_session, handed the settings
+    resolve-artifact answers for the class, with the session built by a host that used
+    ``intra_op_threads`` threads."""
+    import onnxruntime as ort
+
+    from manifest.host_events import record_session
+    from schemas.settings import qualified_settings
+    from tests.models import build
+
+    entry = manifest_of(simulated).signed.entries[host_class]
+    answer_settings = qualified_settings(entry.provider.model_dump(mode="json"))
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = intra_op_threads
+    model = build("identity_mlp", tmp_path)
+    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    path = tmp_path / f"{host_class}-{intra_op_threads}.jsonl"
+    for i in range(20):
+        record_session(
+            session,
+            path=path,
+            host_class=host_class,
+            model_digest=CANDIDATE,
+            manifest_version=3,
+            expected_provider="CPUExecutionProvider",
+            latency_ms=20.0,
+            sample_rate=1.0,
+            host=f"{host_class}-s{i % 2}",
+            when=NOW - timedelta(minutes=1 + i),
+            settings=answer_settings,
+        )
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_host_running_the_artifact_with_other_settings_than_qualified_raises_an_alert(
+    tmp_path: Path,
+) -> None:
+    simulated = fleet()
+    same = sessions_events(tmp_path, simulated, "x86", intra_op_threads=0)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert judge(tmp_path / "a", healthy() + same, simulated=simulated).alerts == []
+    other = sessions_events(tmp_path, simulated, "x86", intra_op_threads=3)
+    check = judge(tmp_path / "b", healthy() + other, simulated=simulated)
+    assert kinds(check) == [("x86", "settings_differ")]
+    [alert] = check.alerts
+    assert alert.severity == "critical"
+    assert "intra_op_threads 3, qualified 0" in alert.message
+    [seen] = alert.evidence["observed"]
+    assert seen["hosts"] == 2
+    assert seen["differences"] == ["intra_op_threads 3, qualified 0"]
+    assert alert.evidence["qualified"]["intra_op_threads"] == "0"
