@@ -276,6 +276,17 @@ CREATE TABLE fleet_gaps (
 """What ``qualify fleet run`` found it could not run (``unserved``: no host advertised the class),
 so that coverage can say so until a cell of that key is measured after it."""
 
+_TUNES = """
+CREATE TABLE tunes (
+    tune_id     VARCHAR PRIMARY KEY,
+    host_class  VARCHAR NOT NULL,
+    started_at  TIMESTAMPTZ NOT NULL,
+    record      JSON NOT NULL
+)
+"""
+"""What ``qualify tune`` raced (``schemas.tune.TuneRecord``): its trials are cells, kept out of
+``cells`` so that no decision rests on a brief measurement without parity."""
+
 _ROLLOUTS = """
 CREATE TABLE rollouts (
     rollout_id VARCHAR NOT NULL,
@@ -361,6 +372,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=9,
         name="telemetry.settings: the session settings a host's session ran with",
         statements=("ALTER TABLE telemetry ADD COLUMN settings VARCHAR",),
+    ),
+    Migration(
+        version=10,
+        name="tunes: every qualify tune, its trials as cells, apart from the decision matrix",
+        statements=(_TUNES,),
     ),
 )
 

@@ -48,6 +48,7 @@ from matrix.migrations import (
 from schemas.atomic import read_bounded
 from schemas.cell import Cell, LatencyConfig, RunBundle, RunRecord, dims_text
 from schemas.project import HostClassKey
+from schemas.tune import TuneRecord
 
 __all__ = ["EXPORTED", "MEMORY", "LockWait", "Store"]
 
@@ -862,6 +863,28 @@ class Store:
                 at,
             ],
         )
+
+    def write_tune(self, record: TuneRecord) -> None:
+        """Store one tune and its trials (replacing a tune of the same id).
+
+        Raises:
+            MatrixError: the store was opened read-only.
+        """
+        self._require_writable("record a tune")
+        self._conn.execute("DELETE FROM tunes WHERE tune_id = ?", [record.tune_id])
+        self._conn.execute(
+            "INSERT INTO tunes VALUES (?, ?, ?, ?)",
+            [record.tune_id, record.host_class, record.started_at, record.model_dump_json()],
+        )
+
+    def tunes(self, host_class: str | None = None) -> list[TuneRecord]:
+        """Every stored tune, oldest first (one class's with ``host_class``)."""
+        rows = self._conn.execute(
+            "SELECT record FROM tunes WHERE $c IS NULL OR host_class = $c "
+            "ORDER BY started_at, tune_id",
+            {"c": host_class},
+        ).fetchall()
+        return [TuneRecord.model_validate_json(row[0]) for row in rows]
 
     def rollout_log(self, host_class: str | None = None) -> list[dict[str, Any]]:
         """Every rollout action, oldest first (one class's with ``host_class``)."""

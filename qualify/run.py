@@ -64,7 +64,15 @@ from schemas.cell import (
 from schemas.host import Fingerprint
 from schemas.project import ArtifactSpec, HostClass, OpenLoop, Tolerance
 
-__all__ = ["RunOptions", "RunOutcome", "new_run_id", "qualify_run"]
+__all__ = [
+    "RunOptions",
+    "RunOutcome",
+    "check_host",
+    "latency_results",
+    "new_run_id",
+    "placement_from",
+    "qualify_run",
+]
 
 EventSink = Callable[[str], None]
 
@@ -113,7 +121,7 @@ def new_run_id(host_class: str, now: datetime) -> str:
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{host_class}-{secrets.token_hex(3)}"
 
 
-def _latency_results(
+def latency_results(
     evidence: dict[LatencyConfig, ConfigEvidence],
     outcome: WorkerOutcome,
     confidence: float,
@@ -363,7 +371,7 @@ def _bind_label(
     return on_start
 
 
-def _placement(outcome: WorkerOutcome) -> Placement | None:
+def placement_from(outcome: WorkerOutcome) -> Placement | None:
     doc = outcome.result.get("placement")
     if not doc:
         return None
@@ -416,7 +424,7 @@ def _sample_tables(digest: str, evidence: dict[LatencyConfig, ConfigEvidence]) -
     return tables
 
 
-def _fingerprint_and_check(
+def check_host(
     loaded: LoadedProject, class_name: str, emulate: bool, probe: Callable[[], dict[str, Any]]
 ) -> tuple[HostClass, Fingerprint, list[str]]:
     classes = loaded.project.host_classes
@@ -480,7 +488,7 @@ def qualify_run(
         ArtifactError: an artifact file is missing.
     """
     project = loaded.project
-    host_class, fp, mismatches = _fingerprint_and_check(
+    host_class, fp, mismatches = check_host(
         loaded, class_name, options.emulate, workers.probe
     )
     emulated = bool(mismatches)
@@ -556,7 +564,7 @@ def qualify_run(
                 if index > 0
                 else {}
             )
-            latency = _latency_results(outcomes.evidence[index], outcome, wl.confidence, ratios)
+            latency = latency_results(outcomes.evidence[index], outcome, wl.confidence, ratios)
             reasons: list[Reason] = []
             if outcome.error_code:
                 reasons.append(Reason(code=outcome.error_code, message=outcome.error_message or ""))
@@ -598,7 +606,7 @@ def qualify_run(
                 peak_rss_source=outcome.peak_rss_source,
                 import_rss_mb=_mb(outcome.result.get("import_hwm_kb")),
                 import_ms=outcome.result.get("import_ms"),
-                placement=_placement(outcome),
+                placement=placement_from(outcome),
                 latency=latency,
                 parity=parity,
                 error=outcome.error_message if outcome.error_code else None,
