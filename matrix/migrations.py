@@ -287,6 +287,25 @@ CREATE TABLE tunes (
 """What ``qualify tune`` raced (``schemas.tune.TuneRecord``): its trials are cells, kept out of
 ``cells`` so that no decision rests on a brief measurement without parity."""
 
+_LINEAGE = """
+CREATE TABLE lineage (
+    artifact_digest     VARCHAR PRIMARY KEY,
+    name                VARCHAR NOT NULL,
+    precision           VARCHAR NOT NULL,
+    parent_digest       VARCHAR NOT NULL,
+    parent_name         VARCHAR NOT NULL,
+    tool                VARCHAR NOT NULL,
+    tool_version        VARCHAR NOT NULL,
+    params              JSON NOT NULL,
+    calibration_digest  VARCHAR,
+    note                VARCHAR,
+    created_at          TIMESTAMPTZ NOT NULL
+)
+"""
+"""What ``qualify candidates`` made (``schemas.lineage.Lineage``): one row per artifact digest,
+the parent it was derived from, the converter and its version, every parameter, and the
+digest of the calibration data."""
+
 _ROLLOUTS = """
 CREATE TABLE rollouts (
     rollout_id VARCHAR NOT NULL,
@@ -377,6 +396,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=10,
         name="tunes: every qualify tune, its trials as cells, apart from the decision matrix",
         statements=(_TUNES,),
+    ),
+    Migration(
+        version=11,
+        name="lineage: how each candidate qualify made was derived from its parent",
+        statements=(_LINEAGE,),
     ),
 )
 

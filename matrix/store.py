@@ -47,6 +47,7 @@ from matrix.migrations import (
 )
 from schemas.atomic import read_bounded
 from schemas.cell import Cell, LatencyConfig, RunBundle, RunRecord, dims_text
+from schemas.lineage import Lineage
 from schemas.project import HostClassKey
 from schemas.tune import TuneRecord
 
@@ -885,6 +886,58 @@ class Store:
             {"c": host_class},
         ).fetchall()
         return [TuneRecord.model_validate_json(row[0]) for row in rows]
+
+    def record_lineage(self, items: Iterable[Lineage]) -> None:
+        """Store how artifacts were derived (replacing what was stored for the same digest).
+
+        Raises:
+            MatrixError: the store was opened read-only.
+        """
+        self._require_writable("record lineage")
+        for item in items:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    item.artifact_digest,
+                    item.name,
+                    item.precision,
+                    item.parent_digest,
+                    item.parent_name,
+                    item.tool,
+                    item.tool_version,
+                    json.dumps(item.params, sort_keys=True),
+                    item.calibration_digest,
+                    item.note,
+                    item.created_at,
+                ],
+            )
+
+    def lineage(self) -> dict[str, Lineage]:
+        """How each artifact qualify made was derived, by artifact digest."""
+        rows = self._conn.execute(
+            "SELECT artifact_digest, name, precision, parent_digest, parent_name, tool, "
+            "tool_version, params, calibration_digest, note, created_at FROM lineage "
+            "ORDER BY created_at, name"
+        ).fetchall()
+        fields = (
+            "artifact_digest",
+            "name",
+            "precision",
+            "parent_digest",
+            "parent_name",
+            "tool",
+            "tool_version",
+            "params",
+            "calibration_digest",
+            "note",
+            "created_at",
+        )
+        found = {}
+        for row in rows:
+            doc = dict(zip(fields, row, strict=True))
+            doc["params"] = json.loads(doc["params"])
+            found[doc["artifact_digest"]] = Lineage.model_validate(doc)
+        return found
 
     def rollout_log(self, host_class: str | None = None) -> list[dict[str, Any]]:
         """Every rollout action, oldest first (one class's with ``host_class``)."""

@@ -265,6 +265,80 @@ def run_cmd(
     sys.exit(1 if not outcome.ok else GATE_EXIT if blocked else 0)
 
 
+@cli.command("candidates")
+@_project_option
+@_db_option
+@click.option(
+    "--variant",
+    "variants",
+    multiple=True,
+    metavar="NAME",
+    help="A variant to make (repeatable): int8-dynamic, int8-qdq-per-channel, "
+    "int8-qdq-reduce-range, fp16, pruned; default: all.",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Folder for the variant files; default: models/candidates beside the project file.",
+)
+@click.option(
+    "--prune-ratio",
+    type=click.FloatRange(0.01, 0.9),
+    default=0.25,
+    show_default=True,
+    help="Share of hidden units the pruned variant removes (by weight magnitude).",
+)
+@click.option(
+    "--no-write", "no_write", is_flag=True, help="Do not add the variants to the project file."
+)
+def candidates_cmd(
+    project_path: Path,
+    db_path: Path,
+    variants: tuple[str, ...],
+    out_dir: Path | None,
+    prune_ratio: float,
+    no_write: bool,
+) -> None:
+    """Make candidate variants of the baseline and add them to the project file.
+
+    int8 dynamic (per-channel, 7-bit weights), int8 static QDQ calibrated on the workload's
+    recorded inputs (per-channel, and per-tensor with reduce_range: integer kernels differ
+    between CPUs), fp16 with float32 inputs and outputs, and a structurally pruned model
+    (hidden units of MatMul pairs removed by weight magnitude; not fine-tuned). Each goes into
+    the artifact store with its lineage in the matrix (parent digest, tool and version, every
+    parameter, calibration data digest); qualify run then qualifies them like any candidate.
+
+    Exit status: 0 when every variant asked for was made, 1 when some could not be (each is
+    named with the op and the fix), 2 for a usage or project-file error.
+    """
+    from qualify.candidates import make_candidates
+    from qualify.convert import VARIANTS
+    from qualify.project import load_project
+
+    unknown = [v for v in variants if v not in VARIANTS]
+    if unknown:
+        _fail(f"--variant {unknown[0]!r}: not a variant; pick from {', '.join(VARIANTS)}")
+    loaded = load_project(project_path)
+    outcome = make_candidates(
+        loaded,
+        db_path=db_path,
+        out_dir=out_dir,
+        which=variants or None,
+        prune_ratio=prune_ratio,
+        write=not no_write,
+        on_event=lambda line: click.echo(line),
+    )
+    for name, why in outcome.failed.items():
+        click.echo(f"qualify: {name}: {why}", err=True)
+    if outcome.made and not no_write:
+        click.echo(
+            f"added {len(outcome.made)} candidate(s) to {loaded.path}; next: qualify run "
+            "--host-class NAME"
+        )
+    sys.exit(1 if outcome.failed else 0)
+
+
 @cli.command("tune")
 @click.option("--host-class", "host_class", required=True, help="Host class to tune.")
 @_project_option

@@ -424,6 +424,29 @@ def _sample_tables(digest: str, evidence: dict[LatencyConfig, ConfigEvidence]) -
     return tables
 
 
+def _store_artifacts(
+    loaded: LoadedProject, store: ArtifactStore
+) -> list[tuple[ArtifactSpec, str, Path]]:
+    """Every artifact of the project in the store, baseline first: (spec, digest, stored path).
+
+    Raises:
+        ProjectError: two artifacts are the same bytes (a run measures each digest once).
+    """
+    artifacts = loaded.project.artifacts
+    stored: list[tuple[ArtifactSpec, str, Path]] = []
+    for spec in [artifacts.baseline, *artifacts.candidates]:
+        digest, path = store.add(loaded.resolve(spec.path))
+        twin = next((s for s, d, _ in stored if d == digest), None)
+        if twin is not None:
+            raise ProjectError(
+                f"{loaded.path}: artifacts {twin.label!r} ({twin.path}) and {spec.label!r} "
+                f"({spec.path}) are the same bytes ({digest[:19]}); a run measures each "
+                "artifact once. Fix: remove one of them from the project file."
+            )
+        stored.append((spec, digest, path))
+    return stored
+
+
 def check_host(
     loaded: LoadedProject, class_name: str, emulate: bool, probe: Callable[[], dict[str, Any]]
 ) -> tuple[HostClass, Fingerprint, list[str]]:
@@ -488,9 +511,7 @@ def qualify_run(
         ArtifactError: an artifact file is missing.
     """
     project = loaded.project
-    host_class, fp, mismatches = check_host(
-        loaded, class_name, options.emulate, workers.probe
-    )
+    host_class, fp, mismatches = check_host(loaded, class_name, options.emulate, workers.probe)
     emulated = bool(mismatches)
     db_dir = options.db_path.resolve().parent
     store = ArtifactStore(options.store_dir or db_dir / "artifacts")
@@ -503,11 +524,7 @@ def qualify_run(
     if emulated:
         on_event("emulated: " + "; ".join(mismatches))
 
-    specs: list[ArtifactSpec] = [project.artifacts.baseline, *project.artifacts.candidates]
-    stored: list[tuple[ArtifactSpec, str, Path]] = []
-    for spec in specs:
-        digest, path = store.add(loaded.resolve(spec.path))
-        stored.append((spec, digest, path))
+    stored = _store_artifacts(loaded, store)
 
     pool = build_pool(wl, loaded.resolve)
     cells: list[Cell] = []

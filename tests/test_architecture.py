@@ -23,7 +23,7 @@ ALLOWED = {
 # Third-party packages confined to one room.
 CONFINED = {
     "duckdb": ("matrix/",),
-    "onnxruntime": ("qualify/worker.py",),
+    "onnxruntime": ("qualify/worker.py", "qualify/convert.py"),
     "jinja2": ("reports/",),
     "ray": ("qualify/fleet.py",),
 }
