@@ -44,8 +44,15 @@ VARIANTS = (
 """The variants `make_variants` knows, in the order it makes them."""
 
 _CALIBRATION_ROWS = 256
-_OP_RE = re.compile(r"(?:for|node|op)\s+(?:type\s+)?'?([A-Z][A-Za-z0-9]+)\(?\d*\)?'?")
-_NODE_RE = re.compile(r"node with name '([^']+)'")
+_WHERE = (
+    # onnxruntime's and the converters' ways of naming the op and the node that failed
+    re.compile(r"implementation for (?P<op>\w+)\(\d+\) node with name '(?P<node>[^']*)'"),
+    re.compile(r"In Node, \(\"(?P<node>[^\"]*)\", (?P<op>\w+),"),
+    re.compile(r"of operator \((?P<op>\w+)\) in node \((?P<node>[^)]*)\)"),
+    re.compile(r"of node \((?P<node>[^)]*)\)"),
+    re.compile(r"No Op registered for (?P<op>\w+)"),
+    re.compile(r"op_type[=: ]+'?(?P<op>[A-Z]\w+)"),
+)
 
 
 class ConversionError(Exception):
@@ -86,16 +93,28 @@ def _one_line(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def _failure(variant: str, exc: BaseException, fix: str) -> ConversionError:
+def _op_and_node(message: str) -> tuple[str | None, str | None]:
+    op = node = None
+    for pattern in _WHERE:
+        found = pattern.search(message)
+        if found is not None:
+            named = found.groupdict()
+            op = op or named.get("op")
+            node = node or named.get("node")
+    return op, node
+
+
+def _failure(
+    variant: str, exc: BaseException, fix: str, model: onnx.ModelProto | None = None
+) -> ConversionError:
+    """A converter's or onnxruntime's exception as one message naming the op and the node."""
     message = str(exc)
-    op = _OP_RE.search(message)
-    node = _NODE_RE.search(message)
-    where = ""
-    if op:
-        where += f" on op {op.group(1)}"
-    if node:
-        where += f" (node {node.group(1)!r})"
-    return ConversionError(f"{variant}: the converter failed{where}: {_one_line(exc)}. Fix: {fix}")
+    op, node = _op_and_node(message)
+    if op is None and node is not None and model is not None:
+        op = next((n.op_type for n in model.graph.node if n.name == node), None)
+    where = (f" on op {op}" if op else "") + (f" (node {node!r})" if node else "")
+    text = re.sub(r"\S*\.tmp\b", f"the {variant} model", _one_line(exc))
+    return ConversionError(f"{variant}: the converter failed{where}: {text}. Fix: {fix}")
 
 
 @contextlib.contextmanager
@@ -142,6 +161,7 @@ def _check_loads(variant: str, path: Path, feed: dict[str, Any]) -> None:
             exc,
             "this runtime cannot run the variant on the CPU; leave it out with --variant, or "
             "qualify it on a class whose provider has the kernel",
+            onnx.load(str(path), load_external_data=False),
         ) from None
 
 
