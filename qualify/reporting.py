@@ -80,5 +80,7 @@ def write_qualification_report(
         signature_status=status,
         previous=previous,
         rollouts=db.rollout_log(),
+        tunes=db.tunes(),
+        lineage=db.lineage(),
     )
     return write_report(view, out)

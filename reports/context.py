@@ -36,6 +36,7 @@ from reports.formatting import (
     utc_minute,
 )
 from reports.tones import gate_tones, verdict_tone, with_tone
+from reports.tuning import lineage_rows, tuning_views
 from reports.view import (
     ArtifactColumn,
     ClassView,
@@ -54,6 +55,7 @@ from reports.view import (
     Tone,
 )
 from schemas.cell import REASON_CODES, Cell, OutputParity, RunRecord, recency
+from schemas.lineage import Lineage
 from schemas.manifest import (
     DECISION_REASON_CODES,
     ChangeSide,
@@ -63,6 +65,7 @@ from schemas.manifest import (
 )
 from schemas.project import HostClass, OutputTolerance, Project
 from schemas.rules import fallback_count
+from schemas.tune import TuneRecord
 
 __all__ = ["build_report"]
 
@@ -954,6 +957,8 @@ def build_report(
     signature_status: SignatureStatus | str | None = None,
     previous: Manifest | ManifestSigned | None = None,
     rollouts: Sequence[Mapping[str, Any]] = (),
+    tunes: Sequence[TuneRecord] = (),
+    lineage: Mapping[str, Lineage] | None = None,
 ) -> ReportView:
     """Build the report's view model. Pure: no I/O, no clock.
 
@@ -973,6 +978,8 @@ def build_report(
             ``SignatureStatus`` or its text (``verified``, ``unsigned``, ``invalid: <why>``).
         previous: The manifest before ``manifest``; adds the manifest-diff section.
         rollouts: The matrix's rollout log (``Store.rollout_log()``); adds the rollout history.
+        tunes: The matrix's tunes (``Store.tunes()``); adds each class's latest tuning trials.
+        lineage: How made candidates were derived (``Store.lineage()``); adds the lineage table.
 
     Returns:
         The page's view model.
@@ -1010,6 +1017,8 @@ def build_report(
         diff=diff,
         notes=_notes(orphans, columns),
         rollouts=tuple(_rollout_row(r) for r in rollouts),
+        tunings=tuning_views(project, tunes),
+        lineage=lineage_rows(lineage or {}),
     )
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "Header",
     "HeatCell",
     "HeatRow",
+    "LineageRow",
     "ParityRow",
     "ReasonView",
     "ReportView",
@@ -33,6 +34,8 @@ __all__ = [
     "RunView",
     "SignatureStatus",
     "Tone",
+    "TrialRow",
+    "TuningView",
 ]
 
 Tone = Literal["", "ok", "bad", "warn", "muted"]
@@ -280,6 +283,57 @@ class RolloutRow:
 
 
 @dataclass(frozen=True)
+class TrialRow:
+    """One raced configuration of a tune, as the chart and table show it."""
+
+    trial: int
+    label: str
+    status: str
+    tone: Tone
+    p50_text: str
+    p99_text: str
+    p50_pct: float
+    """Bar length of p50, percent of the chart's width (0 when not measured)."""
+    p99_pct: float
+    ratio: str
+    """'p50 x0.77 [0.76, 0.78], p99 x0.54 [0.47, 0.63]' against the current settings."""
+    numerics: str
+    """'same' / 'differ: ...' / 'not compared'."""
+
+
+@dataclass(frozen=True)
+class TuningView:
+    """The latest tune of one class: every trial, the winner and what happened to it."""
+
+    host_class: str
+    anchor: str
+    artifact: str
+    config: str
+    when: str
+    budget: str
+    winner: str
+    outcome: str
+    outcome_tone: Tone
+    scale_ms: float
+    """The chart's full width, ms."""
+    trials: tuple[TrialRow, ...]
+
+
+@dataclass(frozen=True)
+class LineageRow:
+    """How one candidate was made."""
+
+    name: str
+    digest: str
+    precision: str
+    parent: str
+    tool: str
+    params: str
+    calibration: str
+    note: str
+
+
+@dataclass(frozen=True)
 class ReportView:
     """The whole page, ready for the templates."""
 
@@ -293,3 +347,7 @@ class ReportView:
     """Every reason code on the page with its meaning, sorted."""
     rollouts: tuple[RolloutRow, ...] = ()
     """Every staged-rollout action in the matrix, oldest first (the section shows only then)."""
+    tunings: tuple[TuningView, ...] = ()
+    """The latest tune of each class that has one, in the project's class order."""
+    lineage: tuple[LineageRow, ...] = ()
+    """Every candidate qualify made, with its parent, converter and parameters."""
