@@ -152,15 +152,17 @@ def make_candidates(
             continue
         digest, _ = store.add(variant.path)
         twin = known.get(digest)
-        if twin is not None and twin != name:
-            outcome.same[name] = twin
-            on_event(f"{name}: the same bytes as artifact {twin!r} ({digest[:19]}); not added")
+        if twin is not None and twin != variant.name:
+            outcome.same[variant.name] = twin
+            on_event(
+                f"{variant.name}: the same bytes as artifact {twin!r} ({digest[:19]}); not added"
+            )
             continue
         static = name.startswith("int8-qdq")
         outcome.made.append(
             Lineage(
                 artifact_digest=digest,
-                name=name,
+                name=variant.name,
                 precision=variant.precision,  # type: ignore[arg-type]
                 parent_digest=parent,
                 parent_name=baseline.label,
@@ -172,8 +174,8 @@ def make_candidates(
                 created_at=now(),
             )
         )
-        outcome.paths[name] = variant.path
-        on_event(f"{name}: {variant.path.name} ({digest[:19]}), {variant.precision}")
+        outcome.paths[variant.name] = variant.path
+        on_event(f"{variant.name}: {variant.path.name} ({digest[:19]}), {variant.precision}")
     if outcome.made:
         with Store.open(db_path) as db:
             db.record_lineage(outcome.made)

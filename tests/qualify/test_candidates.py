@@ -17,7 +17,7 @@ from qualify.demo import lay_out
 from qualify.project import load_project
 from qualify.run import RunOptions, qualify_run
 
-MADE = ["int8-qdq-per-channel", "int8-qdq-reduce-range", "fp16", "pruned"]
+MADE = ["int8-qdq-per-channel", "int8-qdq-reduce-range", "fp16", "pruned-25"]
 
 
 @pytest.fixture
@@ -52,7 +52,9 @@ def test_variants_are_stored_with_complete_lineage_and_added_as_candidates(demo:
     assert demo.read_text().startswith("# our release notes\n")
     added = {c.label: c for c in project.artifacts.candidates}
     assert set(added) == {"int8", *MADE}
-    assert added["pruned"].precision == "pruned" and "not fine-tuned" in (added["pruned"].how or "")
+    assert added["pruned-25"].precision == "pruned" and "not fine-tuned" in (
+        added["pruned-25"].how or ""
+    )
     assert all(added[n].derived_from == "fp32" for n in MADE)
     assert baseline.exists()
 
@@ -91,13 +93,13 @@ def test_a_run_qualifies_the_made_candidates(demo: Path) -> None:
     loaded = load_project(demo)
     outcome = qualify_run(loaded, "x86-v3-1t", RunOptions(db_path=db, emulate=True))
     verdicts = {c.artifact_name: c for c in outcome.bundle.cells}
-    assert set(verdicts) == {"fp32", "int8", "int8-qdq-per-channel", "fp16", "pruned"}
-    for name in ("int8-qdq-per-channel", "fp16", "pruned"):
+    assert set(verdicts) == {"fp32", "int8", "int8-qdq-per-channel", "fp16", "pruned-25"}
+    for name in ("int8-qdq-per-channel", "fp16", "pruned-25"):
         cell = verdicts[name]
         assert cell.verdict in ("pass", "fail"), (name, cell.error)
         assert cell.parity is not None and cell.latency
     # fp16 with float32 inputs and outputs stays within fp16's tolerances on every CPU.
     assert verdicts["fp16"].parity.passed  # type: ignore[union-attr]
     # The pruned model is not fine-tuned: parity says how far it moved, never hidden.
-    pruned = verdicts["pruned"].parity
+    pruned = verdicts["pruned-25"].parity
     assert pruned is not None and np.isfinite(pruned.outputs[0].max_abs or 0.0)
