@@ -22,9 +22,10 @@ test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 2 -m "not fleet" $(PYTEST_ARGS)
-	# The Ray clusters load the machine: alone, after the rest, so that no timing test shares it.
-	$(BIN)/python -m pytest -m fleet $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 -m "not fleet and not quiet" $(PYTEST_ARGS)
+	# The Ray clusters load the machine, and the timing judgements must not share it: alone,
+	# one at a time, after the rest.
+	$(BIN)/python -m pytest -m "fleet or quiet" $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -n 2 -m "not slow and not fleet" $(PYTEST_ARGS)

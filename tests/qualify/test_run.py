@@ -342,6 +342,7 @@ def _ab_project(tmp_path: Path, candidates: dict[str, int]) -> Path:
     return project
 
 
+@pytest.mark.quiet
 def test_interleaved_ab_fails_a_slower_candidate_and_passes_a_twin(tmp_path: Path) -> None:
     project = _ab_project(tmp_path, {"slow": 40, "twin": 0})
     outcome = qualify_run(load_project(project), "here-cpu", RunOptions(db_path=tmp_path / "m.db"))
