@@ -106,7 +106,10 @@ def test_each_variant_loads_and_agrees_with_the_baseline(
     assert actual.shape == expected.shape
     assert actual.dtype == np.float32
     assert np.mean(actual.argmax(1) == expected.argmax(1)) >= 0.9
-    if name != "pruned-25":  # not fine-tuned: only its ranking is expected to hold
+    # pruned-25 is not fine-tuned, and int8-qdq-per-channel uses full 8-bit weights, whose
+    # products saturate on CPUs without VNNI (AVX2 only): for those only the ranking holds on
+    # every CPU CI may run on.
+    if name not in ("pruned-25", "int8-qdq-per-channel"):
         assert float(np.abs(actual - expected).max()) < 0.5
 
 
