@@ -4,18 +4,25 @@ Modules: ``store`` (the database), ``migrations`` (the DDL), ``bundle`` (run bun
 ``ingest`` (bundles into the store), ``samples`` (the raw samples table), ``errors`` (the tree).
 """
 
-from matrix.bundle import check_bundle, read_bundle, write_bundle
-from matrix.errors import (
-    BundleError,
-    ManifestVersionError,
-    MatrixError,
-    MatrixLockedError,
-    SchemaVersionError,
-)
-from matrix.ingest import IngestedBundle, IngestReport, ingest_bundles
-from matrix.migrations import LATEST_VERSION, AppliedMigration
-from matrix.samples import SAMPLES_SCHEMA, conform_samples, empty_samples
-from matrix.store import EXPORTED, MEMORY, LockWait, Store
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from schemas.lazy import attribute
+
+if TYPE_CHECKING:
+    from matrix.bundle import check_bundle, read_bundle, write_bundle
+    from matrix.errors import (
+        BundleError,
+        ManifestVersionError,
+        MatrixError,
+        MatrixLockedError,
+        SchemaVersionError,
+    )
+    from matrix.ingest import IngestedBundle, IngestReport, ingest_bundles
+    from matrix.migrations import LATEST_VERSION, AppliedMigration
+    from matrix.samples import SAMPLES_SCHEMA, conform_samples, empty_samples
+    from matrix.store import EXPORTED, MEMORY, LockWait, Store
 
 __all__ = [
     "EXPORTED",
@@ -39,3 +46,36 @@ __all__ = [
     "read_bundle",
     "write_bundle",
 ]
+
+_WHERE = {
+    "AppliedMigration": "matrix.migrations",
+    "BundleError": "matrix.errors",
+    "EXPORTED": "matrix.store",
+    "IngestReport": "matrix.ingest",
+    "IngestedBundle": "matrix.ingest",
+    "LATEST_VERSION": "matrix.migrations",
+    "LockWait": "matrix.store",
+    "MEMORY": "matrix.store",
+    "ManifestVersionError": "matrix.errors",
+    "MatrixError": "matrix.errors",
+    "MatrixLockedError": "matrix.errors",
+    "SAMPLES_SCHEMA": "matrix.samples",
+    "SchemaVersionError": "matrix.errors",
+    "Store": "matrix.store",
+    "check_bundle": "matrix.bundle",
+    "conform_samples": "matrix.samples",
+    "empty_samples": "matrix.samples",
+    "ingest_bundles": "matrix.ingest",
+    "read_bundle": "matrix.bundle",
+    "write_bundle": "matrix.bundle",
+}
+"""Where each public name lives: imported on first use, so that one light module of
+the package does not pull in its heavy siblings (pyarrow, Jinja2)."""
+
+
+def __getattr__(name: str) -> Any:
+    return attribute(globals(), _WHERE, name)
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

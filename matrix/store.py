@@ -17,7 +17,7 @@ DuckDB lets one process write a database file at a time. Callers keep a store op
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import json
 import os
 import re
@@ -28,14 +28,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import duckdb
-import numpy as np
-import numpy.typing as npt
-import pyarrow as pa
 
-from matrix.bundle import _fsync_path, check_bundle
 from matrix.errors import ManifestVersionError, MatrixError, MatrixLockedError
 from matrix.migrations import (
     AppliedMigration,
@@ -46,10 +42,16 @@ from matrix.migrations import (
     current_version,
 )
 from schemas.atomic import read_bounded
-from schemas.cell import Cell, LatencyConfig, RunBundle, RunRecord, dims_text
-from schemas.lineage import Lineage
-from schemas.project import HostClassKey
-from schemas.tune import TuneRecord
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import pyarrow as pa
+
+    from schemas.cell import Cell, LatencyConfig, RunBundle, RunRecord
+    from schemas.lineage import Lineage
+    from schemas.project import HostClassKey
+    from schemas.tune import TuneRecord
 
 __all__ = ["EXPORTED", "MEMORY", "LockWait", "Store"]
 
@@ -110,103 +112,113 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-_RUNS_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("host_class", pa.string()),
-        ("hardware", pa.string()),
-        ("runtime", pa.string()),
-        ("provider", pa.string()),
-        ("model", pa.string()),
-        ("started_at", pa.timestamp("us", tz="UTC")),
-        ("finished_at", pa.timestamp("us", tz="UTC")),
-        ("emulated", pa.bool_()),
-        ("mismatches", pa.list_(pa.string())),
-        ("settings_digest", pa.string()),
-        ("hostname", pa.string()),
-        ("runtime_version", pa.string()),
-        ("fingerprint", pa.string()),
-        ("load_avg_before", pa.list_(pa.float64())),
-        ("load_avg_after", pa.list_(pa.float64())),
-        ("rollback_digest", pa.string()),
-        ("rollback_loaded", pa.bool_()),
-        ("rollback_error", pa.string()),
-        ("bundle_format", pa.string()),
-        ("record", pa.string()),
-        ("cell_count", pa.int32()),
-        ("sample_count", pa.int64()),
-        ("ingested_at", pa.timestamp("us", tz="UTC")),
-    ]
-)
+@functools.cache
+def _arrow_schemas() -> tuple[pa.Schema, pa.Schema, pa.Schema]:
+    """The runs, cells and latency tables' Arrow schemas, built on first use: reading the
+    matrix does not need pyarrow."""
+    import pyarrow as pa
 
-_CELLS_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("artifact_digest", pa.string()),
-        ("host_class", pa.string()),
-        ("hardware", pa.string()),
-        ("runtime", pa.string()),
-        ("provider", pa.string()),
-        ("artifact_name", pa.string()),
-        ("role", pa.string()),
-        ("precision", pa.string()),
-        ("verdict", pa.string()),
-        ("reason_codes", pa.list_(pa.string())),
-        ("reasons", pa.string()),
-        ("emulated", pa.bool_()),
-        ("measured_at", pa.timestamp("us", tz="UTC")),
-        ("settings_digest", pa.string()),
-        ("runtime_version", pa.string()),
-        ("cold_init_ms", pa.float64()),
-        ("warm_init_ms", pa.float64()),
-        ("peak_rss_mb", pa.float64()),
-        ("expected_provider", pa.string()),
-        ("fallback_nodes", pa.int32()),
-        ("total_nodes", pa.int32()),
-        ("nodes_per_provider", pa.string()),
-        ("parity_passed", pa.bool_()),
-        ("gate_batch_size", pa.int32()),
-        ("gate_concurrency", pa.int32()),
-        ("p50_ms", pa.float64()),
-        ("p90_ms", pa.float64()),
-        ("p99_ms", pa.float64()),
-        ("p99_lower_ms", pa.float64()),
-        ("p99_upper_ms", pa.float64()),
-        ("p99_decision", pa.string()),
-        ("samples", pa.int32()),
-        ("throughput_ips", pa.float64()),
-        ("error", pa.string()),
-        ("cell", pa.string()),
-        ("isa_mismatch", pa.list_(pa.string())),
-    ]
-)
+    _RUNS_SCHEMA = pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("host_class", pa.string()),
+            ("hardware", pa.string()),
+            ("runtime", pa.string()),
+            ("provider", pa.string()),
+            ("model", pa.string()),
+            ("started_at", pa.timestamp("us", tz="UTC")),
+            ("finished_at", pa.timestamp("us", tz="UTC")),
+            ("emulated", pa.bool_()),
+            ("mismatches", pa.list_(pa.string())),
+            ("settings_digest", pa.string()),
+            ("hostname", pa.string()),
+            ("runtime_version", pa.string()),
+            ("fingerprint", pa.string()),
+            ("load_avg_before", pa.list_(pa.float64())),
+            ("load_avg_after", pa.list_(pa.float64())),
+            ("rollback_digest", pa.string()),
+            ("rollback_loaded", pa.bool_()),
+            ("rollback_error", pa.string()),
+            ("bundle_format", pa.string()),
+            ("record", pa.string()),
+            ("cell_count", pa.int32()),
+            ("sample_count", pa.int64()),
+            ("ingested_at", pa.timestamp("us", tz="UTC")),
+        ]
+    )
 
-_LATENCY_SCHEMA = pa.schema(
-    [
-        ("run_id", pa.string()),
-        ("artifact_digest", pa.string()),
-        ("batch_size", pa.int32()),
-        ("concurrency", pa.int32()),
-        ("dims", pa.string()),
-        ("is_gate", pa.bool_()),
-        ("samples", pa.int32()),
-        ("p50_ms", pa.float64()),
-        ("p90_ms", pa.float64()),
-        ("p99_ms", pa.float64()),
-        ("max_ms", pa.float64()),
-        ("mean_ms", pa.float64()),
-        ("p99_lower_ms", pa.float64()),
-        ("p99_upper_ms", pa.float64()),
-        ("confidence", pa.float64()),
-        ("decision", pa.string()),
-        ("stopped", pa.string()),
-        ("duration_s", pa.float64()),
-        ("throughput_ips", pa.float64()),
-    ]
-)
+    _CELLS_SCHEMA = pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("artifact_digest", pa.string()),
+            ("host_class", pa.string()),
+            ("hardware", pa.string()),
+            ("runtime", pa.string()),
+            ("provider", pa.string()),
+            ("artifact_name", pa.string()),
+            ("role", pa.string()),
+            ("precision", pa.string()),
+            ("verdict", pa.string()),
+            ("reason_codes", pa.list_(pa.string())),
+            ("reasons", pa.string()),
+            ("emulated", pa.bool_()),
+            ("measured_at", pa.timestamp("us", tz="UTC")),
+            ("settings_digest", pa.string()),
+            ("runtime_version", pa.string()),
+            ("cold_init_ms", pa.float64()),
+            ("warm_init_ms", pa.float64()),
+            ("peak_rss_mb", pa.float64()),
+            ("expected_provider", pa.string()),
+            ("fallback_nodes", pa.int32()),
+            ("total_nodes", pa.int32()),
+            ("nodes_per_provider", pa.string()),
+            ("parity_passed", pa.bool_()),
+            ("gate_batch_size", pa.int32()),
+            ("gate_concurrency", pa.int32()),
+            ("p50_ms", pa.float64()),
+            ("p90_ms", pa.float64()),
+            ("p99_ms", pa.float64()),
+            ("p99_lower_ms", pa.float64()),
+            ("p99_upper_ms", pa.float64()),
+            ("p99_decision", pa.string()),
+            ("samples", pa.int32()),
+            ("throughput_ips", pa.float64()),
+            ("error", pa.string()),
+            ("cell", pa.string()),
+            ("isa_mismatch", pa.list_(pa.string())),
+        ]
+    )
+
+    _LATENCY_SCHEMA = pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("artifact_digest", pa.string()),
+            ("batch_size", pa.int32()),
+            ("concurrency", pa.int32()),
+            ("dims", pa.string()),
+            ("is_gate", pa.bool_()),
+            ("samples", pa.int32()),
+            ("p50_ms", pa.float64()),
+            ("p90_ms", pa.float64()),
+            ("p99_ms", pa.float64()),
+            ("max_ms", pa.float64()),
+            ("mean_ms", pa.float64()),
+            ("p99_lower_ms", pa.float64()),
+            ("p99_upper_ms", pa.float64()),
+            ("confidence", pa.float64()),
+            ("decision", pa.string()),
+            ("stopped", pa.string()),
+            ("duration_s", pa.float64()),
+            ("throughput_ips", pa.float64()),
+        ]
+    )
+
+    return _RUNS_SCHEMA, _CELLS_SCHEMA, _LATENCY_SCHEMA
 
 
 def _run_table(bundle: RunBundle, sample_count: int, ingested_at: datetime) -> pa.Table:
+    import pyarrow as pa
+
     run = bundle.run
     rollback = run.rollback
     row: dict[str, Any] = {
@@ -235,7 +247,7 @@ def _run_table(bundle: RunBundle, sample_count: int, ingested_at: datetime) -> p
         "sample_count": sample_count,
         "ingested_at": ingested_at,
     }
-    return pa.Table.from_pylist([row], schema=_RUNS_SCHEMA)
+    return pa.Table.from_pylist([row], schema=_arrow_schemas()[0])
 
 
 def _cell_row(cell: Cell) -> dict[str, Any]:
@@ -285,6 +297,8 @@ def _cell_row(cell: Cell) -> dict[str, Any]:
 
 
 def _latency_rows(cell: Cell) -> list[dict[str, Any]]:
+    from schemas.cell import dims_text
+
     gate = cell.gate_latency
     gate_config = gate.config if gate else None
     return [
@@ -544,6 +558,10 @@ class Store:
             BundleError: The bundle is inconsistent or the samples table has the wrong columns.
             MatrixError: The store was opened read-only.
         """
+        import pyarrow as pa
+
+        from matrix.bundle import check_bundle
+
         self._require_writable("write a run")
         run_id = bundle.run.run_id
         conformed = check_bundle(bundle, samples, source=f"run {run_id}")
@@ -551,14 +569,16 @@ class Store:
             ("runs", _run_table(bundle, conformed.num_rows, self._clock()), "*"),
             (
                 "cells",
-                pa.Table.from_pylist([_cell_row(c) for c in bundle.cells], schema=_CELLS_SCHEMA),
+                pa.Table.from_pylist(
+                    [_cell_row(c) for c in bundle.cells], schema=_arrow_schemas()[1]
+                ),
                 "*",
             ),
             (
                 "latency",
                 pa.Table.from_pylist(
                     [row for c in bundle.cells for row in _latency_rows(c)],
-                    schema=_LATENCY_SCHEMA,
+                    schema=_arrow_schemas()[2],
                 ),
                 "*",
             ),
@@ -670,6 +690,8 @@ class Store:
         Returns:
             Cells rebuilt exactly from their stored JSON, ordered by key, role, name, digest.
         """
+        from schemas.cell import Cell
+
         rows = self._conn.execute(
             "SELECT c.cell FROM matrix AS m JOIN cells AS c USING (run_id, artifact_digest) "
             "WHERE $host_class IS NULL OR m.host_class = $host_class "
@@ -689,6 +711,8 @@ class Store:
         Returns:
             Cells ordered by measured_at, run id, role, artifact name.
         """
+        from schemas.cell import Cell
+
         rows = self._conn.execute(
             "SELECT cell FROM cells "
             "WHERE ($run_id IS NULL OR run_id = $run_id) "
@@ -711,11 +735,15 @@ class Store:
 
     def runs(self) -> list[RunRecord]:
         """Every stored run, ordered by start time then run id."""
+        from schemas.cell import RunRecord
+
         rows = self._conn.execute("SELECT record FROM runs ORDER BY started_at, run_id").fetchall()
         return [RunRecord.model_validate_json(row[0]) for row in rows]
 
     def run(self, run_id: str) -> RunRecord | None:
         """The stored run with this id, or None."""
+        from schemas.cell import RunRecord
+
         row = _first(self._conn.execute("SELECT record FROM runs WHERE run_id = ?", [run_id]))
         return RunRecord.model_validate_json(row[0]) if row is not None else None
 
@@ -750,6 +778,10 @@ class Store:
         Returns:
             ``{LatencyConfig: latency_ns array}``; empty if there are none.
         """
+        import numpy as np
+
+        from schemas.cell import LatencyConfig
+
         table = self.samples(run_id, artifact_digest)
         grouped: dict[LatencyConfig, npt.NDArray[np.int64]] = {}
         if table.num_rows == 0:
@@ -777,6 +809,8 @@ class Store:
         Runs are immutable once written, so the same set of runs always gives the same id; a
         manifest cites it as its source matrix snapshot.
         """
+        import hashlib
+
         run_ids = sorted(
             str(row[0]) for row in self._conn.execute("SELECT run_id FROM runs").fetchall()
         )
@@ -880,6 +914,8 @@ class Store:
 
     def tunes(self, host_class: str | None = None) -> list[TuneRecord]:
         """Every stored tune, oldest first (one class's with ``host_class``)."""
+        from schemas.tune import TuneRecord
+
         rows = self._conn.execute(
             "SELECT record FROM tunes WHERE $c IS NULL OR host_class = $c "
             "ORDER BY started_at, tune_id",
@@ -914,6 +950,8 @@ class Store:
 
     def lineage(self) -> dict[str, Lineage]:
         """How each artifact qualify made was derived, by artifact digest."""
+        from schemas.lineage import Lineage
+
         rows = self._conn.execute(
             "SELECT artifact_digest, name, precision, parent_digest, parent_name, tool, "
             "tool_version, params, calibration_digest, note, created_at FROM lineage "
@@ -1066,6 +1104,8 @@ class Store:
         Raises:
             MatrixError: A name in ``tables`` is not one of ``EXPORTED``.
         """
+        from matrix.bundle import _fsync_path
+
         unknown = [name for name in tables if name not in _EXPORT_ORDER]
         if unknown:
             raise MatrixError(f"cannot export {unknown}: choose from {list(EXPORTED)}")

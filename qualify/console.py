@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 import io
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -18,8 +18,10 @@ from rich.table import Table
 from rich.text import Text
 
 from qualify.text import one_line
-from schemas.cell import Cell, RunBundle
-from schemas.project import Project
+
+if TYPE_CHECKING:
+    from schemas.cell import Cell, RunBundle
+    from schemas.project import Project
 
 __all__ = [
     "RunDisplay",

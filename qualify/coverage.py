@@ -15,11 +15,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
-from xml.etree import ElementTree
+from typing import TYPE_CHECKING, Any, Literal
 
-from schemas.manifest import ClassDecision, ManifestEntry
-from schemas.project import Project
+if TYPE_CHECKING:
+    from schemas.manifest import ClassDecision, ManifestEntry
+    from schemas.project import Project
 
 __all__ = [
     "CoverageItem",
@@ -196,6 +196,8 @@ def junit_xml(
         reasons: (run id, artifact digest) -> the cell's reason sentences.
         suite: The test suite's name.
     """
+    from xml.etree import ElementTree
+
     root = ElementTree.Element("testsuites", name=suite)
     by_class: dict[str, list[CoverageItem]] = {}
     for item in items:

@@ -32,3 +32,15 @@ def test_all_lists_every_public_function_and_class(name: str) -> None:
     }
     assert public <= set(exported), f"{name}: missing from __all__: {public - set(exported)}"
     assert all(hasattr(module, n) for n in exported)
+
+
+@pytest.mark.parametrize("package", ["matrix", "reports"])
+def test_lazy_package_exports_name_where_each_lives(package: str) -> None:
+    """A package that loads its exports on first use maps every public name, and only those."""
+    module = importlib.import_module(package)
+    assert set(module._WHERE) == set(module.__all__)
+    for name, where in module._WHERE.items():
+        assert getattr(module, name) is getattr(importlib.import_module(where), name)
+    assert set(module.__all__) <= set(dir(module))
+    with pytest.raises(AttributeError, match="no attribute 'not_there'"):
+        module.not_there  # noqa: B018
