@@ -42,6 +42,7 @@ __all__ = [
     "comparison_confidence",
     "interleave",
     "needed_rounds",
+    "round_quota",
     "slowdowns",
 ]
 
@@ -113,6 +114,20 @@ def needed_rounds(workload: Workload, configs: int) -> int:
         workload.rounds,
         rounds_for_median_bound(comparison_confidence(workload.confidence, configs)),
     )
+
+
+def round_quota(taken: int, min_samples: int, max_samples: int, rounds: int) -> int:
+    """Most samples an artifact takes in its next round: what the evidence still needs, spread
+    over the minimum rounds.
+
+    The minimum rounds together reach ``min_samples``, the first size at which the p99 evidence
+    can decide, so a fast model that decides there stops after them instead of filling every
+    round towards ``max_samples``. Undecided after them, each round takes 1/``rounds`` of what
+    the artifact has, so its total grows geometrically towards the next look, and never past
+    ``max_samples``.
+    """
+    share = -(-max(min_samples, taken) // rounds)
+    return max(0, min(max_samples - taken, share))
 
 
 def _slice_s(cap_s: float, rounds: int) -> float:
@@ -227,11 +242,8 @@ def interleave(
                         if index == 0
                         else min(workload.warmup, ROUND_WARMUP),
                         "time_s": min(slice_s, ev.time_cap_s - ev.duration_s),
-                        # Spread max_samples over the minimum rounds, so that a fast model
-                        # still gets every round it needs for the paired comparison.
-                        "max_samples": min(
-                            workload.max_samples - trackers[i].n,
-                            -(-workload.max_samples // minimum),
+                        "max_samples": round_quota(
+                            trackers[i].n, workload.min_samples, workload.max_samples, minimum
                         ),
                     }
                 )
@@ -255,7 +267,7 @@ def interleave(
                 )
         for i in live:
             _conclude(evidence[i][config], trackers[i], workload.max_samples)
-        on_event(f"{config.label}: {index} interleaved rounds of {slice_s:.2g} s")
+        on_event(f"{config.label}: {index} interleaved rounds of at most {slice_s:.2g} s")
     return Interleaved(evidence=evidence, host_busy=busy)
 
 

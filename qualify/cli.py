@@ -226,6 +226,9 @@ def run_cmd(
     """
     from datetime import timedelta
 
+    from qualify.runner import start_probe
+
+    start_probe()  # its interpreter starts while this one loads the run and the project
     from qualify.console import RunDisplay, run_summary
     from qualify.project import load_project
     from qualify.release import parse_duration

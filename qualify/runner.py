@@ -8,6 +8,7 @@ turning every way a child can end (result, error, crash, hang, out of memory) in
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import functools
@@ -39,6 +40,7 @@ __all__ = [
     "hwm_kb",
     "probe_runtime",
     "run_worker",
+    "start_probe",
 ]
 
 STDERR_TAIL = 2000
@@ -149,27 +151,69 @@ def _child_env() -> dict[str, str]:
     return env
 
 
+_early_probe: subprocess.Popen[str] | None = None
+"""The probe `start_probe` began, until `probe_runtime` collects it."""
+
+
+def _spawn_probe() -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "qualify.worker", "--probe"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_child_env(),
+    )
+
+
+def start_probe() -> None:
+    """Begin probing onnxruntime in the background, so that the answer is ready by the time
+    `probe_runtime` asks: ``qualify run`` starts it before loading the rest of itself and the
+    project, and the probe's own interpreter start overlaps that. Calling it twice starts one
+    probe; one never collected is stopped and reaped at exit."""
+    global _early_probe
+    if _early_probe is None:
+        _early_probe = _spawn_probe()
+        atexit.register(_stop_early_probe)
+
+
+def _stop_early_probe() -> None:
+    global _early_probe
+    proc, _early_probe = _early_probe, None
+    if proc is not None:
+        with contextlib.suppress(OSError):
+            proc.kill()
+        proc.communicate()
+
+
 def probe_runtime(timeout_s: float = 120.0) -> dict[str, Any]:
-    """The host's onnxruntime identity, probed in a subprocess (the parent never imports ORT).
+    """The host's onnxruntime identity, probed in a subprocess (the parent never imports ORT):
+    the one `start_probe` began, if any, else a new one.
 
     Raises:
-        QualifyError: onnxruntime is missing or broken on this host.
+        QualifyError: onnxruntime is missing or broken on this host, or the probe hung.
     """
-    proc = subprocess.run(
-        [sys.executable, "-m", "qualify.worker", "--probe"],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        env=_child_env(),
-        check=False,
-    )
+    global _early_probe
+    proc, _early_probe = _early_probe, None
+    if proc is None:
+        proc = _spawn_probe()
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise QualifyError(
+            f"probing onnxruntime on this host took over {timeout_s:g} s (python -m "
+            "qualify.worker --probe); the runtime hangs on import. Fix: check the installation "
+            "(python -c 'import onnxruntime')."
+        ) from None
     if proc.returncode != 0:
-        tail = proc.stderr.strip()[-STDERR_TAIL:]
+        tail = stderr.strip()[-STDERR_TAIL:]
         raise QualifyError(
             f"could not probe onnxruntime on this host (exit {proc.returncode}): {tail}. "
             "Fix: install onnxruntime into this environment (pip install onnxruntime)."
         )
-    doc: dict[str, Any] = json.loads(proc.stdout)
+    doc: dict[str, Any] = json.loads(stdout)
     return doc
 
 

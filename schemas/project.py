@@ -369,7 +369,10 @@ class Workload(_ProjectDocument):
         "automatically to the fewest that can bound the candidate/baseline ratio).",
     )
     throughput_s: float = Field(
-        default=1.0, gt=0, description="Duration of the separate throughput pass per config."
+        default=1.0,
+        gt=0,
+        description="Longest duration of the separate throughput pass per config; it ends "
+        "earlier once 1,000 inferences ran (and at least 50 ms passed).",
     )
     confidence: float = Field(
         default=0.99, gt=0.5, lt=1.0, description="Confidence of the p99 bounds."

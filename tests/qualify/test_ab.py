@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from qualify.ab import interleave
+from qualify.ab import interleave, needed_rounds, round_quota
 from qualify.stats import AUTO_TIME_CAP_CEILING_S, AUTO_TIME_CAP_FLOOR_S, time_cap
 from schemas.cell import LatencyConfig
 from schemas.project import InputSpec, Workload
@@ -87,3 +87,32 @@ def test_each_artifact_gets_the_cap_its_own_rate_needs() -> None:
 )
 def test_time_cap_rule(configured: float | None, rate: float | None, cap: float) -> None:
     assert time_cap(configured, 662, rate) == pytest.approx(cap)
+
+
+def test_a_fast_model_takes_the_samples_its_decision_needs_not_max_samples() -> None:
+    # 0.05 ms per inference against a 20 ms budget decides at one of the first looks. The
+    # minimum rounds share min_samples; later rounds grow by a tenth; none fills to max_samples.
+    workload = _workload()
+    rounds = needed_rounds(workload, 1)
+    evs = _run([Scripted(0.00005), Scripted(0.00005)], budget_ms=20.0)
+    for ev in evs:
+        assert ev.decision == "pass" and ev.stopped == "decided"
+        assert len(ev.rounds) >= rounds
+        share = -(-workload.min_samples // rounds)
+        assert [f.samples for f in ev.rounds[:rounds]] == [share] * rounds
+        taken = sum(f.samples for f in ev.rounds)
+        assert workload.min_samples <= taken < workload.max_samples // 10
+
+
+def test_round_quota_reaches_min_samples_in_the_minimum_rounds_then_grows_to_max() -> None:
+    taken, sizes = 0, []
+    while taken < 20_000:
+        quota = round_quota(taken, 662, 20_000, 10)
+        assert quota > 0
+        sizes.append(quota)
+        taken += quota
+    assert taken == 20_000  # never past max_samples
+    assert sum(sizes[:10]) >= 662 > sum(sizes[:9])
+    assert sizes == sorted(sizes[:-1]) + sizes[-1:]  # it only grows, but for the last
+    assert len(sizes) < 60  # geometric: tens of rounds from the first look to max_samples
+    assert round_quota(20_000, 662, 20_000, 10) == 0
