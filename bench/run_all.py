@@ -50,6 +50,7 @@ ORDER = (
     "openloop",
     "memory",
     "resolve",
+    "generate",
     "report",
     "telemetry",
     "ingest",

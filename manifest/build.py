@@ -148,6 +148,7 @@ def _entries(
             )
         if d.host_class in entries:
             raise BuildError(f"two decisions for class '{d.host_class}'")
+        key = cls.key
         rollback = None
         if d.rollback_digest is not None:
             rollback = _artifact(d.rollback_digest, artifacts, previous, d.host_class, "rollback")
@@ -165,7 +166,8 @@ def _entries(
             )
         entries[d.host_class] = {
             "host_class": d.host_class,
-            "key": cls.key.model_dump(mode="json"),
+            # key and reasons are plain strings: their model_dump, without the serializer
+            "key": {"hardware": key.hardware, "runtime": key.runtime, "provider": key.provider},
             "match": cls.match.model_dump(mode="json", exclude_defaults=True),
             "decision": d.decision,
             "artifact": None
@@ -175,7 +177,7 @@ def _entries(
             "provider": cls.provider.model_dump(mode="json", exclude_none=True),
             "rollback": rollback,
             "evidence": None if d.evidence is None else d.evidence.model_dump(mode="json"),
-            "reasons": [r.model_dump(mode="json") for r in d.reasons],
+            "reasons": [{"code": r.code, "message": r.message} for r in d.reasons],
             "summary": d.summary,
             "run_ids": list(d.run_ids),
         }

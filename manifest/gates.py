@@ -141,11 +141,11 @@ def _p99(cell: Cell, host_class: HostClass) -> Finding:
     gate = cell.gate_latency
     if gate is None:
         return _undecided("p99_insufficient", "no latency was measured")
-    where = gate.config.label
     budget = host_class.budgets.p99_ms
     outcome = p99_outcome(gate.p99_lower_ms, gate.p99_upper_ms, budget)
     if outcome == "pass":
         return _passed()
+    where = gate.config.label  # only for the message: a fleet's passing cells skip it
     if outcome == "fail" and gate.p99_lower_ms is not None:
         return _failed(
             Reason(
@@ -195,15 +195,18 @@ def _slowdown(cell: Cell, host_class: HostClass) -> Finding:
     return _passed() if compared else Finding("off")
 
 
-def _within(value: float | None, budget: float | None, what: str, code: str, shown: str) -> Finding:
+def _within(
+    value: float | None, budget: float | None, what: str, code: str, shown: Callable[[], str]
+) -> Finding:
     """A measured value against an optional budget: ``<code>_missing`` when the budget is set
-    but nothing was measured, ``<code>_over_budget`` when it is exceeded."""
+    but nothing was measured, ``<code>_over_budget`` when it is exceeded (``shown()`` says by
+    how much: formatted only then, as most cells of a fleet are within budget)."""
     if budget is None:
         return Finding("off")
     if value is None:
         return _undecided(f"{code}_missing", f"{what} was not measured; budget is set")
     if value > budget:
-        return _failed(Reason(code=f"{code}_over_budget", message=shown))
+        return _failed(Reason(code=f"{code}_over_budget", message=shown()))
     return _passed()
 
 
@@ -214,7 +217,7 @@ def _peak_rss(cell: Cell, host_class: HostClass) -> Finding:
         budget,
         "peak memory",
         "peak_rss",
-        f"peak RSS {value or 0:.0f} MB > budget {budget or 0:g} MB",
+        lambda: f"peak RSS {value or 0:.0f} MB > budget {budget or 0:g} MB",
     )
 
 
@@ -225,7 +228,7 @@ def _cold_init(cell: Cell, host_class: HostClass) -> Finding:
         budget,
         "cold init",
         "cold_init",
-        f"cold init {_fmt(value or 0.0)} > budget {_fmt(budget or 0.0)}",
+        lambda: f"cold init {_fmt(value or 0.0)} > budget {_fmt(budget or 0.0)}",
     )
 
 
@@ -274,14 +277,17 @@ def _rate(cell: Cell, host_class: HostClass) -> Finding:
 
 
 def _energy(cell: Cell, host_class: HostClass) -> Finding:
+    budget = host_class.budgets.energy_mj
+    if budget is None:
+        return Finding("off")  # what _within says, without looking for the gate config
     gate = cell.gate_latency
-    budget, value = host_class.budgets.energy_mj, gate.energy_mj if gate else None
+    value = gate.energy_mj if gate else None
     found = _within(
         value,
         budget,
         "energy",
         "energy",
-        f"{value or 0:.3g} mJ per inference > budget {budget or 0:g} mJ",
+        lambda: f"{value or 0:.3g} mJ per inference > budget {budget or 0:g} mJ",
     )
     if found.outcome == "undecided" and gate is not None and gate.energy_missing:
         why = f"energy was not measured ({gate.energy_missing}); budget is set"

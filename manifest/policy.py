@@ -145,7 +145,13 @@ def _measured(out: OutputParity) -> OutputTolerance:
     )
 
 
-def _parity_reasons(cell: Cell, project: Project, baseline_digest: str | None) -> list[Reason]:
+_Resolved = dict[tuple[str, str], OutputTolerance]
+"""(precision, output name) -> the tolerance that applies, resolved once per decide."""
+
+
+def _parity_reasons(
+    cell: Cell, project: Project, baseline_digest: str | None, resolved: _Resolved
+) -> list[Reason]:
     parity = cell.parity
     if parity is None:
         return [Reason(code="parity_missing", message="no parity result against the baseline")]
@@ -157,12 +163,13 @@ def _parity_reasons(cell: Cell, project: Project, baseline_digest: str | None) -
                 f"baseline {baseline_digest[:19]}",
             )
         ]
-    tolerance = project.tolerance(cell.precision)
-    failures = [
-        f"{out.name} {f}"
-        for out in parity.outputs
-        for f in tolerance_failures(_measured(out), resolve_tolerance(tolerance, out.name))
-    ]
+    failures: list[str] = []
+    for out in parity.outputs:
+        limits = resolved.get((cell.precision, out.name))
+        if limits is None:
+            limits = resolve_tolerance(project.tolerance(cell.precision), out.name)
+            resolved[(cell.precision, out.name)] = limits
+        failures.extend(f"{out.name} {f}" for f in tolerance_failures(_measured(out), limits))
     if failures:
         return [
             Reason(
@@ -334,6 +341,7 @@ def _candidate_reasons(
     runs: Mapping[str, RunRecord],
     baseline_digest: str | None,
     rollback: _RollbackState,
+    resolved: _Resolved,
 ) -> list[Reason]:
     """Every gate the candidate's cell fails; empty when it qualifies."""
     cell = pick.cell
@@ -369,7 +377,7 @@ def _candidate_reasons(
                 message=f"the runner's verdict was {cell.verdict} ({codes})",
             )
         )
-    found.extend(_parity_reasons(cell, project, baseline_digest))
+    found.extend(_parity_reasons(cell, project, baseline_digest, resolved))
     # Parity is re-judged above against the *current* tolerance (_parity_reasons); the
     # gate's copy is the runner's, under the tolerance of the day it ran.
     _, gate_reasons = judge(cell, cls, skip=("parity",))
@@ -398,6 +406,7 @@ def _passing_candidates(
     rollback: _RollbackState,
     reasons: list[Reason],
     looked: set[str],
+    resolved: _Resolved,
 ) -> list[Cell]:
     """The candidates' cells that pass every gate on the key; why each other one does not is
     added to ``reasons`` and every run looked at to ``looked``."""
@@ -417,7 +426,7 @@ def _passing_candidates(
             )
             continue
         looked.add(pick.cell.run_id)
-        failed = _candidate_reasons(pick, cls, project, runs, baseline_digest, rollback)
+        failed = _candidate_reasons(pick, cls, project, runs, baseline_digest, rollback, resolved)
         if failed:
             reasons.extend(
                 Reason(code=r.code, message=f"candidate {spec.label}: {r.message}") for r in failed
@@ -437,6 +446,7 @@ def _decide_class(
     digests: Mapping[str, str],
     previous: Manifest | None,
     current: str,
+    resolved: _Resolved,
 ) -> ClassDecision:
     policy = project.policy
     baseline_label = project.artifacts.baseline.label
@@ -520,7 +530,17 @@ def _decide_class(
         return _evidence(base.cell, cls, _emulated(base.cell, runs)) if base else None
 
     passing = _passing_candidates(
-        cls, project, key_cells, runs, digests, current, baseline_digest, rollback, reasons, looked
+        cls,
+        project,
+        key_cells,
+        runs,
+        digests,
+        current,
+        baseline_digest,
+        rollback,
+        reasons,
+        looked,
+        resolved,
     )
 
     if passing:
@@ -654,14 +674,14 @@ def decide(
     labels = {project.artifacts.baseline.label, *(c.label for c in project.artifacts.candidates)}
     given = dict(digests or {})
     known = given if labels <= set(given) else {**artifact_digests(project, cells), **given}
-    by_key: dict[_Key, list[Cell]] = {}
-    for cell in cells:
-        by_key.setdefault(cell.key.as_tuple(), []).append(cell)
-    runs_by_key: dict[_Key, list[RunRecord]] = {}
-    for run in runs.values():
-        runs_by_key.setdefault(run.key.as_tuple(), []).append(run)
     overrides = current_settings or {}
-    with paused_gc():
+    with paused_gc():  # the grouping too: its lists are as many as the cells and runs
+        by_key: dict[_Key, list[Cell]] = {}
+        for cell in cells:
+            by_key.setdefault(cell.key.as_tuple(), []).append(cell)
+        runs_by_key: dict[_Key, list[RunRecord]] = {}
+        for run in runs.values():
+            runs_by_key.setdefault(run.key.as_tuple(), []).append(run)
         return _decide_all(project, by_key, runs_by_key, runs, known, previous, overrides)
 
 
@@ -674,6 +694,7 @@ def _decide_all(
     previous: Manifest | None,
     overrides: Mapping[str, str],
 ) -> list[ClassDecision]:
+    resolved: _Resolved = {}
     return [
         _decide_class(
             name,
@@ -685,6 +706,7 @@ def _decide_all(
             known,
             previous,
             overrides.get(name) or cls.settings_digest(),
+            resolved,
         )
         for name, cls in project.host_classes.items()
     ]

@@ -11,16 +11,17 @@ parameter.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from manifest.build import build_manifest, next_version, write_manifest, write_per_class
-from manifest.envelope import encode_canonical, encode_envelope, format_time
+from manifest.envelope import encode_canonical, encode_envelope, format_time, split_envelope
 from manifest.load import load_manifest
 from manifest.policy import decide
 from manifest.signing import load_private_key, sign_encoded
@@ -30,6 +31,9 @@ from qualify.coverage import CoverageItem, ReleaseGate, coverage, release_gate
 from qualify.errors import QualifyError
 from qualify.project import LoadedProject
 from schemas.manifest import ArtifactRef, ClassDecision, Manifest
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 __all__ = [
     "MAX_VALIDITY",
@@ -151,27 +155,18 @@ def _kept_classes(db: Store, previous: Manifest | None) -> dict[str, str]:
     return kept
 
 
-def draft_manifest(
+def _decide_and_build(
     loaded: LoadedProject,
     db: Store,
     *,
     release: str,
-    out: Path | None,
     now: datetime,
     expires_in: timedelta,
-    artifact_base_uri: str | None = None,
-    store_dir: Path | None = None,
-) -> Draft:
-    """Decide every class from the matrix and record the result as a draft (``out``: also
-    write it there, unsigned, for review and ``manifest diff``).
-
-    Classes the current manifest is rolling out, and classes a person holds or pins, keep their
-    published entry. The draft's version is reserved: above every version recorded, so a
-    generate that died before it wrote its file never has its number reused.
-
-    Raises:
-        QualifyError, ManifestError, MatrixError: with messages naming the file and the fix.
-    """
+    artifact_base_uri: str | None,
+    store_dir: Path | None,
+) -> tuple[dict[str, Any], list[ClassDecision], dict[str, str]]:
+    """The ``signed`` part a draft records, the decisions and the kept classes; nothing is
+    recorded or written."""
     previous = previous_manifest(db)
     store = ArtifactStore(store_dir or Path(db.path).resolve().parent / "artifacts")
     digests, refs = artifact_refs(loaded, store, artifact_base_uri)
@@ -195,6 +190,39 @@ def draft_manifest(
             **signed["entries"],
             **{name: published[name] for name in kept if name in signed["entries"]},
         }
+    return signed, decisions, kept
+
+
+def draft_manifest(
+    loaded: LoadedProject,
+    db: Store,
+    *,
+    release: str,
+    out: Path | None,
+    now: datetime,
+    expires_in: timedelta,
+    artifact_base_uri: str | None = None,
+    store_dir: Path | None = None,
+) -> Draft:
+    """Decide every class from the matrix and record the result as a draft (``out``: also
+    write it there, unsigned, for review and ``manifest diff``).
+
+    Classes the current manifest is rolling out, and classes a person holds or pins, keep their
+    published entry. The draft's version is reserved: above every version recorded, so a
+    generate that died before it wrote its file never has its number reused.
+
+    Raises:
+        QualifyError, ManifestError, MatrixError: with messages naming the file and the fix.
+    """
+    signed, decisions, kept = _decide_and_build(
+        loaded,
+        db,
+        release=release,
+        now=now,
+        expires_in=expires_in,
+        artifact_base_uri=artifact_base_uri,
+        store_dir=store_dir,
+    )
     canonical = encode_envelope([], encode_canonical(signed))
     load_manifest(canonical, source=str(out or "draft"))  # what is drafted must load
     db.save_manifest(signed["version"], release, now, now + expires_in, canonical.decode())
@@ -283,12 +311,45 @@ def publish_manifest(
         "created": format_time(now),
         "expires": format_time(now + expires_in),
     }
+    return _sign_and_publish(
+        db,
+        version,
+        signed,
+        key,
+        out=out,
+        now=now,
+        expires_in=expires_in,
+        per_class_dir=per_class_dir,
+    )
+
+
+def _sign_and_publish(
+    db: Store,
+    version: int,
+    signed: dict[str, Any],
+    key: Ed25519PrivateKey | None,
+    *,
+    out: Path,
+    now: datetime,
+    expires_in: timedelta,
+    per_class_dir: Path | None,
+    draft_release: str | None = None,
+) -> GeneratedManifest:
+    """Sign ``signed`` (encoded once), check that it loads, publish it in the matrix, write it
+    to ``out`` (and per class), then mark it published. ``draft_release``: first record the
+    draft too (a generate that drafts and publishes in one step; the draft's bytes are the same
+    ``signed`` bytes in an envelope without signatures)."""
     if key is not None:
         document, canonical = sign_encoded(signed, key)
     else:
         document = {"signed": signed, "signatures": []}
         canonical = encode_envelope([], encode_canonical(signed))
-    manifest = load_manifest(canonical, source=str(out))
+    manifest = load_manifest(canonical, source=str(out))  # what is published must load
+    if draft_release is not None:
+        unsigned = canonical
+        if key is not None:
+            unsigned = encode_envelope([], split_envelope(canonical, source=str(out))[1])
+        db.save_manifest(version, draft_release, now, now + expires_in, unsigned.decode())
     db.publish_draft(version, canonical.decode(), now, now + expires_in)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_manifest(canonical, out)
@@ -340,30 +401,32 @@ def generate_manifest(
     """
     if per_class_dir is not None and key_path is None:
         raise QualifyError("per-class documents must be signed: pass --key or drop --per-class")
-    if key_path is not None:
-        load_private_key(key_path)  # a bad key fails before a version is reserved
-    draft = draft_manifest(
+    # A bad key fails before a version is reserved.
+    key = load_private_key(key_path) if key_path is not None else None
+    signed, decisions, kept = _decide_and_build(
         loaded,
         db,
         release=release,
-        out=None,
         now=now,
         expires_in=expires_in,
         artifact_base_uri=artifact_base_uri,
         store_dir=store_dir,
     )
-    published = publish_manifest(
-        db, out=out, now=now, expires_in=expires_in, key_path=key_path, per_class_dir=per_class_dir
-    )
-    return GeneratedManifest(
-        document=published.document,
-        manifest=published.manifest,
-        decisions=draft.decisions,
-        path=out,
+    # What draft_manifest and then publish_manifest would record and write, without reading
+    # the draft back from the matrix (it is the document in hand: publish stamps the same
+    # ``created`` and ``expires``), encoding it twice or loading it twice.
+    published = _sign_and_publish(
+        db,
+        signed["version"],
+        signed,
+        key,
+        out=out,
+        now=now,
+        expires_in=expires_in,
         per_class_dir=per_class_dir,
-        signed=published.signed,
-        kept=draft.kept,
+        draft_release=release,
     )
+    return dataclasses.replace(published, decisions=decisions, kept=kept)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,345 @@
+"""Benchmark: generating a manifest for a large fleet against encoding and signing it.
+
+Measures, on this machine and in this run, interleaved (generate, reference, generate, ...):
+
+* **generate**: ``qualify.release.generate_manifest`` end to end, as ``qualify manifest generate
+  --publish`` runs it once the project file is loaded and the matrix is open: read the cells,
+  runs and previous manifest from a DuckDB matrix, hash the artifact files, decide every class,
+  build the document, record the draft, sign it, record and write it (to a temporary file),
+  mark it published. Every timed run is a next release (a previous manifest is present), as in
+  a fleet that ships more than once;
+* **reference**: canonical encoding and Ed25519 signing of the very document that run produced
+  (``manifest.signing.sign_encoded``): the least any generator of these bytes has to do.
+
+The fleet has ``--classes`` classes (one run each of the baseline and an int8 candidate; every
+third falls back to the CPU, every fifth is over its p99 budget, every seventh was never
+measured: mixed decisions). Target (issue 15): generate <= 2x the reference. Prints one markdown
+section: the stage times of one generation (decide, build, sign and so on, profiled apart), the
+medians, their ratio, the load average and the command.
+
+Usage::
+
+    .venv/bin/python bench/generate.py [--classes 10000] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench._synthetic import BASE, CAND, project_of, scripted_run  # noqa: E402
+from manifest.build import build_manifest, write_manifest  # noqa: E402
+from manifest.policy import decide  # noqa: E402
+from manifest.signing import generate_keypair, load_private_key, sign_encoded  # noqa: E402
+from matrix.store import Store  # noqa: E402
+from qualify.artifacts import ArtifactStore, digest_file  # noqa: E402
+from qualify.project import LoadedProject  # noqa: E402
+from qualify.release import artifact_refs, generate_manifest, previous_manifest  # noqa: E402
+from schemas.cell import Cell, RunBundle, RunRecord  # noqa: E402
+
+__all__ = ["Fixture", "fixture", "main"]
+
+CLOCK = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
+TARGET = 2.0
+"""The issue's bound: generation at most this many times the encode + sign of its output."""
+
+
+class Fixture:
+    """A project of ``n`` classes on disk (artifact files included) and its matrix."""
+
+    def __init__(self, loaded: LoadedProject, db_path: Path, key_path: Path, work: Path) -> None:
+        self.loaded = loaded
+        self.db_path = db_path
+        self.key_path = key_path
+        self.work = work
+
+
+def _classes(n: int) -> dict[str, Any]:
+    return {
+        f"c{i:06d}": {
+            "key": {"hardware": f"hw{i}", "runtime": "ort-r8", "provider": f"p{i}"},
+            "match": {"arch": "x86_64", "cpu_flags": [f"flag{i % 17}"], "min_cores": 2},
+            "runtime": {"package": "onnxruntime", "version": "1.32.*"},
+            "provider": {"execution_providers": ["CPUExecutionProvider"]},
+            "budgets": {"p99_ms": 80.0, "peak_rss_mb": 512.0, "cold_init_ms": 1500.0},
+        }
+        for i in range(n)
+    }
+
+
+def _bulk_write(db: Store, bundles: Sequence[RunBundle]) -> None:
+    """Write the runs and cells in one transaction, row for row as ``Store.write_run`` writes
+    them (its own row builders; no raw samples): one transaction per run costs ~15 ms, so
+    10,000 of them would take minutes of set-up for a benchmark of seconds."""
+    import pyarrow as pa
+
+    from matrix import store as store_module
+
+    _, cells_schema, latency_schema = store_module._arrow_schemas()
+    tables = {
+        "runs": pa.concat_tables([store_module._run_table(b, 0, CLOCK) for b in bundles]),
+        "cells": pa.Table.from_pylist(
+            [store_module._cell_row(c) for b in bundles for c in b.cells], schema=cells_schema
+        ),
+        "latency": pa.Table.from_pylist(
+            [r for b in bundles for c in b.cells for r in store_module._latency_rows(c)],
+            schema=latency_schema,
+        ),
+    }
+    conn = db.connection
+    conn.execute("BEGIN TRANSACTION")
+    for table, rows in tables.items():
+        conn.register(f"_incoming_{table}", rows)
+        conn.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _incoming_{table}")
+        conn.unregister(f"_incoming_{table}")
+    conn.execute("COMMIT")
+
+
+def fixture(n: int, work: Path) -> Fixture:
+    """Write the project's artifact files, a signing key and a matrix of ``n`` classes."""
+    (work / "rec-fp32.onnx").write_bytes(b"bench baseline " * 1000)
+    (work / "rec-int8.onnx").write_bytes(b"bench candidate " * 250)
+    base, cand = digest_file(work / "rec-fp32.onnx"), digest_file(work / "rec-int8.onnx")
+    project = project_of(_classes(n))
+    bundles: list[RunBundle] = []
+    for i, (name, cls) in enumerate(project.host_classes.items()):
+        if i % 7 == 6:
+            continue
+        run, pair = scripted_run(
+            name,
+            cls,
+            run_id=f"run-{i:06d}",
+            when=CLOCK - timedelta(hours=2),
+            upper_ms=95.0 if i % 5 == 4 else 41.0,
+            fallback=4 if i % 3 == 2 else 0,
+        )
+
+        def real(text: str) -> str:  # the synthetic digests, as the files on disk hash
+            return text.replace(BASE, base).replace(CAND, cand)
+
+        bundles.append(
+            RunBundle(
+                run=RunRecord.model_validate_json(real(run.model_dump_json())),
+                cells=[Cell.model_validate_json(real(c.model_dump_json())) for c in pair],
+            )
+        )
+    db_path = work / "qualify.duckdb"
+    with Store.open(db_path, clock=lambda: CLOCK) as db:
+        _bulk_write(db, bundles)
+        stored = len(db.runs())
+    if stored != len(bundles):
+        raise SystemExit(f"fixture: {stored} runs stored, {len(bundles)} written")
+    key_path, _ = generate_keypair("bench", work, overwrite=True)
+    loaded = LoadedProject(path=work / "qualify.yaml", root=work, project=project)
+    return Fixture(loaded, db_path, key_path, work)
+
+
+def _generate(fx: Fixture, out: Path, now: datetime) -> dict[str, Any]:
+    with Store.open(fx.db_path, clock=lambda: now) as db:
+        made = generate_manifest(
+            fx.loaded,
+            db,
+            release="bench",
+            out=out,
+            now=now,
+            expires_in=timedelta(days=30),
+            key_path=fx.key_path,
+            artifact_base_uri="https://models.example/store",
+        )
+    signed: dict[str, Any] = made.document["signed"]
+    return signed
+
+
+@contextmanager
+def _timed(spent: list[float]) -> Iterator[None]:
+    gc.collect()  # neither side pays for the other's garbage
+    started = time.perf_counter()
+    yield
+    spent.append(time.perf_counter() - started)
+
+
+def _stages(fx: Fixture, out: Path, now: datetime) -> dict[str, float]:
+    """Time per stage of one generation: each named function's cumulative time under
+    cProfile (profiling slows everything alike; only the shares are read)."""
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    profile.enable()
+    _generate(fx, out, now)
+    profile.disable()
+    stats = pstats.Stats(profile)
+    wanted = {
+        ("policy.py", "decide"): "decide",
+        ("build.py", "build_manifest"): "build",
+        ("signing.py", "sign_encoded"): "sign",
+        ("load.py", "load_manifest"): "load (check)",
+        ("store.py", "cells"): "read cells",
+        ("store.py", "runs"): "read runs",
+        ("release.py", "generate_manifest"): "total",
+    }
+    found: dict[str, float] = {}
+    for (file, _, func), row in stats.stats.items():  # type: ignore[attr-defined]
+        label = wanted.get((Path(file).name, func))
+        if label is not None:
+            found[label] = found.get(label, 0.0) + row[3]
+    total = found.pop("total", 0.0) or 1.0
+    return {label: spent / total for label, spent in found.items()}
+
+
+def _pipeline(fx: Fixture, out: Path, key: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """decide + build + sign + write from evidence already in memory (what bench/resolve.py
+    times, and the issue's 3.0 s): the generation work without the matrix reads."""
+    decisions = decide(fx.loaded.project, inputs["cells"], inputs["runs"], **inputs["kwargs"])
+    signed = build_manifest(fx.loaded.project, decisions, **inputs["build"])
+    write_manifest(sign_encoded(signed, key)[1], out)
+    return signed
+
+
+def _inputs(fx: Fixture, now: datetime) -> dict[str, Any]:
+    with Store.open(fx.db_path, read_only=True) as db:
+        previous = previous_manifest(db)
+        cells, runs = db.cells(), {r.run_id: r for r in db.runs()}
+        snapshot, version = db.snapshot_id(), db.highest_manifest_version() + 1
+    store = ArtifactStore(fx.work / "artifacts")
+    digests, refs = artifact_refs(fx.loaded, store, "https://models.example/store")
+    return {
+        "cells": cells,
+        "runs": runs,
+        "kwargs": {"previous": previous, "digests": digests},
+        "build": {
+            "release": "bench",
+            "version": version,
+            "created": now,
+            "expires": now + timedelta(days=30),
+            "snapshot": snapshot,
+            "artifacts": refs,
+            "previous": previous,
+        },
+    }
+
+
+def measure(
+    fx: Fixture, repeats: int, *, on_round: Callable[[int], None] | None = None
+) -> dict[str, Any]:
+    """Interleaved medians of generate, the in-memory pipeline and the reference over
+    ``repeats`` rounds."""
+    key = load_private_key(fx.key_path)
+    out = fx.work / "manifest.json"
+    now = CLOCK
+    signed = _generate(fx, out, now)  # the first release: every timed run has a previous one
+    inputs = _inputs(fx, now)
+    generate_s: list[float] = []
+    pipeline_s: list[float] = []
+    reference_s: list[float] = []
+    size = 0
+    for round_ in range(repeats):
+        now += timedelta(minutes=1)
+        with _timed(generate_s):
+            signed = _generate(fx, out, now)
+        with _timed(reference_s):
+            _, raw = sign_encoded(signed, key)
+        size = len(raw)
+        if raw != out.read_bytes():
+            raise SystemExit("the reference did not reproduce the written manifest's bytes")
+        with _timed(pipeline_s):
+            _pipeline(fx, fx.work / "pipeline.json", key, inputs)
+        if on_round is not None:
+            on_round(round_)
+    decisions: dict[str, int] = {}
+    for entry in json.loads(out.read_bytes())["signed"]["entries"].values():
+        decisions[entry["decision"]] = decisions.get(entry["decision"], 0) + 1
+    stages = _stages(fx, out, now + timedelta(minutes=1))
+    return {
+        "generate": statistics.median(generate_s),
+        "pipeline": statistics.median(pipeline_s),
+        "reference": statistics.median(reference_s),
+        "ratios": [g / r for g, r in zip(generate_s, reference_s, strict=True)],
+        "size": size,
+        "decisions": decisions,
+        "stages": stages,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark and print its markdown section."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--classes", type=int, default=10_000, help="host classes in the fleet")
+    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds (medians)")
+    args = parser.parse_args(argv)
+    if args.classes < 1 or args.repeats < 1:
+        parser.error("--classes and --repeats must be at least 1")
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="qualify-bench-generate-") as tmp:
+        started = time.perf_counter()
+        fx = fixture(args.classes, Path(tmp))
+        print(
+            f"fixture: {args.classes:,} classes in {time.perf_counter() - started:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        result = measure(
+            fx,
+            args.repeats,
+            on_round=lambda r: print(f"round {r + 1}/{args.repeats}", file=sys.stderr, flush=True),
+        )
+    load_after = os.getloadavg()
+    ratio = result["generate"] / result["reference"]
+    met = "yes" if ratio <= TARGET else "**no**"
+    command = f"python bench/generate.py --classes {args.classes} --repeats {args.repeats}"
+    decisions = ", ".join(f"{k} {v:,}" for k, v in sorted(result["decisions"].items()))
+    stages = ", ".join(
+        f"{label} {share:.0%}"
+        for label, share in sorted(result["stages"].items(), key=lambda kv: -kv[1])
+    )
+    low, high = min(result["ratios"]), max(result["ratios"])
+    print("## Manifest generation against encode + sign")
+    print()
+    print(
+        f"Command: `{command}`; {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} logical CPUs, Python {platform.python_version()}; load average "
+        f"{load_before[0]:.2f} before, {load_after[0]:.2f} after. Medians of {args.repeats} "
+        "interleaved rounds; the ratio's per-round range in brackets."
+    )
+    print()
+    print(
+        "| fleet | manifest | generate (end to end) | encode + sign (reference) | ratio "
+        "| target | met | load avg (1 min) | command |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        f"| {args.classes:,} classes ({decisions}) | {result['size'] / 1e6:.1f} MB "
+        f"| {result['generate']:.2f} s | {result['reference']:.2f} s "
+        f"| {ratio:.2f}x ({low:.2f}..{high:.2f}) | <= {TARGET:g}x | {met} "
+        f"| {load_before[0]:.2f} / {load_after[0]:.2f} | `{command}` |"
+    )
+    print()
+    pipe = result["pipeline"] / result["reference"]
+    print(
+        f"| {args.classes:,} classes, evidence in memory: decide + build + sign + write "
+        f"| | {result['pipeline']:.2f} s | {result['reference']:.2f} s | {pipe:.2f}x "
+        f"| <= {TARGET:g}x | {'yes' if pipe <= TARGET else '**no**'} "
+        f"| {load_before[0]:.2f} / {load_after[0]:.2f} | `{command}` |"
+    )
+    print()
+    print(f"Share of one generation's time per stage (cProfile, cumulative): {stages}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
