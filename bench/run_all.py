@@ -53,6 +53,7 @@ ORDER = (
     "generate",
     "report",
     "telemetry",
+    "telemetry_ingest",
     "ingest",
 )
 """Known benchmarks, in the order their sections appear."""
