@@ -9,11 +9,18 @@ manifest entry), never pydantic models: this module must stay importable without
 
 from __future__ import annotations
 
-import functools
 import os
-from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import Any, NamedTuple
+
+# resolve-artifact imports this module to detect a host's class: no typing, pathlib, functools
+# or collections at run time (see manifest.envelope, whose LightNamedTuple stands in for
+# typing.NamedTuple; mypy sees the real one).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+    from typing import Any
+    from typing import NamedTuple as _NamedTuple
+else:
+    from manifest.envelope import LightNamedTuple as _NamedTuple
 
 __all__ = [
     "ISA_FEATURES",
@@ -26,7 +33,7 @@ __all__ = [
 ]
 
 
-class HostFacts(NamedTuple):
+class HostFacts(_NamedTuple):
     """What the match rules look at. Immutable.
 
     A NamedTuple rather than a dataclass: ``resolve-artifact`` imports this module when it
@@ -79,25 +86,29 @@ def _parse_meminfo(text: str) -> int | None:
     return None
 
 
-def _read(path: Path) -> str:
+def _read(path: str) -> str:
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(1 << 22)  # /proc files are small; a fake one stays bounded
     except OSError:
         return ""
 
 
-def read_host_facts(proc: Path = Path("/proc"), providers: Iterable[str] = ()) -> HostFacts:
+def read_host_facts(
+    proc: str | os.PathLike[str] = "/proc", providers: Iterable[str] = ()
+) -> HostFacts:
     """Read this host's facts.
 
     Args:
-        proc: where procfs lives (a test passes a directory with fake ``cpuinfo``/``meminfo``).
+        proc: where procfs lives (a test passes a directory with fake ``cpuinfo``/``meminfo``),
+            a path or a string.
         providers: execution providers known to be available (the caller probes onnxruntime;
             this module never imports it).
 
     Returns:
         The facts. Unknown values are ``None`` or empty, never guessed.
     """
-    model, flags = _parse_cpuinfo(_read(proc / "cpuinfo"))
+    model, flags = _parse_cpuinfo(_read(os.path.join(proc, "cpuinfo")))
     return HostFacts(
         arch=_machine(),
         cpu_model=model,
@@ -105,7 +116,7 @@ def read_host_facts(proc: Path = Path("/proc"), providers: Iterable[str] = ()) -
         cores=len(os.sched_getaffinity(0))
         if hasattr(os, "sched_getaffinity")
         else os.cpu_count() or 1,
-        memory_mb=_parse_meminfo(_read(proc / "meminfo")),
+        memory_mb=_parse_meminfo(_read(os.path.join(proc, "meminfo"))),
         providers=frozenset(providers),
     )
 
@@ -166,11 +177,18 @@ def flag_spellings(flag: str) -> set[str]:
     return {flag.strip().lower(), _canonical(flag)}
 
 
-@functools.lru_cache(maxsize=4)
+_SEARCHABLE: dict[frozenset[str], frozenset[str]] = {}
+
+
 def _searchable(flags: frozenset[str]) -> frozenset[str]:
     # The host's flags in both spellings, built once per host rather than once per rule checked
-    # (detection checks every class of the manifest).
-    return flags | {_canonical(f) for f in flags}
+    # (detection checks every class of the manifest); a few hosts' worth kept, as lru_cache(4).
+    found = _SEARCHABLE.get(flags)
+    if found is None:
+        if len(_SEARCHABLE) >= 4:
+            _SEARCHABLE.clear()
+        found = _SEARCHABLE[flags] = flags | {_canonical(f) for f in flags}
+    return found
 
 
 def _has_flag(flags: frozenset[str], wanted: str) -> bool:

@@ -74,19 +74,28 @@ works; providers linked into the core library (CoreML, XNNPACK, Azure) are not s
 
 from __future__ import annotations
 
-import json
+import gc
 import os
-import re
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, NamedTuple
 
 from manifest import envelope
 from manifest.errors import ForkError, KeyFileError, MalformedError, VerificationError
 from schemas.atomic import open_regular, read_bounded
-from schemas.settings import qualified_settings
+
+# What this module imports at run time is what every host pays at every service start, so it is
+# the interpreter's own modules, the ones above and, for the check, cryptography's compiled core;
+# ``tests/manifest/test_resolve_startup.py`` holds it to that list. No typing, re, json,
+# pathlib, argparse, datetime, fnmatch or collections: each was a millisecond or more, together
+# most of the start-up. mypy reads this flag as typing.TYPE_CHECKING.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
+    from typing import Any
+    from typing import NamedTuple as _NamedTuple
+else:
+    from manifest.envelope import LightNamedTuple as _NamedTuple
 
 __all__ = [
     "DEFAULT_GRACE_DAYS",
@@ -152,7 +161,7 @@ _NOT_RUNTIMES = ("onnxruntime-extensions", "onnxruntime-genai", "onnxruntime-too
 """Distributions named onnxruntime* that are not the runtime itself."""
 
 
-class HostRuntime(NamedTuple):
+class HostRuntime(_NamedTuple):
     """The onnxruntime this host has, as far as can be told without importing it."""
 
     package: str | None
@@ -161,7 +170,7 @@ class HostRuntime(NamedTuple):
     source: str
 
 
-class Outcome(NamedTuple):
+class Outcome(_NamedTuple):
     """What ``resolve`` decided: exit code, the answer, messages and what to keep."""
 
     code: int
@@ -279,8 +288,6 @@ def requirement_failures(
     Returns:
         One sentence per unmet requirement.
     """
-    from fnmatch import fnmatchcase
-
     found: list[str] = []
     want_pkg = _normalise(str(runtime.get("package") or "onnxruntime"))
     pattern = str(runtime.get("version") or "*")
@@ -289,13 +296,36 @@ def requirement_failures(
     else:
         if host.package != want_pkg:
             found.append(f"runtime package is {host.package}, needs {want_pkg}")
-        if not fnmatchcase(host.version, pattern):
+        if not _version_matches(host.version, pattern):
             found.append(f"onnxruntime version is {host.version}, needs {pattern}")
     expected = provider.get("expected")
     if expected and expected not in host.providers:
         have = ", ".join(sorted(host.providers)) or "none"
         found.append(f"provider {expected} is not available (available: {have})")
     return found
+
+
+def _version_matches(version: str, pattern: str) -> bool:
+    """``fnmatch.fnmatchcase(version, pattern)``; patterns without ``[`` (``1.32.*``, the usual
+    kind) are matched here, without fnmatch's ``re``."""
+    if "[" in pattern:
+        from fnmatch import fnmatchcase
+
+        return fnmatchcase(version, pattern)
+    # Wildcard matching, linear in practice: on a mismatch, retry from the last ``*``.
+    v = p = 0
+    star, mark = -1, 0
+    while v < len(version):
+        if p < len(pattern) and pattern[p] == "*":
+            star, mark, p = p, v, p + 1
+        elif p < len(pattern) and pattern[p] in ("?", version[v]):
+            v, p = v + 1, p + 1
+        elif star >= 0:
+            mark += 1
+            v, p = mark, star + 1
+        else:
+            return False
+    return not pattern[p:].strip("*")
 
 
 def _entries(signed: Mapping[str, Any]) -> dict[str, Any]:
@@ -305,7 +335,7 @@ def _entries(signed: Mapping[str, Any]) -> dict[str, Any]:
     return entries
 
 
-class Accepted(NamedTuple):
+class Accepted(_NamedTuple):
     """What this host accepted, as ``state.json`` keeps it: the rollback floor and the identity
     of the document at that version (two documents of one version must be the same bytes)."""
 
@@ -433,11 +463,9 @@ def _find_class(
 def _show(value: Any, limit: int = 120) -> str:
     """A value from a document, safe on one terminal line: control characters escaped, cut."""
     text = value if isinstance(value, str) else repr(value)
-    text = text.encode("unicode_escape", "backslashreplace").decode("ascii")
+    if not (text.isascii() and text.isprintable() and "\\" not in text):  # else nothing to escape
+        text = text.encode("unicode_escape", "backslashreplace").decode("ascii")
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def _pointer(art: Any, schemes: Sequence[str], what: str) -> dict[str, Any]:
@@ -446,7 +474,12 @@ def _pointer(art: Any, schemes: Sequence[str], what: str) -> dict[str, Any]:
     if not isinstance(art, dict):
         raise _Refused(EXIT_VERIFY, f"{what} is not an object")
     digest, uri = art.get("digest"), art.get("uri")
-    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+    if not (
+        isinstance(digest, str)
+        and len(digest) == 71
+        and digest.startswith("sha256:")
+        and envelope.is_hex(digest[7:])
+    ):
         raise _Refused(EXIT_VERIFY, f"{what}: digest {_show(digest)} is not sha256:<64 hex>")
     if (
         not isinstance(uri, str)
@@ -548,6 +581,8 @@ def _answer(
     if decision == "hold":
         messages.append(f"class {host_class!r} is on hold: {_show(entry.get('summary', ''), 300)}")
         return EXIT_HOLD, answer, messages
+    from schemas.settings import qualified_settings  # an answer with an artifact needs it
+
     artifact = entry.get("artifact")
     if decision not in ("candidate", "baseline") or not isinstance(artifact, dict):
         raise _Refused(
@@ -757,7 +792,7 @@ def _from_last_known_good(
     stale = False
     expires = kept.signed["expires"]
     if expires <= now:
-        late = (envelope.parse_time(now) - envelope.parse_time(expires)).total_seconds()
+        late = envelope.seconds_of(now) - envelope.seconds_of(expires)
         days = f"{grace_s / 86400:g}-day"
         if late > grace_s:
             messages.append(
@@ -783,57 +818,68 @@ def _from_last_known_good(
     return Outcome(code, answer, messages + more, None, None, floor)
 
 
-def default_state_dir() -> Path | None:
-    """``$QUALIFY_STATE_DIR``, else ``$XDG_STATE_HOME/qualify/resolve`` (``~/.local/state`` when
-    unset); None when there is no home to put it in."""
+def _default_state_dir() -> str | None:
     env = os.environ.get("QUALIFY_STATE_DIR")
     if env:
-        return Path(env)
+        return env
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(
         os.path.expanduser("~"), ".local", "state"
     )
     if not os.path.isabs(base):
         return None
-    return Path(base) / "qualify" / "resolve"
+    return os.path.join(base, "qualify", "resolve")
 
 
-def _writable(directory: Path) -> bool:
+def default_state_dir() -> Path | None:
+    """``$QUALIFY_STATE_DIR``, else ``$XDG_STATE_HOME/qualify/resolve`` (``~/.local/state`` when
+    unset); None when there is no home to put it in."""
+    found = _default_state_dir()
+    if found is None:
+        return None
+    from pathlib import Path
+
+    return Path(found)
+
+
+def _writable(directory: str) -> bool:
     """Whether ``directory``, or the nearest existing folder above it, can be written."""
-    probe = directory
-    while not probe.exists():
-        if probe.parent == probe:
+    probe = os.path.abspath(directory)
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
             return False
-        probe = probe.parent
-    return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
+        probe = parent
+    return os.path.isdir(probe) and os.access(probe, os.W_OK | os.X_OK)
 
 
 def _load_state(
-    state_dir: Path, max_bytes: int, say: Callable[[str], None]
+    state_dir: str, max_bytes: int, say: Callable[[str], None]
 ) -> tuple[Accepted | None, bytes | None]:
     """The state record and the last-known-good bytes; what is unreadable is said and skipped
     (the floor then comes from what is left)."""
     record: Accepted | None = None
+    state_file, lkg_file = os.path.join(state_dir, STATE_FILE), os.path.join(state_dir, LKG_FILE)
     try:
-        record = parse_state(read_bounded(state_dir / STATE_FILE, _STATE_BYTES))
+        record = parse_state(read_bounded(state_file, _STATE_BYTES))
     except FileNotFoundError:
         pass
     except (OSError, ValueError) as exc:
         say(
-            f"warning: {state_dir / STATE_FILE} is unusable ({exc}); the rollback floor comes "
+            f"warning: {state_file} is unusable ({exc}); the rollback floor comes "
             "from the last-known-good"
         )
     lkg: bytes | None = None
     try:
-        lkg = read_bounded(state_dir / LKG_FILE, max_bytes)
+        lkg = read_bounded(lkg_file, max_bytes)
     except FileNotFoundError:
         pass
     except OSError as exc:
-        say(f"warning: cannot read {state_dir / LKG_FILE} ({exc})")
+        say(f"warning: cannot read {lkg_file} ({exc})")
     return record, lkg
 
 
 def _save_state(
-    state_dir: Path, outcome: Outcome, record: Accepted | None, lkg: bytes | None
+    state_dir: str, outcome: Outcome, record: Accepted | None, lkg: bytes | None
 ) -> None:
     """Keep what ``outcome`` accepted: the document first, then the record naming it. With
     nothing new accepted, a state record behind the floor is brought up to it. No write when
@@ -845,14 +891,14 @@ def _save_state(
     # Imported here, on the rare path that writes: keeps tempfile off start-up.
     from schemas.atomic import write_atomic
 
-    state_dir.mkdir(parents=True, exist_ok=True)
+    os.makedirs(state_dir, exist_ok=True)
     if keep and outcome.accepted is not None:
-        write_atomic(state_dir / LKG_FILE, outcome.accepted)
+        write_atomic(os.path.join(state_dir, LKG_FILE), outcome.accepted)
     if floor is not None and floor != record:
-        write_atomic(state_dir / STATE_FILE, encode_state(floor))
+        write_atomic(os.path.join(state_dir, STATE_FILE), encode_state(floor))
 
 
-def _file_digest(path: Path) -> str:
+def _file_digest(path: str) -> str:
     import hashlib
 
     h = hashlib.sha256()
@@ -863,13 +909,13 @@ def _file_digest(path: Path) -> str:
 
 
 def _default_host_id() -> str:
-    from manifest.host_events import host_id
-
-    return host_id()
+    """``manifest.host_events.host_id()`` (a test keeps the two equal), without importing
+    ``host_events`` and its ``json`` at every start."""
+    return os.environ.get("QUALIFY_HOST_ID") or os.uname().nodename or "unknown"
 
 
 def _emit(
-    path: Path,
+    path: str,
     answer: Mapping[str, Any],
     host: HostRuntime,
     host_id: str | None,
@@ -911,107 +957,172 @@ def _bounded(
     return parse
 
 
-def _parser() -> Any:
-    import argparse
+_SCHEMES = ",".join(DEFAULT_URI_SCHEMES)
+_HELP = f"""usage: resolve-artifact --manifest PATH [--host-class NAME] [--pubkey FILE]
+                        [--state-dir DIR] [--no-state] [--verify-file PATH] [--json]
+                        [--runtime PKG==VER] [--providers A,B] [--emit-telemetry FILE]
+                        [--host-id ID] [--max-bytes N] [--grace-days D]
+                        [--max-validity-days D] [--uri-schemes LIST]
 
-    class Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> Any:  # one line, exit 2; not argparse's usage dump
-            raise _Usage(message)
+Print the artifact this host runs, from a signed release manifest. Exit codes: 0 resolved,
+2 usage error or unknown class, 3 hold, 4 verification failed and no usable last-known-good,
+5 no compatible artifact, 6 resolved from an expired last-known-good within its grace.
 
-    p = Parser(
-        prog="resolve-artifact",
-        description="Print the artifact this host runs, from a signed release manifest. "
-        "Exit codes: 0 resolved, 2 usage error or unknown class, 3 hold, "
-        "4 verification failed and no usable last-known-good, 5 no compatible artifact, "
-        "6 resolved from an expired last-known-good within its grace.",
-    )
-    p.add_argument(
-        "--manifest",
-        required=True,
-        type=Path,
-        help="manifest file, per-class document, or directory of per-class documents",
-    )
-    p.add_argument("--host-class", help="class name (default: detect with the match rules)")
-    p.add_argument(
-        "--pubkey",
-        type=Path,
-        default=os.environ.get("QUALIFY_PUBKEY"),
-        help="trusted Ed25519 public key, PEM (default $QUALIFY_PUBKEY)",
-    )
-    p.add_argument(
-        "--state-dir",
-        type=Path,
-        default=None,
-        help="keeps the rollback floor and the last-known-good manifest (default "
-        "$QUALIFY_STATE_DIR, else $XDG_STATE_HOME/qualify/resolve or "
-        "~/.local/state/qualify/resolve)",
-    )
-    p.add_argument(
-        "--no-state",
-        action="store_true",
-        help="keep no state: no rollback protection across runs and no last-known-good",
-    )
-    p.add_argument(
-        "--verify-file",
-        type=Path,
-        help="check this local file's sha256 against the resolved artifact",
-    )
-    p.add_argument("--json", action="store_true", help="print a JSON object")
-    p.add_argument(
-        "--runtime",
-        default=os.environ.get("QUALIFY_RUNTIME"),
-        help="PACKAGE==VERSION of the serving runtime (default: the installed one)",
-    )
-    p.add_argument(
-        "--providers",
-        default=os.environ.get("QUALIFY_PROVIDERS"),
-        help="comma-separated available providers (default: from the installed package)",
-    )
-    p.add_argument(
-        "--emit-telemetry",
-        type=Path,
-        default=os.environ.get("QUALIFY_TELEMETRY"),
-        help="append this resolution's telemetry event (one JSON line) to FILE "
-        "(default $QUALIFY_TELEMETRY)",
-    )
-    p.add_argument(
-        "--host-id",
-        default=None,
-        help="this host's stable id: it places the host in or out of a staged rollout's cohort "
-        "and names it in telemetry events (default $QUALIFY_HOST_ID, else the node name)",
-    )
-    p.add_argument(
-        "--max-bytes",
-        type=_bounded(int, 1, 2**31, "--max-bytes"),
-        default=envelope.MAX_BYTES,
-        help=f"largest manifest accepted (default {envelope.MAX_BYTES})",
-    )
-    p.add_argument(
-        "--grace-days",
-        type=_bounded(float, 0, 3650, "--grace-days"),
-        default=DEFAULT_GRACE_DAYS,
-        help="serve an expired last-known-good this long after it expired, with exit 6 "
-        f"(default {DEFAULT_GRACE_DAYS})",
-    )
-    p.add_argument(
-        "--max-validity-days",
-        type=_bounded(float, 1, 36500, "--max-validity-days"),
-        default=DEFAULT_MAX_VALIDITY_DAYS,
-        help="refuse a manifest that expires further ahead than this "
-        f"(default {DEFAULT_MAX_VALIDITY_DAYS})",
-    )
-    p.add_argument(
-        "--uri-schemes",
-        default=",".join(DEFAULT_URI_SCHEMES),
-        help=f"artifact URI schemes a host may fetch (default {','.join(DEFAULT_URI_SCHEMES)})",
-    )
-    return p
+options:
+  -h, --help            show this help message and exit
+  --manifest PATH       manifest file, per-class document, or directory of per-class documents
+  --host-class NAME     class name (default: detect with the match rules)
+  --pubkey FILE         trusted Ed25519 public key, PEM (default $QUALIFY_PUBKEY)
+  --state-dir DIR       keeps the rollback floor and the last-known-good manifest (default
+                        $QUALIFY_STATE_DIR, else $XDG_STATE_HOME/qualify/resolve or
+                        ~/.local/state/qualify/resolve)
+  --no-state            keep no state: no rollback protection across runs and no
+                        last-known-good
+  --verify-file PATH    check this local file's sha256 against the resolved artifact
+  --json                print a JSON object
+  --runtime PKG==VER    PACKAGE==VERSION of the serving runtime (default: the installed one,
+                        or $QUALIFY_RUNTIME)
+  --providers A,B       comma-separated available providers (default: from the installed
+                        package, or $QUALIFY_PROVIDERS)
+  --emit-telemetry FILE
+                        append this resolution's telemetry event (one JSON line) to FILE
+                        (default $QUALIFY_TELEMETRY)
+  --host-id ID          this host's stable id: it places the host in or out of a staged
+                        rollout's cohort and names it in telemetry events (default
+                        $QUALIFY_HOST_ID, else the node name)
+  --max-bytes N         largest manifest accepted (default {envelope.MAX_BYTES})
+  --grace-days D        serve an expired last-known-good this long after it expired, with
+                        exit 6 (default {DEFAULT_GRACE_DAYS})
+  --max-validity-days D
+                        refuse a manifest that expires further ahead than this (default
+                        {DEFAULT_MAX_VALIDITY_DAYS})
+  --uri-schemes LIST    artifact URI schemes a host may fetch (default {_SCHEMES})
+"""
+
+MAX_ARGS = 128
+"""Most command-line arguments accepted (every option once with its value is 31)."""
 
 
-def _manifest_path(path: Path, host_class: str | None) -> tuple[Path, str | None]:
+class _Help(Exception):
+    """Internal: ``--help`` was asked for."""
+
+
+class _Args:
+    """The parsed command line (the defaults are read from the environment when parsed)."""
+
+    def __init__(self) -> None:
+        env = os.environ.get
+        self.manifest: str = ""
+        """Required: `_parse_args` refuses a command line without it."""
+        self.host_class: str | None = None
+        self.pubkey: str | None = env("QUALIFY_PUBKEY") or None
+        self.state_dir: str | None = None
+        self.no_state = False
+        self.verify_file: str | None = None
+        self.json = False
+        self.runtime: str | None = env("QUALIFY_RUNTIME") or None
+        self.providers: str | None = env("QUALIFY_PROVIDERS") or None
+        self.emit_telemetry: str | None = env("QUALIFY_TELEMETRY") or None
+        self.host_id: str | None = None
+        self.max_bytes: int = envelope.MAX_BYTES
+        self.grace_days: float = DEFAULT_GRACE_DAYS
+        self.max_validity_days: float = DEFAULT_MAX_VALIDITY_DAYS
+        self.uri_schemes: str = _SCHEMES
+
+
+_FLAGS = {"--no-state": "no_state", "--json": "json"}
+_VALUES: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "--manifest": ("manifest", str),
+    "--host-class": ("host_class", str),
+    "--pubkey": ("pubkey", str),
+    "--state-dir": ("state_dir", str),
+    "--verify-file": ("verify_file", str),
+    "--runtime": ("runtime", str),
+    "--providers": ("providers", str),
+    "--emit-telemetry": ("emit_telemetry", str),
+    "--host-id": ("host_id", str),
+    "--max-bytes": ("max_bytes", _bounded(int, 1, 2**31, "--max-bytes")),
+    "--grace-days": ("grace_days", _bounded(float, 0, 3650, "--grace-days")),
+    "--max-validity-days": (
+        "max_validity_days",
+        _bounded(float, 1, 36500, "--max-validity-days"),
+    ),
+    "--uri-schemes": ("uri_schemes", str),
+}
+_OPTIONS = ("-h", "--help", *_FLAGS, *_VALUES)
+
+
+def _option(token: str) -> str:
+    """The option ``token`` names: exact, or (as argparse) a unique prefix of a long option."""
+    if token in _OPTIONS:
+        return token
+    found = [name for name in _OPTIONS if name.startswith("--") and name.startswith(token)]
+    if len(found) == 1 and token.startswith("--") and len(token) > 2:
+        return found[0]
+    if len(found) > 1 and token.startswith("--") and len(token) > 2:
+        raise _Usage(f"ambiguous option: {token} could match {', '.join(found)}")
+    return ""
+
+
+def _is_value(token: str) -> bool:
+    """Whether a token after an option is its value, as argparse decides: not option-like, or a
+    negative number (``--grace-days -1`` is then refused by its range), or holding a space."""
+    if not token.startswith("-") or token == "-" or " " in token:
+        return True
+    body = token[1:]
+    whole, dot, frac = body.partition(".")
+    return (whole + frac).isascii() and (whole + frac).isdigit() and (not dot or bool(frac))
+
+
+def _parse_args(argv: Sequence[str]) -> _Args:
+    """The command line, parsed as ``argparse`` did (same options, ``--opt=value``, unique
+    prefixes, the last of a repeated option wins, ``--`` ends the options), in a bounded loop.
+
+    Raises:
+        _Usage: a usage error, said on one line (exit 2).
+        _Help: ``-h``/``--help``.
+    """
+    if len(argv) > MAX_ARGS:
+        raise _Usage(f"too many arguments ({len(argv)}); resolve-artifact takes at most {MAX_ARGS}")
+    args = _Args()
+    given: set[str] = set()
+    extra: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = str(argv[i])
+        i += 1
+        if token == "--":
+            extra.extend(str(a) for a in argv[i:])
+            break
+        name, eq, inline = token.partition("=") if token.startswith("--") else (token, "", "")
+        option = _option(name) if name.startswith("-") and name != "-" else ""
+        if not option:
+            extra.append(token)
+        elif option in ("-h", "--help"):
+            raise _Help
+        elif option in _FLAGS:
+            if eq:
+                raise _Usage(f"argument {option}: ignored explicit argument {inline!r}")
+            setattr(args, _FLAGS[option], True)
+        else:
+            if not eq:
+                if i >= len(argv) or not _is_value(str(argv[i])):
+                    raise _Usage(f"argument {option}: expected one argument")
+                inline, i = str(argv[i]), i + 1
+            dest, convert = _VALUES[option]
+            setattr(args, dest, convert(inline))
+            given.add(dest)
+    if "manifest" not in given:
+        raise _Usage("the following arguments are required: --manifest")
+    if extra:
+        raise _Usage(f"unrecognized arguments: {' '.join(_show(a, 60) for a in extra[:8])}")
+    return args
+
+
+def _manifest_path(path: str, host_class: str | None) -> tuple[str, str | None]:
     """The document to read for ``--manifest``; for a per-class directory, through its
     ``current`` pointer (or the flat layout without one). Returns (path, why unreadable)."""
-    if not path.is_dir():
+    if not os.path.isdir(path):
         return path, None
     if not host_class:
         raise _Usage(f"{path} is a directory of per-class documents; pass --host-class NAME")
@@ -1019,31 +1130,32 @@ def _manifest_path(path: Path, host_class: str | None) -> tuple[Path, str | None
         filename = envelope.class_filename(host_class)
     except ValueError as exc:
         raise _Usage(str(exc)) from exc
+    pointer_file = os.path.join(path, envelope.CURRENT_POINTER)
     try:
-        pointer = read_bounded(path / envelope.CURRENT_POINTER, 64)
+        pointer = read_bounded(pointer_file, 64)
     except FileNotFoundError:
-        return path / filename, None  # the flat layout of earlier releases
+        return os.path.join(path, filename), None  # the flat layout of earlier releases
     except OSError as exc:
-        return path / filename, f"cannot read {path / envelope.CURRENT_POINTER} ({exc.strerror})"
+        return os.path.join(path, filename), f"cannot read {pointer_file} ({exc.strerror})"
     text = pointer.decode("ascii", "replace")
-    if not envelope.POINTER_RE.fullmatch(text):
-        return path / filename, (
-            f"{path / envelope.CURRENT_POINTER} holds {_show(text[:40])}, not v<version>"
+    if not envelope.is_pointer(text):
+        return os.path.join(path, filename), (
+            f"{pointer_file} holds {_show(text[:40])}, not v<version>"
         )
-    return path / text.strip() / filename, None
+    return os.path.join(path, text.strip(), filename), None
 
 
-def _state_dir(args: Any, say: Callable[[str], None]) -> Path | None:
+def _state_dir(args: _Args, say: Callable[[str], None]) -> str | None:
     if args.no_state:
         return None
-    chosen: Path | None = args.state_dir or default_state_dir()
+    chosen = args.state_dir or _default_state_dir()
     if chosen is None or not _writable(chosen):
         where = f"{chosen}" if chosen is not None else "none (no home directory)"
         say(
             f"warning: no writable state directory ({where}): no rollback protection across "
             "runs and no last-known-good; pass --state-dir DIR, or --no-state to run so knowingly"
         )
-        if chosen is None or not chosen.is_dir():
+        if chosen is None or not os.path.isdir(chosen):
             return None
     return chosen
 
@@ -1057,24 +1169,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     def say(message: str) -> None:
         print(f"resolve-artifact: {message}", file=sys.stderr)
 
+    # A run makes no reference cycles worth collecting, and a 1,000-class manifest makes enough
+    # objects to trigger collections that walk all of them: paused for the run, then restored.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
-        return _main(argv, say)
+        return _main(sys.argv[1:] if argv is None else argv, say)
     except _Usage as exc:
         say(f"error: {exc}")
         return EXIT_USAGE
-    except SystemExit as exc:  # --help
-        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except _Help:
+        sys.stdout.write(_HELP)
+        return EXIT_RESOLVED
     except Exception as exc:  # a bug: fail closed, say what, never a traceback on a host
         say(f"internal error, failing closed ({type(exc).__name__}: {_show(str(exc))})")
         return EXIT_VERIFY
+    finally:
+        if collecting:
+            gc.enable()
 
 
-def _trusted_key_and_host(args: Any) -> tuple[bytes, HostRuntime]:
+def _trusted_key_and_host(args: _Args) -> tuple[bytes, HostRuntime]:
     """The trusted public key (raw Ed25519) and this host's runtime, or a usage error."""
     if args.pubkey is None:
         raise _Usage("no trusted key: pass --pubkey FILE or set QUALIFY_PUBKEY")
     try:
-        key_text = read_bounded(Path(args.pubkey), 64 * 1024)
+        key_text = read_bounded(args.pubkey, 64 * 1024)
         public_raw = envelope.parse_public_pem(
             key_text.decode("ascii", errors="replace"), str(args.pubkey)
         )
@@ -1090,7 +1210,7 @@ def _digest(answer: Mapping[str, Any] | None) -> str:
     return "" if answer is None else str(answer["artifact"]["digest"])
 
 
-def _file_matches(path: Path, want: str, say: Callable[[str], None]) -> bool:
+def _file_matches(path: str, want: str, say: Callable[[str], None]) -> bool:
     """``--verify-file``: whether the file's sha256 is the one the manifest names."""
     try:
         got = _file_digest(path)
@@ -1103,8 +1223,55 @@ def _file_matches(path: Path, want: str, say: Callable[[str], None]) -> bool:
     return True
 
 
-def _main(argv: Sequence[str] | None, say: Callable[[str], None]) -> int:
-    args = _parser().parse_args(argv)
+class _NotPlain(Exception):
+    """Internal: a value ``_dumps`` leaves to ``json``."""
+
+
+def _dumps(value: Any) -> str:
+    """``json.dumps(value, sort_keys=True)`` for the answer (dicts with string keys, lists,
+    strings, integers, booleans, None), without importing ``json``; anything else, or nesting
+    deeper than an answer has, is left to ``json`` itself."""
+    from _json import encode_basestring_ascii as quote
+
+    parts: list[str] = []
+
+    def put(item: Any, depth: int) -> None:
+        kind = type(item)
+        if depth > 16:
+            raise _NotPlain
+        if item is None or kind is bool:
+            parts.append("null" if item is None else "true" if item else "false")
+        elif kind is int:
+            parts.append(int.__repr__(item))
+        elif kind is str:
+            parts.append(quote(item))
+        elif kind is list:
+            parts.append("[")
+            for n, member in enumerate(item):
+                parts.append(", " if n else "")
+                put(member, depth + 1)
+            parts.append("]")
+        elif kind is dict and all(type(k) is str for k in item):
+            parts.append("{")
+            for n, key in enumerate(sorted(item)):
+                parts.append(", " if n else "")
+                parts.append(quote(key) + ": ")
+                put(item[key], depth + 1)
+            parts.append("}")
+        else:
+            raise _NotPlain
+
+    try:
+        put(value, 0)
+    except _NotPlain:
+        import json
+
+        return json.dumps(value, sort_keys=True)
+    return "".join(parts)
+
+
+def _main(argv: Sequence[str], say: Callable[[str], None]) -> int:
+    args = _parse_args(argv)
     schemes = tuple(s.strip().lower() for s in str(args.uri_schemes).split(",") if s.strip())
     if not schemes:
         raise _Usage("--uri-schemes is empty; name at least one scheme, e.g. https")
@@ -1157,7 +1324,7 @@ def _main(argv: Sequence[str] | None, say: Callable[[str], None]) -> int:
     if served and args.verify_file and not _file_matches(args.verify_file, _digest(answer), say):
         return EXIT_VERIFY
     if answer is not None and args.json:
-        print(json.dumps(answer, sort_keys=True))
+        print(_dumps(answer))
     elif served and answer is not None:
         print(answer["artifact"]["uri"])
     return code

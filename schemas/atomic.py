@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
-from pathlib import Path
+
+# resolve-artifact reads with this module at start-up: no re or pathlib at import (they load
+# where a writer needs them). mypy reads the flag as typing.TYPE_CHECKING.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "open_regular",
@@ -89,13 +93,16 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_leftovers(directory: Path) -> list[Path]:
+def remove_leftovers(directory: str | os.PathLike[str]) -> list[Path]:
     """Remove the temporaries of writers that are no longer running from ``directory``.
 
     Returns:
         What was removed (files and folders named by `temp_prefix` whose process is gone);
         a folder that cannot be listed gives an empty list.
     """
+    import re
+    from pathlib import Path
+
     removed: list[Path] = []
     try:
         entries = list(os.scandir(directory))
@@ -140,9 +147,12 @@ def write_atomic(
     """
     import tempfile  # here, not at import: resolve-artifact reads with this module at start-up
 
-    target = Path(path)
+    target = os.fspath(path)
+    folder = os.path.dirname(target) or "."
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(target.name), suffix=".tmp", dir=target.parent)
+    fd, tmp = tempfile.mkstemp(
+        prefix=temp_prefix(os.path.basename(target)), suffix=".tmp", dir=folder
+    )
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:
@@ -152,10 +162,12 @@ def write_atomic(
                 os.fsync(handle.fileno())
         os.replace(tmp, target)
     except BaseException:
+        from pathlib import Path  # the failing path only
+
         Path(tmp).unlink(missing_ok=True)
         raise
     if sync_dir:
-        dir_fd = os.open(target.parent, os.O_RDONLY)
+        dir_fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
         finally:

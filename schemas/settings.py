@@ -27,8 +27,7 @@ Standard library only at import: ``resolve-artifact`` and the host-side event wr
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+TYPE_CHECKING = False  # typing's own flag without importing typing (a host's resolve loads this)
 if TYPE_CHECKING:
     from collections.abc import Mapping
 

@@ -70,3 +70,35 @@ def test_resolve_imports_no_heavy_module() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert out.stdout.strip() == "", f"manifest.resolve pulled in: {out.stdout.strip()}"
+
+
+# What importing manifest.resolve may add to an interpreter that has imported only `site`
+# (issue 15: typing, re, json, pathlib, argparse, datetime and collections are all gone).
+RESOLVE_IMPORTS = {
+    "__future__",
+    "binascii",
+    "errno",
+    "gc",
+    "manifest",
+    "manifest.envelope",
+    "manifest.errors",
+    "manifest.resolve",
+    "schemas",
+    "schemas.atomic",
+}
+
+
+def test_resolve_imports_only_its_own_light_modules() -> None:
+    # -S: no .pth files, so no editable finder preloading pathlib and re: a wheel install's view.
+    code = (
+        f"import sys, site; sys.path.insert(0, {str(ROOT)!r}); before = set(sys.modules)\n"
+        "import manifest.resolve\n"
+        "print(','.join(sorted(set(sys.modules) - before)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    added = set(out.stdout.strip().split(","))
+    assert added <= RESOLVE_IMPORTS, (
+        f"manifest.resolve pulled in: {sorted(added - RESOLVE_IMPORTS)}"
+    )
