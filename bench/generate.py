@@ -328,7 +328,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"| {ratio:.2f}x ({low:.2f}..{high:.2f}) | <= {TARGET:g}x | {met} "
         f"| {load_before[0]:.2f} / {load_after[0]:.2f} | `{command}` |"
     )
-    print()
     pipe = result["pipeline"] / result["reference"]
     print(
         f"| {args.classes:,} classes, evidence in memory: decide + build + sign + write "

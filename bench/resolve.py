@@ -361,6 +361,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=30, help="runs per command (median)")
     parser.add_argument("--workdir", type=Path, help="keep the files here (default: a temp dir)")
     args = parser.parse_args(argv)
+    # A host has no PYTHONPATH (make bench sets it to this checkout): with it, pip would see
+    # the checkout as installed and write no console script, and the runs would time the
+    # checkout's modules instead of the wheel's.
+    os.environ.pop("PYTHONPATH", None)
     with tempfile.TemporaryDirectory() as tmp:
         work = args.workdir or Path(tmp)
         if args.workdir is not None:
