@@ -90,9 +90,14 @@ def _bulk_write(db: Store, bundles: Sequence[RunBundle]) -> None:
 
     from matrix import store as store_module
 
-    _, cells_schema, latency_schema = store_module._arrow_schemas()
+    _, cells_schema, latency_schema = (
+        store_module._arrow_schemas()
+    )  # the tables, as DuckDB holds them
     tables = {
-        "runs": pa.concat_tables([store_module._run_table(b, 0, CLOCK) for b in bundles]),
+        "runs": pa.Table.from_pylist(
+            [store_module._run_row(b, 0, CLOCK) for b in bundles],
+            schema=store_module._arrow_schemas()[0],
+        ),
         "cells": pa.Table.from_pylist(
             [store_module._cell_row(c) for b in bundles for c in b.cells], schema=cells_schema
         ),

@@ -204,7 +204,9 @@ def _read_samples(samples_path: Path) -> pa.Table:
             path=samples_path,
         )
     try:
-        table = pq.read_table(samples_path)
+        # One file, so ParquetFile rather than read_table (whose dataset layer imports pandas).
+        with pq.ParquetFile(samples_path) as parquet:
+            table = parquet.read()
     except (OSError, pa.ArrowException) as error:
         raise BundleError(
             f"{samples_path}: not a readable Parquet file: {error}", path=samples_path

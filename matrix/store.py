@@ -216,9 +216,7 @@ def _arrow_schemas() -> tuple[pa.Schema, pa.Schema, pa.Schema]:
     return _RUNS_SCHEMA, _CELLS_SCHEMA, _LATENCY_SCHEMA
 
 
-def _run_table(bundle: RunBundle, sample_count: int, ingested_at: datetime) -> pa.Table:
-    import pyarrow as pa
-
+def _run_row(bundle: RunBundle, sample_count: int, ingested_at: datetime) -> dict[str, Any]:
     run = bundle.run
     rollback = run.rollback
     row: dict[str, Any] = {
@@ -247,7 +245,20 @@ def _run_table(bundle: RunBundle, sample_count: int, ingested_at: datetime) -> p
         "sample_count": sample_count,
         "ingested_at": ingested_at,
     }
-    return pa.Table.from_pylist([row], schema=_arrow_schemas()[0])
+    return row
+
+
+def _insert_rows(conn: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
+    """``rows`` (dicts with the same keys, column names from `_arrow_schemas`) into ``table``."""
+    if not rows:
+        return
+    columns = list(rows[0])
+    names = ", ".join(f'"{c}"' for c in columns)
+    marks = ", ".join("?" for _ in columns)
+    conn.executemany(
+        f"INSERT INTO {table} ({names}) VALUES ({marks})",
+        [[row[c] for c in columns] for row in rows],
+    )
 
 
 def _cell_row(cell: Cell) -> dict[str, Any]:
@@ -558,30 +569,20 @@ class Store:
             BundleError: The bundle is inconsistent or the samples table has the wrong columns.
             MatrixError: The store was opened read-only.
         """
-        import pyarrow as pa
 
         from matrix.bundle import check_bundle
 
         self._require_writable("write a run")
         run_id = bundle.run.run_id
         conformed = check_bundle(bundle, samples, source=f"run {run_id}")
+        # The run's own rows go in as parameters; only the samples, which can be millions, go
+        # through Arrow (pa.Table.from_pylist would make pyarrow import pandas, ~0.25 s).
+        rows = [
+            ("runs", [_run_row(bundle, conformed.num_rows, self._clock())]),
+            ("cells", [_cell_row(c) for c in bundle.cells]),
+            ("latency", [row for c in bundle.cells for row in _latency_rows(c)]),
+        ]
         incoming: list[tuple[str, pa.Table, str]] = [
-            ("runs", _run_table(bundle, conformed.num_rows, self._clock()), "*"),
-            (
-                "cells",
-                pa.Table.from_pylist(
-                    [_cell_row(c) for c in bundle.cells], schema=_arrow_schemas()[1]
-                ),
-                "*",
-            ),
-            (
-                "latency",
-                pa.Table.from_pylist(
-                    [row for c in bundle.cells for row in _latency_rows(c)],
-                    schema=_arrow_schemas()[2],
-                ),
-                "*",
-            ),
             ("samples", conformed, "$run_id AS run_id, *"),
         ]
         conn = self._conn
@@ -591,9 +592,11 @@ class Store:
             if self._has_run(run_id):
                 conn.execute("ROLLBACK")
                 return False
-            for table, rows, select in incoming:
+            for table, values in rows:
+                _insert_rows(conn, table, values)
+            for table, arrow, select in incoming:
                 source = f"_incoming_{table}"
-                conn.register(source, rows)
+                conn.register(source, arrow)
                 registered.append(source)
                 conn.execute(
                     f"INSERT INTO {table} BY NAME SELECT {select} FROM {source}",

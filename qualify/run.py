@@ -403,20 +403,36 @@ def _parity(
     return None, [why]
 
 
+def _repeated_text(text: str, n: int) -> pa.Array:
+    """A string column of ``text`` ``n`` times, built from its buffers (``pa.array`` of Python
+    values makes pyarrow import pandas, ~0.25 s a run never needs)."""
+    raw = text.encode("utf-8")
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    return pa.Array.from_buffers(
+        pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(raw * n)]
+    )
+
+
+def _column(values: np.ndarray, kind: pa.DataType) -> pa.Array:
+    """A numeric column over ``values``' own buffer (contiguous, of ``kind``'s width)."""
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(kind, int(values.size), [None, pa.py_buffer(values)])
+
+
 def _sample_tables(digest: str, evidence: dict[LatencyConfig, ConfigEvidence]) -> list[pa.Table]:
     """One artifact's raw latency samples, one table per config, as the matrix stores them."""
     tables = []
     for config, ev in evidence.items():
         ns = ev.samples_ns
         tables.append(
-            pa.table(
+            pa.Table.from_arrays(
                 [
-                    pa.array([digest] * ns.size, pa.string()),
-                    pa.array(np.full(ns.size, config.batch_size, np.int32)),
-                    pa.array(np.full(ns.size, config.concurrency, np.int32)),
-                    pa.repeat(pa.scalar(config.dims), ns.size),
-                    pa.array(np.arange(ns.size, dtype=np.int32)),
-                    pa.array(ns.astype(np.int64)),
+                    _repeated_text(digest, ns.size),
+                    _column(np.full(ns.size, config.batch_size, np.int32), pa.int32()),
+                    _column(np.full(ns.size, config.concurrency, np.int32), pa.int32()),
+                    _repeated_text(config.dims, ns.size),
+                    _column(np.arange(ns.size, dtype=np.int32), pa.int32()),
+                    _column(ns.astype(np.int64), pa.int64()),
                 ],
                 schema=SAMPLES_SCHEMA,
             )
