@@ -86,32 +86,17 @@ def _bulk_write(db: Store, bundles: Sequence[RunBundle]) -> None:
     """Write the runs and cells in one transaction, row for row as ``Store.write_run`` writes
     them (its own row builders; no raw samples): one transaction per run costs ~15 ms, so
     10,000 of them would take minutes of set-up for a benchmark of seconds."""
-    import pyarrow as pa
-
     from matrix import store as store_module
 
-    _, cells_schema, latency_schema = (
-        store_module._arrow_schemas()
-    )  # the tables, as DuckDB holds them
     tables = {
-        "runs": pa.Table.from_pylist(
-            [store_module._run_row(b, 0, CLOCK) for b in bundles],
-            schema=store_module._arrow_schemas()[0],
-        ),
-        "cells": pa.Table.from_pylist(
-            [store_module._cell_row(c) for b in bundles for c in b.cells], schema=cells_schema
-        ),
-        "latency": pa.Table.from_pylist(
-            [r for b in bundles for c in b.cells for r in store_module._latency_rows(c)],
-            schema=latency_schema,
-        ),
+        "runs": [store_module._run_row(b, 0, CLOCK) for b in bundles],
+        "cells": [store_module._cell_row(c) for b in bundles for c in b.cells],
+        "latency": [r for b in bundles for c in b.cells for r in store_module._latency_rows(c)],
     }
     conn = db.connection
     conn.execute("BEGIN TRANSACTION")
     for table, rows in tables.items():
-        conn.register(f"_incoming_{table}", rows)
-        conn.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _incoming_{table}")
-        conn.unregister(f"_incoming_{table}")
+        store_module._insert_rows(conn, table, rows)
     conn.execute("COMMIT")
 
 

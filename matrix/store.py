@@ -17,7 +17,6 @@ DuckDB lets one process write a database file at a time. Callers keep a store op
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -112,110 +111,6 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-@functools.cache
-def _arrow_schemas() -> tuple[pa.Schema, pa.Schema, pa.Schema]:
-    """The runs, cells and latency tables' Arrow schemas, built on first use: reading the
-    matrix does not need pyarrow."""
-    import pyarrow as pa
-
-    _RUNS_SCHEMA = pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("host_class", pa.string()),
-            ("hardware", pa.string()),
-            ("runtime", pa.string()),
-            ("provider", pa.string()),
-            ("model", pa.string()),
-            ("started_at", pa.timestamp("us", tz="UTC")),
-            ("finished_at", pa.timestamp("us", tz="UTC")),
-            ("emulated", pa.bool_()),
-            ("mismatches", pa.list_(pa.string())),
-            ("settings_digest", pa.string()),
-            ("hostname", pa.string()),
-            ("runtime_version", pa.string()),
-            ("fingerprint", pa.string()),
-            ("load_avg_before", pa.list_(pa.float64())),
-            ("load_avg_after", pa.list_(pa.float64())),
-            ("rollback_digest", pa.string()),
-            ("rollback_loaded", pa.bool_()),
-            ("rollback_error", pa.string()),
-            ("bundle_format", pa.string()),
-            ("record", pa.string()),
-            ("cell_count", pa.int32()),
-            ("sample_count", pa.int64()),
-            ("ingested_at", pa.timestamp("us", tz="UTC")),
-        ]
-    )
-
-    _CELLS_SCHEMA = pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("artifact_digest", pa.string()),
-            ("host_class", pa.string()),
-            ("hardware", pa.string()),
-            ("runtime", pa.string()),
-            ("provider", pa.string()),
-            ("artifact_name", pa.string()),
-            ("role", pa.string()),
-            ("precision", pa.string()),
-            ("verdict", pa.string()),
-            ("reason_codes", pa.list_(pa.string())),
-            ("reasons", pa.string()),
-            ("emulated", pa.bool_()),
-            ("measured_at", pa.timestamp("us", tz="UTC")),
-            ("settings_digest", pa.string()),
-            ("runtime_version", pa.string()),
-            ("cold_init_ms", pa.float64()),
-            ("warm_init_ms", pa.float64()),
-            ("peak_rss_mb", pa.float64()),
-            ("expected_provider", pa.string()),
-            ("fallback_nodes", pa.int32()),
-            ("total_nodes", pa.int32()),
-            ("nodes_per_provider", pa.string()),
-            ("parity_passed", pa.bool_()),
-            ("gate_batch_size", pa.int32()),
-            ("gate_concurrency", pa.int32()),
-            ("p50_ms", pa.float64()),
-            ("p90_ms", pa.float64()),
-            ("p99_ms", pa.float64()),
-            ("p99_lower_ms", pa.float64()),
-            ("p99_upper_ms", pa.float64()),
-            ("p99_decision", pa.string()),
-            ("samples", pa.int32()),
-            ("throughput_ips", pa.float64()),
-            ("error", pa.string()),
-            ("cell", pa.string()),
-            ("isa_mismatch", pa.list_(pa.string())),
-        ]
-    )
-
-    _LATENCY_SCHEMA = pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("artifact_digest", pa.string()),
-            ("batch_size", pa.int32()),
-            ("concurrency", pa.int32()),
-            ("dims", pa.string()),
-            ("is_gate", pa.bool_()),
-            ("samples", pa.int32()),
-            ("p50_ms", pa.float64()),
-            ("p90_ms", pa.float64()),
-            ("p99_ms", pa.float64()),
-            ("max_ms", pa.float64()),
-            ("mean_ms", pa.float64()),
-            ("p99_lower_ms", pa.float64()),
-            ("p99_upper_ms", pa.float64()),
-            ("confidence", pa.float64()),
-            ("decision", pa.string()),
-            ("stopped", pa.string()),
-            ("duration_s", pa.float64()),
-            ("throughput_ips", pa.float64()),
-        ]
-    )
-
-    return _RUNS_SCHEMA, _CELLS_SCHEMA, _LATENCY_SCHEMA
-
-
 def _run_row(bundle: RunBundle, sample_count: int, ingested_at: datetime) -> dict[str, Any]:
     run = bundle.run
     rollback = run.rollback
@@ -249,7 +144,7 @@ def _run_row(bundle: RunBundle, sample_count: int, ingested_at: datetime) -> dic
 
 
 def _insert_rows(conn: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
-    """``rows`` (dicts with the same keys, column names from `_arrow_schemas`) into ``table``."""
+    """``rows`` (dicts with the same keys: the table's column names) into ``table``."""
     if not rows:
         return
     columns = list(rows[0])
