@@ -52,7 +52,7 @@ import time
 
 
 def slow(feed):
-    time.sleep(0.05)
+    time.sleep(%(pause_s)s)
     return feed
 """
 
@@ -179,11 +179,12 @@ def test_each_class_runs_on_a_node_that_offers_it_and_lands_in_this_matrix(
     assert any("elsewhere: unserved" in line for line in lines)
 
 
-def _slow_project(tmp_path: Path) -> Path:
+def _slow_project(tmp_path: Path, pause_s: float = 0.05) -> Path:
+    """The small project with a pre-processing hook that sleeps ``pause_s`` per inference."""
     project = write_project(tmp_path, [])
     text = project.read_text().replace("workload:\n", "workload:\n  pipeline: {pre: 'hook:slow'}\n")
     project.write_text(text.replace("time_cap_s: 3", "time_cap_s: 60"))
-    (tmp_path / "hook.py").write_text(_SLOW_HOOK)
+    (tmp_path / "hook.py").write_text(_SLOW_HOOK % {"pause_s": pause_s})
     return project
 
 
@@ -215,8 +216,10 @@ def test_a_node_lost_mid_run_gives_its_class_error_cells_and_the_others_go_on(
 ) -> None:
     cluster = _Fleet({"doomed": ["here-cpu"], "steady": ["lost-gpu"]})
     try:
-        # A run takes seconds after it says where it runs (the driver looks twice a second).
-        loaded = load_project(write_project(tmp_path, []))
+        # The node must still be running its class when it is removed: at 2 ms per inference
+        # a run's ~1,000 samples per config take seconds after it says where it runs (the
+        # driver looks twice a second), where the bare model's take a fraction of one.
+        loaded = load_project(_slow_project(tmp_path, pause_s=0.002))
 
         def on_event(line: str) -> None:
             if line.startswith("here-cpu: running on"):
