@@ -306,6 +306,17 @@ CREATE TABLE lineage (
 the parent it was derived from, the converter and its version, every parameter, and the
 digest of the calibration data."""
 
+_PROJECT_VIEWS = """
+CREATE TABLE project_views (
+    view_key    VARCHAR PRIMARY KEY,
+    view        VARCHAR NOT NULL,
+    recorded_at TIMESTAMPTZ NOT NULL
+)
+"""
+"""What a writing command validated: per project file (``view_key``: the digest of its bytes
+and of the view's format), the part ``matrix show`` reads (``qualify.project_view.ProjectView``),
+so that showing the matrix of an unchanged project file needs neither pydantic nor YAML."""
+
 _ROLLOUTS = """
 CREATE TABLE rollouts (
     rollout_id VARCHAR NOT NULL,
@@ -401,6 +412,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=11,
         name="lineage: how each candidate qualify made was derived from its parent",
         statements=(_LINEAGE,),
+    ),
+    Migration(
+        version=12,
+        name="project_views: what matrix show reads of a project file a writer validated",
+        statements=(_PROJECT_VIEWS,),
     ),
 )
 

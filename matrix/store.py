@@ -846,6 +846,36 @@ class Store:
                 ],
             )
 
+    MAX_PROJECT_VIEWS = 64
+    """Project views kept (the newest): one per project file version a writer saw."""
+
+    def record_project_view(self, key: str, view: str) -> None:
+        """Keep ``view`` (``qualify.project_view.ProjectView.to_json``) of the project file whose
+        bytes ``key`` names, dropping the oldest beyond `MAX_PROJECT_VIEWS`.
+
+        Raises:
+            MatrixError: the store was opened read-only.
+        """
+        self._require_writable("record a project view")
+        self._conn.execute(
+            "INSERT OR REPLACE INTO project_views VALUES (?, ?, ?)", [key, view, self._clock()]
+        )
+        self._conn.execute(
+            "DELETE FROM project_views WHERE view_key NOT IN (SELECT view_key FROM project_views "
+            "ORDER BY recorded_at DESC, view_key LIMIT ?)",
+            [self.MAX_PROJECT_VIEWS],
+        )
+
+    def project_view(self, key: str) -> str | None:
+        """The view recorded under ``key``, or None (the caller validates the file instead)."""
+        try:
+            row = _first(
+                self._conn.execute("SELECT view FROM project_views WHERE view_key = ?", [key])
+            )
+        except duckdb.Error:  # a damaged table is a miss, not a failure to show the matrix
+            return None
+        return str(row[0]) if row is not None else None
+
     def lineage(self) -> dict[str, Lineage]:
         """How each artifact qualify made was derived, by artifact digest."""
         from schemas.lineage import Lineage

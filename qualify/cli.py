@@ -13,12 +13,16 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 from qualify import __version__
 from qualify.errors import QualifyError
+
+if TYPE_CHECKING:
+    from matrix.store import Store
+    from qualify.project_view import ProjectView
 
 __all__ = ["main"]
 
@@ -458,31 +462,44 @@ def matrix_group() -> None:
 def matrix_show(db_path: Path, project_path: Path, fmt: str) -> None:
     """Show the latest cell per (hardware, runtime, provider, artifact)."""
     from matrix.store import Store
-    from qualify.console import plain, print_matrix, rows_to_csv, with_budgets
-    from qualify.project import load_project
+    from qualify.table import print_matrix, rows_to_csv, with_budgets
+    from qualify.text import one_line
 
     _require_db(db_path)
     with Store.open(db_path, read_only=True) as db:  # showing never writes, nor migrates
         rows = db.matrix_rows()
         unserved = db.unserved()
-    project = (
-        load_project(project_path, check_models=False).project if project_path.exists() else None
-    )
-    rows = with_budgets(rows, project)
+        view = _project_view(project_path, db) if project_path.exists() else None
+    rows = with_budgets(rows, view.budgets() if view is not None else None)
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2, default=str))
     elif fmt == "csv":
         click.echo(rows_to_csv(rows), nl=False)
     else:
-        print_matrix(rows)
-        if project is not None:
+        print_matrix(rows, sys.stdout)
+        if view is not None:
             from qualify.coverage import coverage
 
-            gaps = [i for i in coverage(project, rows, unserved=unserved) if i.gap is not None]
+            gaps = [i for i in coverage(view, rows, unserved=unserved) if i.gap is not None]
             for item in gaps:
-                click.echo(f"gap: {plain(item.host_class)} x {plain(item.artifact)}: {item.note}")
+                click.echo(
+                    f"gap: {one_line(item.host_class)} x {one_line(item.artifact)}: {item.note}"
+                )
             if not gaps:
                 click.echo("coverage: every class x artifact has a current cell")
+
+
+def _project_view(project_path: Path, db: Store) -> ProjectView:
+    """What ``matrix show`` needs of the project file: the view a writer recorded for these very
+    bytes, else the file validated in full (its errors are the project loader's)."""
+    from qualify.project_view import ProjectView, recorded_view
+
+    view = recorded_view(db, project_path)
+    if view is not None:
+        return view
+    from qualify.project import load_project
+
+    return ProjectView.of(load_project(project_path, check_models=False).project)
 
 
 def _require_db(db_path: Path) -> None:
@@ -824,6 +841,7 @@ def manifest_generate(
     from matrix.store import Store
     from qualify.hostlock import lock_wait_message
     from qualify.project import load_project
+    from qualify.project_view import record_view
     from qualify.release import MAX_VALIDITY, draft_manifest, generate_manifest, parse_duration
 
     if publish:
@@ -839,6 +857,7 @@ def manifest_generate(
     loaded = load_project(project_path)
     _require_db(db_path)
     with Store.open(db_path, on_wait=lock_wait_message()) as db:
+        record_view(db, loaded.project, loaded.sha256)
         if publish:
             result = generate_manifest(
                 loaded,

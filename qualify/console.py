@@ -6,8 +6,6 @@ that is not already in the cells.
 
 from __future__ import annotations
 
-import csv
-import io
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +25,7 @@ __all__ = [
     "RunDisplay",
     "cell_summary",
     "plain",
-    "print_matrix",
-    "rows_to_csv",
     "run_summary",
-    "with_budgets",
 ]
 
 VERDICT_STYLE = {"pass": "green", "fail": "red", "insufficient": "yellow", "error": "magenta"}
@@ -166,68 +161,3 @@ class RunDisplay:
                 plain("; ".join(r.message for r in cell.reasons)),
             )
         Console().print(table)
-
-
-def with_budgets(rows: list[dict[str, Any]], project: Project | None) -> list[dict[str, Any]]:
-    """Add each row's class p99 budget as ``p99_budget_ms`` (None without a project file)."""
-    budgets = (
-        {}
-        if project is None
-        else {name: c.budgets.p99_ms for name, c in project.host_classes.items()}
-    )
-    for row in rows:
-        row["p99_budget_ms"] = budgets.get(row["host_class"])
-    return rows
-
-
-def print_matrix(rows: list[dict[str, Any]], console: Console | None = None) -> None:
-    """Host classes x artifacts, with verdict and p99 bound against budget."""
-    console = console or Console()
-    if not rows:
-        console.print("the matrix is empty: run 'qualify run --host-class NAME' first")
-        return
-    artifacts = sorted({(r["role"] != "baseline", r["artifact_name"]) for r in rows})
-    names = [a for _, a in artifacts]
-    table = Table(title="qualification matrix (latest cell per key and artifact)")
-    table.add_column("host class")
-    table.add_column("key (hardware, runtime, provider)")
-    for name in names:
-        table.add_column(plain(name))
-    by_class: dict[tuple[str, str, str, str], dict[str, dict[str, Any]]] = {}
-    for r in rows:
-        key = (r["host_class"], r["hardware"], r["runtime"], r["provider"])
-        by_class.setdefault(key, {})[r["artifact_name"]] = r
-    for (cls, hw, rt, pv), cells in sorted(by_class.items()):
-        values = []
-        for name in names:
-            cell = cells.get(name)
-            if cell is None:
-                values.append("—")
-                continue
-            r = cell
-            style = VERDICT_STYLE.get(r["verdict"], "white")
-            verdict = plain(r["verdict"])
-            budget = r.get("p99_budget_ms")
-            p99 = f"p99≤{_ms(r['p99_upper_ms'])}" if r.get("p99_upper_ms") is not None else "p99 ?"
-            if budget is not None:
-                p99 += f"/{_ms(budget)} ms"
-            flags = " emulated" if r.get("emulated") else ""
-            if r.get("isa_mismatch"):
-                flags += " other-ISA"
-            fb = r.get("fallback_nodes")
-            fb_text = f" fb={fb}" if fb else ""
-            values.append(f"[{style}]{verdict}[/] {p99}{fb_text}{flags}")
-        table.add_row(plain(cls), plain(f"{hw}, {rt}, {pv}"), *values)
-    console.print(table)
-
-
-def rows_to_csv(rows: list[dict[str, Any]]) -> str:
-    """The matrix rows as CSV with a header line."""
-    if not rows:
-        return ""
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=list(rows[0].keys()), lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
-    return out.getvalue()

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from qualify.project_view import ProjectView
+
 if TYPE_CHECKING:
     from schemas.manifest import ClassDecision, ManifestEntry
     from schemas.project import Project
@@ -64,12 +66,15 @@ class CoverageItem:
 
 
 def coverage(
-    project: Project, rows: Iterable[Mapping[str, Any]], *, unserved: Iterable[str] = ()
+    project: Project | ProjectView,
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    unserved: Iterable[str] = (),
 ) -> list[CoverageItem]:
     """Every class x artifact of ``project``, in the file's order, with its latest row.
 
     Args:
-        project: The project file.
+        project: The project file, or its view.
         rows: The matrix's latest rows (``Store.matrix_rows()``).
         unserved: Classes the fleet found no host for (``qualify fleet run``).
     """
@@ -83,20 +88,17 @@ def coverage(
         ):
             latest[key] = row
     lost = set(unserved)
-    specs = [("baseline", project.artifacts.baseline.label)] + [
-        ("candidate", c.label) for c in project.artifacts.candidates
-    ]
+    view = project if isinstance(project, ProjectView) else ProjectView.of(project)
     items: list[CoverageItem] = []
-    for name, host_class in project.host_classes.items():
-        settings = host_class.settings_digest()
-        for role, label in specs:
-            found = latest.get((*host_class.key.as_tuple(), label))
+    for host_class in view.classes:
+        for role, label in view.artifacts:
+            found = latest.get((*host_class.key, label))
             gap: Gap | None = None
             if found is None:
-                gap = "unserved" if name in lost else "never_run"
-            elif found.get("settings_digest") != settings:
+                gap = "unserved" if host_class.name in lost else "never_run"
+            elif found.get("settings_digest") != host_class.settings_digest:
                 gap = "stale"
-            items.append(CoverageItem(name, label, role, found, gap))
+            items.append(CoverageItem(host_class.name, label, role, found, gap))
     return items
 
 

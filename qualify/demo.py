@@ -235,10 +235,13 @@ def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
     Returns:
         True when every cell was measured (no ``error`` verdicts).
     """
+    import sys
+
     from matrix.store import Store
-    from qualify.console import print_matrix, with_budgets
     from qualify.project import load_project
+    from qualify.project_view import ProjectView
     from qualify.run import RunOptions, qualify_run
+    from qualify.table import matrix_table, use_color, with_budgets
 
     project_path = lay_out(workdir)
     echo(f"demo project: {project_path}")
@@ -257,11 +260,10 @@ def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
         runtime_version = outcome.bundle.run.fingerprint.runtime.version
         ok = ok and outcome.ok
     with Store.open(db_path) as db:
-        rows = with_budgets(db.matrix_rows(), loaded.project)
+        rows = with_budgets(db.matrix_rows(), ProjectView.of(loaded.project).budgets())
     echo("")
-    print_matrix(rows)
+    echo(matrix_table(rows, color=echo is print and use_color(sys.stdout)).rstrip("\n"))
     _release(workdir, loaded, db_path, runtime_version, echo)
-    import sys
 
     exe = Path(sys.executable).parent / "qualify"
     command = str(exe.resolve()) if exe.exists() else "qualify"

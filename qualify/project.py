@@ -13,6 +13,7 @@ Does not own the models or their rules (``schemas.project``), loading artifacts 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import os
 import re
 import types
@@ -27,6 +28,7 @@ from pydantic_core import ErrorDetails
 
 from qualify.errors import ArtifactError, ProjectError
 from qualify.graph import ModelSignature, TensorSignature, read_signature
+from qualify.project_view import MAX_PROJECT_BYTES
 from qualify.text import one_line
 from schemas.atomic import read_bounded, write_atomic
 from schemas.project import ArtifactSpec, Budgets, InputSpec, Project, Workload
@@ -109,6 +111,9 @@ class LoadedProject:
     """The folder of the project file, absolute."""
     project: Project
     """The validated project."""
+    sha256: str | None = None
+    """Hex sha256 of the exact bytes validated (None for a project built in code): the key a
+    writer records the project's view under (`qualify.project_view`)."""
 
     def resolve(self, relpath: str | os.PathLike[str]) -> Path:
         """Resolve a path written in the project file.
@@ -654,8 +659,6 @@ def _check_file(
     return None
 
 
-MAX_PROJECT_BYTES = 1024 * 1024
-"""Largest project file read (a real one is a few kilobytes)."""
 MAX_NODES = 100_000
 """Most values a project file may hold once its aliases are expanded (a 'billion laughs' of
 nested aliases is refused here, not expanded)."""
@@ -719,7 +722,9 @@ def load_project(path: Path, *, check_models: bool = True) -> LoadedProject:
 
     doc = _compose(text, display)
     project = _validate(doc, display)
-    loaded = LoadedProject(path=absolute, root=absolute.parent, project=project)
+    # Strict UTF-8 decoding round-trips: these are the bytes read.
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    loaded = LoadedProject(path=absolute, root=absolute.parent, project=project, sha256=digest)
 
     checks: list[tuple[Loc, str, bool]] = [
         (("artifacts", "baseline", "path"), project.artifacts.baseline.path, False)

@@ -39,6 +39,7 @@ from qualify.job import job_for
 from qualify.openloop import open_loop
 from qualify.parity import compare_outputs
 from qualify.project import LoadedProject
+from qualify.project_view import record_view
 from qualify.release import previous_manifest
 from qualify.runner import SUBPROCESSES, RoundWorker, WorkerOutcome, Workers
 from qualify.soak import soak
@@ -704,6 +705,7 @@ def qualify_run(
         options.db_path, wait_s=options.lock_wait_s, on_wait=lock_wait_message(waits)
     ) as db:
         written = db.write_run(bundle, samples)
+        record_view(db, loaded.project, loaded.sha256)
     on_event(f"matrix: {options.db_path}")
     return RunOutcome(bundle=bundle, bundle_path=bundle_path, written=written, samples=samples)
 

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from matrix.store import Store
+from qualify.project import load_project
+from qualify.project_view import record_view
 from tests.qualify.projects import write_project
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,7 +46,8 @@ ALSO_NEVER: dict[str, tuple[str, ...]] = {
     # The error handler names each package's error tree, so their light errors modules load.
     "help": ("duckdb", "pydantic", "yaml", "rich", "cryptography", "matrix.store", "schemas.base"),
     "manifest show": ("duckdb", "yaml", "matrix"),
-    "matrix show": ("cryptography",),
+    # The project file is unchanged since a writer recorded its view: no validation, no YAML.
+    "matrix show": ("cryptography", "pydantic", "yaml", "rich", "schemas.project"),
 }
 
 _PROBE = """\
@@ -83,9 +86,9 @@ def _loaded(modules: set[str], name: str) -> bool:
 def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A project, an empty migrated matrix and a signed manifest, as a user's directory."""
     root = tmp_path_factory.mktemp("read-commands")
-    write_project(root, [])
-    with Store.open(root / "qualify.duckdb"):
-        pass
+    loaded = load_project(write_project(root, []), check_models=False)
+    with Store.open(root / "qualify.duckdb") as db:
+        record_view(db, loaded.project, loaded.sha256)  # as qualify run does
     shutil.copy(GOLDEN / "manifest.json", root / "manifest.json")
     return root
 
@@ -108,6 +111,22 @@ def test_read_commands_import_only_what_they_use(
     assert stdout.strip(), "the command printed nothing"
     loaded = [name for name in (*NEVER, *ALSO_NEVER[label]) if _loaded(modules, name)]
     assert loaded == [], f"qualify {' '.join(args)} imported {loaded}"
+
+
+def test_matrix_show_of_an_edited_project_file_validates_it_again(
+    workdir: Path, tmp_path: Path
+) -> None:
+    """No recorded view for the new bytes: the file is validated in full, and its new budget
+    and classes are what the table and the coverage lines show."""
+    edited = tmp_path / "edited"
+    shutil.copytree(workdir, edited)
+    project = edited / "qualify.yaml"
+    text = project.read_text()
+    project.write_text(text.replace("p99_ms: 50", "p99_ms: 51", 1))
+    modules, stdout = _modules_after(["matrix", "show", "--format", "json"], edited, tmp_path)
+    assert _loaded(modules, "pydantic")
+    modules, stdout = _modules_after(["matrix", "show"], edited, tmp_path)
+    assert "gap: here-cpu x identity_mlp: never run" in stdout
 
 
 def test_the_probe_sees_what_a_command_imports(workdir: Path, tmp_path: Path) -> None:

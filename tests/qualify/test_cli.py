@@ -14,7 +14,9 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+from matrix.store import Store
 from qualify.cli import cli
+from qualify.project_view import recorded_view
 from tests.qualify.projects import run_qualify, write_project
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +67,11 @@ def test_matrix_show_formats(ran: tuple[Path, dict[str, object]]) -> None:
     assert len(as_csv) == 3
     table = run_qualify("matrix", "show", cwd=tmp)
     assert table.returncode == 0 and "here-cpu" in table.stdout
+    assert "pass p99≤" in table.stdout and "/50.0 ms" in table.stdout
+    assert "gap: elsewhere x identity_mlp: never run on this class's key" in table.stdout
+    # The run recorded what matrix show reads of the project file, for these bytes.
+    with Store.open(tmp / "qualify.duckdb", read_only=True) as db:
+        assert recorded_view(db, tmp / "qualify.yaml") is not None
 
 
 def test_bundles_ingest_into_another_matrix_once(

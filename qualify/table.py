@@ -1,0 +1,132 @@
+"""The matrix as text: the table ``qualify matrix show`` prints, its CSV, and the budgets it shows.
+
+Owns the layout of the latest-cells table for a terminal or a pipe: aligned plain-text columns
+that are never truncated or wrapped (a pipe gets every character, whatever the width), with the
+verdict coloured only on a terminal that allows colour. Computes nothing that is not in the
+rows (``Store.matrix_rows``). Imports the standard library only: ``matrix show`` starts fast
+(rich, which draws the run's live display, costs more to import than the whole table).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Mapping
+from typing import IO, Any
+
+from qualify.text import one_line
+
+__all__ = ["matrix_table", "print_matrix", "rows_to_csv", "use_color", "with_budgets"]
+
+TITLE = "qualification matrix (latest cell per key and artifact)"
+
+EMPTY = "the matrix is empty: run 'qualify run --host-class NAME' first"
+
+_COLOR = {"pass": "32", "fail": "31", "insufficient": "33", "error": "35"}
+"""SGR colour per verdict: green, red, yellow, magenta (the run's display uses the same)."""
+
+
+def with_budgets(
+    rows: list[dict[str, Any]], budgets: Mapping[str, float] | None
+) -> list[dict[str, Any]]:
+    """Add each row's class p99 budget as ``p99_budget_ms`` (None without a project file)."""
+    known = budgets or {}
+    for row in rows:
+        row["p99_budget_ms"] = known.get(row["host_class"])
+    return rows
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+
+
+def _cell_text(row: Mapping[str, Any]) -> tuple[str, str]:
+    """The verdict and the rest of one cell's text."""
+    budget = row.get("p99_budget_ms")
+    upper = row.get("p99_upper_ms")
+    text = f"p99≤{_ms(upper)}" if upper is not None else "p99 ?"
+    if budget is not None:
+        text += f"/{_ms(budget)} ms"
+    if row.get("fallback_nodes"):
+        text += f" fb={row['fallback_nodes']}"
+    if row.get("emulated"):
+        text += " emulated"
+    if row.get("isa_mismatch"):
+        text += " other-ISA"
+    return one_line(row["verdict"]), text
+
+
+def matrix_table(rows: list[dict[str, Any]], *, color: bool = False) -> str:
+    """Host classes x artifacts (baseline first), each cell its verdict and p99 bound against
+    the budget; the text ends with a newline. Every value from the matrix is printed on one line
+    with control characters spelled out (`one_line`), so no name can forge a row."""
+    if not rows:
+        return EMPTY + "\n"
+    names = [
+        name for _, name in sorted({(r["role"] != "baseline", r["artifact_name"]) for r in rows})
+    ]
+    by_class: dict[tuple[str, str, str, str], dict[str, Mapping[str, Any]]] = {}
+    for row in rows:
+        key = (row["host_class"], row["hardware"], row["runtime"], row["provider"])
+        by_class.setdefault(key, {})[row["artifact_name"]] = row
+    header = ["host class", "key (hardware, runtime, provider)", *(one_line(n) for n in names)]
+    # Each cell: (plain text, SGR colour of its first len(verdict) characters or "").
+    body: list[list[tuple[str, str, int]]] = []
+    for (cls, hw, rt, pv), cells in sorted(by_class.items()):
+        line = [(one_line(cls), "", 0), (one_line(f"{hw}, {rt}, {pv}"), "", 0)]
+        for name in names:
+            cell = cells.get(name)
+            if cell is None:
+                line.append(("—", "", 0))
+                continue
+            verdict, rest = _cell_text(cell)
+            line.append((f"{verdict} {rest}", _COLOR.get(str(cell["verdict"]), ""), len(verdict)))
+        body.append(line)
+    widths = [len(h) for h in header]
+    for line in body:
+        widths = [max(w, len(text)) for w, (text, _, _) in zip(widths, line, strict=True)]
+    out = [TITLE, _join(header, widths), _join(["-" * w for w in widths], widths)]
+    for line in body:
+        texts = []
+        for (text, sgr, n), width in zip(line, widths, strict=True):
+            padded = text.ljust(width)
+            if color and sgr:
+                padded = f"\x1b[{sgr}m{padded[:n]}\x1b[0m{padded[n:]}"
+            texts.append(padded)
+        out.append("  ".join(texts).rstrip())
+    return "\n".join(out) + "\n"
+
+
+def _join(texts: list[str], widths: list[int]) -> str:
+    return "  ".join(t.ljust(w) for t, w in zip(texts, widths, strict=True)).rstrip()
+
+
+def use_color(stream: IO[str]) -> bool:
+    """Colour for a terminal, never for a pipe or a file; ``NO_COLOR`` (any value) turns it off
+    and ``FORCE_COLOR`` on, as https://no-color.org and most tools agree."""
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
+
+
+def print_matrix(rows: list[dict[str, Any]], stream: IO[str]) -> None:
+    """Write `matrix_table` to ``stream``, in colour where `use_color` says so."""
+    stream.write(matrix_table(rows, color=use_color(stream)))
+
+
+def rows_to_csv(rows: list[dict[str, Any]]) -> str:
+    """The matrix rows as CSV with a header line."""
+    if not rows:
+        return ""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0].keys()), lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return out.getvalue()
