@@ -6,6 +6,7 @@ that is not already in the cells.
 
 from __future__ import annotations
 
+import os
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,20 @@ __all__ = [
 ]
 
 VERDICT_STYLE = {"pass": "green", "fail": "red", "insufficient": "yellow", "error": "magenta"}
+
+
+PIPE_WIDTH = 240
+"""Columns a table may use when the output is a pipe or a log, not a terminal: rich's default of
+80 would cut every column of the run's table to a few characters in a CI log."""
+
+
+def _console(*, stderr: bool = False) -> Console:
+    """A console for the terminal, or for a pipe or log as wide as `PIPE_WIDTH` (``COLUMNS``,
+    when set, wins, as everywhere in rich)."""
+    console = Console(stderr=stderr)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = PIPE_WIDTH
+    return console
 
 
 def plain(value: object) -> str:
@@ -90,7 +105,9 @@ class RunDisplay:
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
-        self.console = Console(stderr=True)
+        # Event lines wrap at the width rich finds (80 in a pipe) rather than being padded to a
+        # wide one; no source location on each line (qualify's own file:line tells a user nothing).
+        self.console = Console(stderr=True, log_path=False)
         self._status: Status | None = None
 
     def __enter__(self) -> RunDisplay:
@@ -160,4 +177,4 @@ class RunDisplay:
                 _ms(cell.cold_init_ms),
                 plain("; ".join(r.message for r in cell.reasons)),
             )
-        Console().print(table)
+        _console().print(table)
