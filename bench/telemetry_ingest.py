@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"event counts differ: {[r['events'] for r in ours + ref]}")
 
     def median(runs: list[dict[str, Any]], key: str) -> float:
-        return statistics.median(r[key] for r in runs)
+        return float(statistics.median(r[key] for r in runs))
 
     t_ours, t_ref = median(ours, "wall_s"), median(ref, "wall_s")
     m_ours, m_ref = median(ours, "peak_mib"), median(ref, "peak_mib")

@@ -405,6 +405,14 @@ def _absent_counts(table: pa.Table) -> bool:
     )
 
 
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def _arrow_table(data: bytes) -> pa.Table | None:
     """The block as Arrow parsed it; None when only the model path can say what is wrong (an
     overlong line, a syntax error, an unknown key, node counts that are not an object)."""
@@ -412,6 +420,10 @@ def _arrow_table(data: bytes) -> pa.Table | None:
         newlines = _line_ends(data)
         if newlines.size and int(np.diff(newlines, prepend=-1).max()) > MAX_LINE_BYTES + 1:
             return None  # an overlong line: the model path reports it without parsing it
+    if not data.isascii() and not _is_utf8(data):
+        # pyarrow.json passes invalid UTF-8 inside strings through, and DuckDB then refuses the
+        # whole insert: the model path reports the line instead.
+        return None
     try:
         table = pj.read_json(io.BytesIO(data), parse_options=_PARSE_OPTIONS)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

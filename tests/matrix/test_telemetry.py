@@ -462,3 +462,133 @@ def test_settings_are_stored_as_sent_and_malformed_ones_are_bad_lines(
     assert all("settings" in message for message in found.values())
     rows = store.connection.execute("SELECT line, settings FROM telemetry ORDER BY line").fetchall()
     assert rows == [(1, good), (3, None), (5, good.replace("=2", "=4"))]
+
+
+# -- lines a lenient parser would coerce -----------------------------------------------------
+
+_VALID = line(host_id="raw")
+_HOSTILE: list[bytes] = [
+    _VALID[:-1].encode() + b",}",  # trailing comma
+    _VALID.replace(
+        '"providers": ["CPUExecutionProvider"]', '"providers": ["CPUExecutionProvider",]'
+    ).encode(),
+    _VALID[:-1].encode() + b', "host_id": "last"}',  # a repeated key: the model keeps the last
+    _VALID[:-1].encode() + b', "nodes_per_provider": {"A": 1, "A": 2}}',
+    _VALID.replace('"latency_ms": 1.5', '"latency_ms": NaN').encode(),
+    _VALID.replace('"latency_ms": 1.5', '"latency_ms": Infinity').encode(),
+    _VALID.replace('"latency_ms": 1.5', '"latency_ms": 1e400').encode(),
+    _VALID.replace('"fallback_nodes": 0', '"fallback_nodes": "12"').encode(),
+    _VALID.replace('"fallback_nodes": 0', '"fallback_nodes": 2.5').encode(),
+    _VALID.replace('"fallback_nodes": 0', '"fallback_nodes": 1e2').encode(),
+    _VALID.replace('"fallback_nodes": 0', '"fallback_nodes": true').encode(),
+    _VALID.replace('"manifest_version": 2', '"manifest_version": 99999999999999999999999').encode(),
+    _VALID.replace('"host_class": "x86"', '"host_class": 5').encode(),
+    _VALID.replace('"host_class": "x86"', '"host_class": {"a": 1}').encode(),
+    _VALID.replace('"host_class": "x86"', '"host_class": "x\\ud800"').encode(),  # lone surrogate
+    _VALID.replace('"host_class": "x86"', '"host_class": "x\\u0000y"').encode(),
+    _VALID.replace('"host_class": "x86"', '"host_class": "x\\u00e9"').encode(),
+    _VALID.replace('"host_class": "x86"', '"host_class": "x\ty"').encode(),  # raw control char
+    _VALID.replace('"host_class": "x86"', '"host_class": "x').encode() + b"\xff\xfe" + b'"',
+    _VALID.replace(
+        '"nodes_per_provider": {"CPUExecutionProvider": 3}', '"nodes_per_provider": {"A": null}'
+    ).encode(),
+    _VALID.replace(
+        '"nodes_per_provider": {"CPUExecutionProvider": 3}', '"nodes_per_provider": []'
+    ).encode(),
+    _VALID.replace(
+        '"nodes_per_provider": {"CPUExecutionProvider": 3}', '"nodes_per_provider": "A"'
+    ).encode(),
+    _VALID.replace('"providers": ["CPUExecutionProvider"]', '"providers": [1]').encode(),
+    _VALID.replace(
+        '"providers": ["CPUExecutionProvider"]', '"providers": "CPUExecutionProvider"'
+    ).encode(),
+    b"[" * 5000 + b"]" * 5000,  # deeply nested
+    b'{"a": ' * 3000 + b"1" + b"}" * 3000,
+    b"null",
+    b"[1, 2]",
+    b'"just a string"',
+    b"\xef\xbb\xbf" + _VALID.encode(),  # a byte-order mark
+    bytes(range(256)).replace(b"\n", b""),  # binary garbage
+    b"\x00" * 100,
+    _VALID.encode() + b" " + _VALID.encode(),  # two events on one line
+]
+
+
+def _model_row(raw: bytes) -> dict[str, Any] | None:
+    try:
+        event = TelemetryEvent.model_validate_json(raw)
+    except ValidationError:
+        return None
+    return event.model_dump(exclude={"format"})
+
+
+@pytest.mark.parametrize("raw", _HOSTILE, ids=range(len(_HOSTILE)))
+def test_a_hostile_line_gets_the_models_verdict_and_the_models_values(
+    raw: bytes, store: Store, tmp_path: Path
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(
+        line(host_id="before").encode()
+        + b"\n"
+        + raw
+        + b"\n"
+        + line(host_id="after").encode()
+        + b"\n"
+    )
+    done = ingest_telemetry(store, [path], now=NOW).files[0]
+    expected = _model_row(raw)
+    assert (done.events, done.bad_lines) == ((3, 0) if expected else (2, 1))
+    if expected is None:
+        assert [b.line for b in done.bad] == [2]
+        return
+    stored = store.connection.execute(
+        "SELECT host_id, host_class, providers, nodes_per_provider, fallback_nodes, latency_ms, "
+        "manifest_version FROM telemetry WHERE line = 2"
+    ).fetchall()
+    assert stored == [
+        (
+            expected["host_id"],
+            expected["host_class"],
+            expected["providers"],
+            expected["nodes_per_provider"],
+            expected["fallback_nodes"],
+            expected["latency_ms"],
+            expected["manifest_version"],
+        )
+    ]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    cuts=st.lists(
+        st.tuples(st.integers(0, 400), st.binary(min_size=0, max_size=6)), min_size=1, max_size=4
+    )
+)
+def test_mangled_lines_never_land_unless_the_model_accepts_them(
+    cuts: list[tuple[int, bytes]], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    folder = tmp_path_factory.mktemp("mangled")
+    lines: list[bytes] = []
+    for i, (at, junk) in enumerate(cuts):
+        raw = line(host_id=f"h{i}").encode()
+        at = min(at, len(raw))
+        lines.append((raw[:at] + junk + raw[at + len(junk) :]).replace(b"\n", b" "))
+    path = folder / "t.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with Store.open(folder / "m.duckdb") as store:
+        done = ingest_telemetry(store, [path], now=NOW).files[0]
+        kept = store.connection.execute(
+            "SELECT line, host_id, latency_ms FROM telemetry ORDER BY line"
+        ).fetchall()
+    accepted = []
+    for number, raw in enumerate(lines, start=1):
+        row = _model_row(raw)
+        if row is not None:
+            accepted.append((number, row["host_id"], row["latency_ms"]))
+        elif raw.strip():
+            assert number in {b.line for b in done.bad}
+    assert kept == accepted
