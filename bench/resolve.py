@@ -12,7 +12,9 @@ Measures, on this machine and in this run:
   resolves to an artifact, and (no target) the whole 100,000-class manifest;
 * the floor: a script doing only what any verifier must (read, parse the JSON, load Ed25519,
   verify once), once through ``json`` and cryptography's public API and once through the C
-  scanner and cryptography's compiled core, as ``resolve-artifact`` does;
+  scanner and cryptography's compiled core; and the signature check alone, nothing parsed
+  (``resolve-artifact --host-class`` parses only the header and that class's entry of a
+  verified manifest: ``envelope.parse_signed_entry``);
 * the time to generate a 10,000-class manifest: decide, build, sign, write.
 
 Targets (issue 15): resolve <= 2.5x bare Python start; generation of 10,000 classes <= 2 s.
@@ -192,6 +194,18 @@ signed = raw[cut + 10 : -1]
 Ed25519PublicKey.from_public_bytes(der[12:]).verify(bytes.fromhex(sig), signed)
 json.loads(signed)
 """
+_FLOOR_SIGNATURE = """
+import sys, binascii
+from cryptography.hazmat.bindings._rust import openssl
+with open(sys.argv[1], "rb") as f:
+    raw = f.read()
+with open(sys.argv[2], "rb") as f:
+    der = binascii.a2b_base64(b"".join(f.read().split(b"-----")[2].split()))
+cut = raw.index(b',"signed":{')
+at = raw.index(b'"sig":"') + 7
+sig = raw[at : raw.index(b'"', at)].decode()
+openssl.ed25519.from_public_bytes(der[12:]).verify(bytes.fromhex(sig), memoryview(raw)[cut + 10 : -1])
+"""
 _FLOOR_CORE = """
 import sys, binascii, _json
 from cryptography.hazmat.bindings._rust import openssl
@@ -292,7 +306,11 @@ def _measure_resolve(work: Path, key: Any, pub: Path, repeat: int) -> dict[str, 
     write_manifest(sign_document(docs[one], key), classes / envelope.class_filename(one))
     own = per_class_documents(doc1000["signed"])[ok]
     write_manifest(sign_document(own, key), resolved / envelope.class_filename(ok))
-    for name, text in (("floor_public.py", _FLOOR_PUBLIC), ("floor_core.py", _FLOOR_CORE)):
+    for name, text in (
+        ("floor_public.py", _FLOOR_PUBLIC),
+        ("floor_core.py", _FLOOR_CORE),
+        ("floor_signature.py", _FLOOR_SIGNATURE),
+    ):
         (work / name).write_text(text)
 
     bin_dir = _wheel_install(work)
@@ -330,8 +348,18 @@ def _measure_resolve(work: Path, key: Any, pub: Path, repeat: int) -> dict[str, 
             str(pub),
         ],
         "floor-core-m1000": [py, str(work / "floor_core.py"), str(work / "m1000.json"), str(pub)],
+        "floor-signature-m1000": [
+            py,
+            str(work / "floor_signature.py"),
+            str(work / "m1000.json"),
+            str(pub),
+        ],
     }
-    expect: dict[str, tuple[int, ...]] = {"m1000": (3,), "class": (3,), "m1000-m": (3,)}
+    expect: dict[str, tuple[int, ...]] = {
+        "m1000": (3,),
+        "class": (3,),
+        "m1000-m": (3,),
+    }
     med = _median_runs(commands, repeat, work, expect)
     big = [*base, one, "--manifest", str(work / "m100000.json"), "--max-bytes", str(1 << 30)]
     on_hold: dict[str, tuple[int, ...]] = {"m100000": (3,)}  # the synthetic class is on hold
@@ -432,6 +460,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
         ("floor, public API, 1,000-class manifest", "floor-public-m1000", None, "none"),
         ("floor, core, 1,000-class manifest", "floor-core-m1000", None, "none"),
+        (
+            "floor, core, 1,000-class manifest, the signature alone (nothing parsed)",
+            "floor-signature-m1000",
+            None,
+            "none",
+        ),
         ("whole 100,000-class manifest (no target)", "m100000", "m100000", "none"),
     ]
     for label, key_, size_key, target in rows:

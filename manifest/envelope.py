@@ -24,14 +24,14 @@ Choices, fixed here for both sides:
   file (``"signatures"`` sorts before ``"signed"``): a reader checks the signature on that slice
   and parses it once, after the check. Nothing else is parsed before it, and every reader
   (``resolve-artifact``, ``manifest verify``/``show``, the report) parses the same verified
-  bytes with the same parser, so no two can read one file differently. A re-indented copy is
+  bytes with the same parser, so no two can read one file differently. (A host reading one
+  class, `parse_signed_entry`, skips the other entries but answers exactly as that parser does,
+  and leaves every case it cannot tell to it.) A re-indented copy is
   refused, not re-encoded: re-encoding hostile bytes before the signature check was 12 s and
   half a gigabyte for a 62 MB file, and a second parser is a second answer.
 """
 
 from __future__ import annotations
-
-import binascii
 
 from manifest.errors import (
     CanonicalError,
@@ -91,6 +91,7 @@ __all__ = [
     "loads_strict",
     "parse_public_pem",
     "parse_signed",
+    "parse_signed_entry",
     "parse_time",
     "public_pem",
     "seconds_of",
@@ -98,6 +99,7 @@ __all__ = [
     "split_envelope",
     "verify_envelope",
     "verify_signature",
+    "verify_signed_span",
 ]
 
 FORMAT = "qualify-manifest/1"
@@ -390,8 +392,28 @@ def key_id(public_raw: bytes) -> str:
 
 def public_pem(public_raw: bytes) -> str:
     """The PEM ``SubjectPublicKeyInfo`` text of a raw 32-byte Ed25519 public key."""
+    import binascii
+
     body = binascii.b2a_base64(_SPKI_PREFIX + public_raw, newline=False).decode("ascii")
     return f"{_PEM_BEGIN}\n{body}\n{_PEM_END}\n"
+
+
+_BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def _plain_base64(text: str) -> bytes | None:
+    """``binascii.a2b_base64(text, strict_mode=True)`` for plain padded base64 (what a PEM body
+    is): a multiple of 4 characters of the standard alphabet, then at most two ``=``. None for
+    anything else (then binascii decides). A host reads one 60-character key at every start;
+    loading binascii's shared library for it cost more than decoding it here."""
+    data = text.rstrip("=")
+    if not text or len(text) % 4 or len(text) - len(data) > 2 or data.strip(_BASE64):
+        return None
+    value = 0
+    for char in data:
+        value = value << 6 | _BASE64.index(char)
+    size = len(data) * 6 // 8
+    return (value >> (len(data) * 6 - size * 8)).to_bytes(size, "big")
 
 
 def parse_public_pem(text: str, source: str = "public key") -> bytes:
@@ -411,11 +433,15 @@ def parse_public_pem(text: str, source: str = "public key") -> bytes:
             "'qualify keygen' wrote"
         )
     body = "".join(text[begin + len(_PEM_BEGIN) : end].split())
-    try:
-        # What base64.b64decode(validate=True) checks, without base64's import of re.
-        der = binascii.a2b_base64(body.encode("ascii", "replace"), strict_mode=True)
-    except ValueError as exc:
-        raise KeyFileError(f"{source}: the PEM body is not base64: {exc}") from exc
+    der = _plain_base64(body)
+    if der is None:  # not plain padded base64: binascii decides, and says why
+        import binascii
+
+        try:
+            # What base64.b64decode(validate=True) checks, without base64's import of re.
+            der = binascii.a2b_base64(body.encode("ascii", "replace"), strict_mode=True)
+        except ValueError as exc:
+            raise KeyFileError(f"{source}: the PEM body is not base64: {exc}") from exc
     if len(der) != len(_SPKI_PREFIX) + 32 or not der.startswith(_SPKI_PREFIX):
         raise KeyFileError(
             f"{source}: not an Ed25519 public key; manifests are signed with Ed25519"
@@ -443,7 +469,7 @@ def _ed25519_loader() -> Any:
         return Ed25519PublicKey.from_public_bytes
 
 
-def verify_signature(public_raw: bytes, signature: bytes, data: bytes) -> bool:
+def verify_signature(public_raw: bytes, signature: bytes, data: bytes | memoryview) -> bool:
     """Whether ``signature`` is a valid Ed25519 signature of ``data`` by ``public_raw``."""
     try:
         _ed25519_loader()(public_raw).verify(signature, data)
@@ -503,14 +529,9 @@ def _scan(data: bytes) -> Any:
     """``json.loads`` of UTF-8 bytes with ``json``'s own C scanner, without importing ``json``
     (whose ``re`` patterns cost a host more than parsing a per-class document). Raises on
     anything unusual, and the caller then asks ``json`` itself."""
-    global _scanner
-    if _scanner is None:
-        from _json import make_scanner
-
-        # typeshed asks for a JSONDecoder: the scanner reads only the settings this holds.
-        _scanner = make_scanner(_StrictContext())  # type: ignore[arg-type]
+    scanner = _json_scanner()
     text = data.decode("utf-8", "surrogatepass")  # what json.loads does with UTF-8 bytes
-    value, end = _scanner(text, len(text) - len(text.lstrip(_JSON_SPACE)))
+    value, end = scanner(text, len(text) - len(text.lstrip(_JSON_SPACE)))
     if len(text.rstrip(_JSON_SPACE)) != end:
         raise ValueError("extra data")
     return value
@@ -557,22 +578,29 @@ def split_envelope(raw: bytes, source: str = "manifest") -> tuple[list[dict[str,
         MalformedError: any other layout (re-indented, reordered, edited), or signatures that
             are not a short list of ``{"keyid": hex, "sig": hex}``.
     """
-    body = raw[:-1] if raw.endswith(b"\n") else raw
-    if not (body.startswith(_HEAD) and body.endswith(b"}")):
+    signatures, start, end = _split_span(raw, source)
+    return signatures, raw[start:end]
+
+
+def _split_span(raw: bytes, source: str) -> tuple[list[dict[str, str]], int, int]:
+    """`split_envelope`, with the signed bytes given as where they are: ``raw[start:end]``
+    (a 1.7 MB copy is a millisecond of page faults in a process that has just started)."""
+    stop = len(raw) - 1 if raw.endswith(b"\n") else len(raw)  # the document without it
+    if not (raw.startswith(_HEAD, 0, stop) and raw.endswith(b"}", 0, stop)):
         what = "empty" if not raw.strip() else "not in the canonical layout"
         raise MalformedError(
             f'{source}: {what}: a signed document starts with {{"signatures": and is '
             "distributed byte for byte as 'qualify manifest generate' wrote it (a re-indented "
             "or edited copy is refused; publish the generated file itself)"
         )
-    end = body.find(_SIGNED, len(_HEAD), len(_HEAD) + _MAX_SIGNATURES_BYTES)
+    end = raw.find(_SIGNED, len(_HEAD), min(stop, len(_HEAD) + _MAX_SIGNATURES_BYTES))
     if end < 0:
         raise MalformedError(
             f"{source}: no 'signed' object after a signatures list of at most "
             f"{_MAX_SIGNATURES_BYTES} bytes ({MAX_SIGNATURES} signatures); not a manifest "
             "written by 'qualify manifest generate'"
         )
-    segment = body[len(_HEAD) : end]
+    segment = raw[len(_HEAD) : end]
     try:
         signatures = loads_strict(segment)
     except ValueError as exc:
@@ -595,7 +623,7 @@ def split_envelope(raw: bytes, source: str = "manifest") -> tuple[list[dict[str,
             f"{source}: 'signatures' must be a canonical list of at most {MAX_SIGNATURES} "
             "{keyid, sig} objects in lowercase hex"
         )
-    return signatures, body[end + len(_SIGNED) - 1 : -1]
+    return signatures, end + len(_SIGNED) - 1, stop - 1
 
 
 def parse_signed(signed_bytes: bytes, source: str = "manifest") -> dict[str, Any]:
@@ -610,6 +638,336 @@ def parse_signed(signed_bytes: bytes, source: str = "manifest") -> dict[str, Any
         raise MalformedError(f"{source}: the signed part is not JSON ({exc})") from exc
     if not isinstance(signed, dict):
         raise MalformedError(f"{source}: 'signed' is not an object")
+    return signed
+
+
+def parse_signed_entry(
+    data: bytes,
+    host_class: str,
+    source: str = "manifest",
+    *,
+    start: int = 0,
+    end: int | None = None,
+) -> dict[str, Any]:
+    """`parse_signed` for a reader that needs one class: the same object, except that a
+    manifest's ``entries`` holds only ``host_class``'s entry, found without parsing the others.
+
+    For verified bytes only (a signer's own ``encode_canonical`` output): `_entry_view` checks
+    every property of the layout it relies on, and wherever one does not hold (no such class, a
+    string holding a bracket, an escape ``encode_canonical`` never writes, a member not where
+    the canonical layout puts it, nesting deeper than 64) the whole document is parsed instead.
+    So the class's entry and every other member are exactly `parse_signed`'s, and so is the
+    error for a document that is not a JSON object. What it does not do is parse the other
+    entries: a signed document that is not JSON *inside another class's entry* (which no signer
+    here can write) is answered for this class rather than refused.
+
+    Args:
+        data: bytes holding the signed part at ``data[start:end]`` (the whole file, say, as
+            `verify_signed_span` locates it: no copy is made of it).
+        host_class: the class whose entry to keep.
+        source: where the bytes came from, for messages.
+
+    Raises:
+        MalformedError: as `parse_signed`.
+    """
+    stop = len(data) if end is None else end
+    try:
+        view = _entry_view(data, start, stop, host_class)
+    except (ValueError, StopIteration, RecursionError, IndexError):  # UnicodeError included
+        view = None
+    if view is not None:
+        return view
+    return parse_signed(data if (start, stop) == (0, len(data)) else data[start:stop], source)
+
+
+_ENTRIES = b'"entries":{'
+_KEEP = b'"[]{}'
+_BLOCK = 1 << 16
+"""Translated in blocks this size: a bigger slice is a fresh buffer, each page a fault."""
+_MAX_ENTRY_HITS = 4096
+"""More occurrences of ``"<class>":`` than this, and the document is parsed whole."""
+_MAX_ESCAPES = 4096
+"""More backslashes than this after ``"entries"``, and the document is parsed whole."""
+_MAX_NESTING = 64
+"""Deeper nesting than this inside ``entries``, and the document is parsed whole."""
+_SHORT_ESCAPES = frozenset(b'"bfnrt')
+_NAMED_CONTROLS = (b"0008", b"0009", b"000a", b"000c", b"000d")
+_WINDOW = 16 * 1024
+_drop: bytes | None = None
+
+
+def _not_structure() -> bytes:
+    """The bytes ``translate`` deletes to leave only quotes and brackets (built on first use)."""
+    global _drop
+    if _drop is None:
+        _drop = bytes(range(256)).translate(None, _KEEP)
+    return _drop
+
+
+def _json_scanner() -> Any:
+    """The strict C scanner `loads_strict` uses (built on first use)."""
+    global _scanner
+    if _scanner is None:
+        from _json import make_scanner
+
+        # typeshed asks for a JSONDecoder: the scanner reads only the settings this holds.
+        _scanner = make_scanner(_StrictContext())  # type: ignore[arg-type]
+    return _scanner
+
+
+def _decode(data: bytes) -> str:
+    """``data.decode("utf-8", "surrogatepass")``, as `loads_strict` decodes, by the faster strict
+    decoder wherever that succeeds (it then gives the same text)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return data.decode("utf-8", "surrogatepass")
+
+
+def _unescaped_quotes(data: bytes, begin: int, end: int) -> bytes | None:
+    """``data`` as it is, but for ``\\\\`` and ``\\"`` escapes: each becomes ``__``, so that from
+    ``begin`` on no quote is left inside a string. None when an escape in ``data[begin:end]``
+    is not one ``encode_canonical`` writes (``\\"``, ``\\\\``, ``\\b \\f \\n \\r \\t``, and
+    ``\\u00XX`` in lowercase for the other control characters): a string could then be spelled
+    two ways, so a key could be the class without being its canonical spelling.
+
+    Why it is exact: in JSON a backslash occurs only inside a string and escapes are read left
+    to right, so the first of a run of backslashes starts an escape; the run's pairs are escaped
+    backslashes, paired left to right as ``bytes.replace`` pairs them, and a lone last one
+    escapes the byte after the run. Each backslash left then starts an escape, so each ``\\"``
+    left is an escaped quote.
+    """
+    text = data.replace(b"\\\\", b"__")
+    at = text.find(b"\\", begin, end)
+    seen = 0
+    while at >= 0:
+        seen += 1
+        code = text[at + 1 : at + 6]
+        if seen > _MAX_ESCAPES:
+            return None
+        if not code or code[0] not in _SHORT_ESCAPES:
+            hexa = code[1:]
+            if not (
+                code[:1] == b"u"
+                and hexa[:2] == b"00"
+                and hexa[2:3] in (b"0", b"1")
+                and len(hexa) == 4
+                and hexa[3] in b"0123456789abcdef"
+                and hexa not in _NAMED_CONTROLS
+            ):
+                return None
+        at = text.find(b"\\", at + 2, end)
+    return text.replace(b'\\"', b"__")
+
+
+def _reduced(brackets: bytes) -> bytes | None:
+    """``brackets`` (``{}[]``) with every matched pair taken out, innermost first: what is left
+    is the unmatched ones (empty when balanced and properly nested); None past 64 levels."""
+    for _ in range(_MAX_NESTING):
+        fewer = brackets.replace(b"{}", b"").replace(b"[]", b"")
+        if len(fewer) == len(brackets):
+            return brackets
+        brackets = fewer
+    return None
+
+
+def _structure(marked: bytes) -> tuple[bytes, list[tuple[int, int]]] | None:
+    """The brackets (and marks) of ``marked`` (quotes, brackets and marks) outside strings, and
+    for each string holding brackets, where it lies among them and how many ``}`` it holds.
+    None where a mark is inside a string.
+
+    Removing each ``""`` (counted once, left to right) leaves every run of quotes of odd
+    length as one quote and every even run as none; the runs are split by brackets and marks,
+    and a string holding one of them is the first whose run is odd. So what is left has one
+    quote per boundary of such a string: split at the quotes, its pieces are in turn outside
+    and inside strings. Usually no string holds a bracket, which two counts tell at once.
+    """
+    brackets = marked.translate(None, b'"')
+    if len(marked) - len(brackets) == 2 * marked.count(b'""'):
+        return brackets, []
+    pieces = marked.replace(b'""', b"").split(b'"')
+    if len(pieces) % 2 == 0 or any(b"\0" in piece for piece in pieces[1::2]):
+        return None
+    quoted: list[tuple[int, int]] = []
+    at = 0
+    for index, piece in enumerate(pieces):
+        if index % 2:
+            quoted.append((at, piece.count(b"}")))
+        else:
+            at += len(piece)
+    return b"".join(pieces[0::2]), quoted
+
+
+def _entries_brackets(brackets: bytes) -> bytes | None:
+    """The brackets (and marks) inside ``entries``, given those from just after its opening
+    brace to the end of the document: the prefix before the ``}`` that matches that brace,
+    i.e. the one before which the brackets are balanced and properly nested. Tried from the
+    end of the document over its last 64 ``}``; the prefix before the leftmost tried is reduced
+    once (`_reduced`), and each candidate only adds what follows it."""
+    ends: list[int] = []
+    at = brackets.rfind(b"}")  # the document's own closing brace: not entries'
+    while len(ends) < _MAX_NESTING and (at := brackets.rfind(b"}", 0, at)) >= 0:
+        ends.append(at)
+    if not ends:
+        return None
+    first = ends[-1]
+    base = _reduced(brackets[:first].replace(b"\0", b""))
+    if base is None or b"}" in base or b"]" in base:
+        return None
+    for end in ends:
+        if _reduced(base + brackets[first:end].replace(b"\0", b"")) == b"":
+            return brackets[:end]
+    return None
+
+
+def _members(text: str, at: int, signed: dict[str, Any], scanner: Any) -> int:
+    """Parse ``,"key":value`` members of ``text`` from ``at`` into ``signed``, up to where the
+    next byte is not a comma; return that position. A key ``entries`` raises (a second one)."""
+    from _json import scanstring
+
+    while text[at : at + 1] == ",":
+        if text[at + 1 : at + 2] != '"':
+            raise ValueError("not a member")
+        key, at = scanstring(text, at + 2, True)
+        if key == "entries" or text[at : at + 1] != ":":
+            raise ValueError("not a member")
+        signed[key], at = scanner(text, at + 1)
+    return at
+
+
+def _value_at(data: bytes, begin: int, end: int, scanner: Any) -> tuple[Any, ...]:
+    """The JSON value at ``data[begin]``, which must end at ``end`` or at a comma before it, as
+    ``(value,)``; ``()`` when it does not. Decodes a window first (an entry is a few kB): a
+    value the scanner completes before the window's edge is the value it reads from all of
+    ``data[begin:end]``; one that reaches the edge is read again from all of it."""
+    window = min(end, begin + _WINDOW)
+    while True:
+        try:
+            text = data[begin:window].decode("utf-8")
+        except UnicodeDecodeError:  # the window cut a character, or a lone surrogate
+            if window < end:
+                window = end
+                continue
+            text = _decode(data[begin:window])
+        try:
+            value, stop = scanner(text, 0)
+        except (ValueError, StopIteration):
+            if window == end:
+                raise
+            stop = len(text)
+        if stop < len(text) or window == end:
+            break
+        window = end
+    return (value,) if stop == len(text) or text[stop] == "," else ()
+
+
+def _key_colons(data: bytes, plain: bytes, name: str, begin: int, end: int) -> list[int]:
+    """Where the colon after each ``"<name>":`` (the key's canonical spelling) in
+    ``data[begin:end]`` is, but for those whose quote is an escaped one (inside a string: a
+    quote in ``plain``, `_unescaped_quotes`, only where it delimits a string); empty past
+    4,096 of them."""
+    from _json import encode_basestring
+
+    key = encode_basestring(name).encode("utf-8", "surrogatepass") + b":"
+    colons: list[int] = []
+    hit = data.rfind(key, begin, end)  # from the end: here rfind is 3 times faster than find
+    while hit >= 0:
+        if plain[hit] == 0x22:
+            colons.append(hit + len(key) - 1)
+            if len(colons) > _MAX_ENTRY_HITS:
+                return []
+        hit = data.rfind(key, begin, hit + len(key) - 1)
+    colons.reverse()
+    return colons
+
+
+def _skeleton(plain: bytes, colons: list[int], begin: int, end: int) -> bytes:
+    """The quotes and brackets of ``plain[begin:end]``, a NUL byte in place of each colon of
+    ``colons``, translated in 64 kB blocks (no slice of the document is a fresh 1 MB buffer)."""
+    drop = _not_structure()
+    parts: list[bytes] = []
+    at = begin
+    for stop in [*colons, end]:
+        while at < stop:
+            upto = min(stop, at + _BLOCK)
+            parts.append(plain[at:upto].translate(None, drop))
+            at = upto
+        if stop < end:
+            parts.append(b"\0")
+            at = stop + 1
+    return b"".join(parts)
+
+
+def _last_member_mark(inner: bytes) -> int:
+    """The index of the last mark at depth 0 of ``inner`` (brackets and marks inside
+    ``entries``), i.e. after a key of ``entries`` itself; -1 when none is."""
+    depth, chosen = 0, -1
+    pieces = inner.split(b"\0")
+    for index, piece in enumerate(pieces[:-1]):
+        depth += piece.count(b"{") + piece.count(b"[") - piece.count(b"}") - piece.count(b"]")
+        if depth == 0:
+            chosen = index
+    return chosen
+
+
+def _entry_view(data: bytes, lo: int, hi: int, name: str) -> dict[str, Any] | None:
+    """The signed object ``data[lo:hi]`` with only ``name``'s entry, or None where it cannot be
+    told this way.
+
+    For bytes that ``json.loads`` reads as an object ``signed``, the answer is None or exactly
+    ``{**signed, "entries": {name: signed["entries"][name]}}``. How:
+
+    1. The members before the first ``"entries":{`` are parsed by the C scanner, one after the
+       other from the opening brace; they must end exactly there, so that it is the top-level
+       key ``entries`` (its value an object) and not text inside another member.
+    2. From there on, after `_unescaped_quotes`, every quote delimits a string (and a key
+       spelled otherwise than canonically is ruled out). ``translate`` keeps only quotes and
+       brackets (`_skeleton`), with a NUL byte (never in JSON) in place of the colon after each
+       ``"<name>"`` (the key's canonical spelling: `_key_colons`). `_structure` takes the
+       strings out, brackets in them included; a mark inside a string declines.
+    3. The ``}`` closing ``entries`` is the one before which the brackets are balanced and
+       properly nested (`_entries_brackets`), and is found in the bytes by counting ``}``
+       from the end (every ``}``, in a string or not, counted on both sides).
+    4. A mark at depth 0 of ``entries`` follows a key of ``entries``: the last such one is the
+       entry ``json.loads`` keeps (of duplicate keys, the last wins). The C scanner reads its
+       value, which must end at a comma or at the closing brace.
+    5. The members after the closing brace are parsed by the C scanner up to the final ``}``;
+       none may be a second ``entries``.
+    """
+    start = data.find(_ENTRIES, lo, hi)
+    if start <= lo or data[lo] != 0x7B or data[hi - 1] != 0x7D:  # { ... }
+        return None
+    scanner = _json_scanner()
+    signed: dict[str, Any] = {}
+    head = _decode(data[lo:start])  # {"a":1,"b":2,  or  {  when entries comes first
+    if len(head) > 1 and (
+        head[-1] != "," or _members("," + head[1:-1], 0, signed, scanner) != len(head) - 1
+    ):
+        return None
+    begin = start + len(_ENTRIES)
+    plain = data if data.find(b"\\", begin, hi) < 0 else _unescaped_quotes(data, begin, hi)
+    if plain is None:
+        return None
+    colons = _key_colons(data, plain, name, begin, hi)
+    found = _structure(_skeleton(plain, colons, begin, hi)) if colons else None
+    inner = _entries_brackets(found[0]) if found is not None else None
+    if found is None or inner is None:
+        return None
+    brackets, quoted = found
+    close = hi  # entries' "}": as many "}" before the end of the bytes as in `marked`
+    after = brackets.count(b"}", len(inner)) + sum(n for at, n in quoted if at > len(inner))
+    for _ in range(after):
+        close = data.rfind(b"}", begin, close)
+    chosen = _last_member_mark(inner)
+    if chosen < 0:
+        return None
+    entry = _value_at(data, colons[chosen] + 1, close, scanner)
+    if not entry:
+        return None
+    signed["entries"] = {name: entry[0]}
+    tail = _decode(data[close + 1 : hi])
+    if _members(tail, 0, signed, scanner) != len(tail) - 1 or tail[-1:] != "}":
+        return None
     return signed
 
 
@@ -637,12 +995,33 @@ def verify_envelope(
         MalformedError: too large, not the canonical layout, or the signed part not an object.
         SignatureError: no signature by the trusted key id, or it does not verify.
     """
+    start, end, _ = verify_signed_span(raw, public_raw, source=source, max_bytes=max_bytes)
+    signed_bytes = raw[start:end]
+    return Verified(parse_signed(signed_bytes, source), sha256_hex(signed_bytes))
+
+
+def verify_signed_span(
+    raw: bytes, public_raw: bytes, *, source: str = "manifest", max_bytes: int = MAX_BYTES
+) -> tuple[int, int, str]:
+    """`verify_envelope`'s checks (size, layout, a signature by the trusted key), without
+    parsing or copying the signed part: for a reader that parses only part of it
+    (`parse_signed_entry`).
+
+    Returns:
+        ``(start, end, sig)``: the signed bytes are ``raw[start:end]``; ``sig`` is the hex
+        signature by the trusted key that verified them (Ed25519 is deterministic: under one
+        key, an equal signature means equal signed bytes).
+
+    Raises:
+        MalformedError: too large, or not the canonical layout.
+        SignatureError: no signature by the trusted key id, or it does not verify.
+    """
     if len(raw) > max_bytes:
         raise MalformedError(
             f"{source}: larger than the {max_bytes}-byte limit; refusing to parse it "
             "(raise --max-bytes if the fleet really is that large, or use per-class documents)"
         )
-    signatures, signed_bytes = split_envelope(raw, source)
+    signatures, start, end = _split_span(raw, source)
     trusted = key_id(public_raw)
     mine = [s for s in signatures if s["keyid"] == trusted]
     if not mine:
@@ -651,12 +1030,14 @@ def verify_envelope(
             f"{source}: no signature by the trusted key {trusted[:16]} (signed by: {found}); "
             "check --pubkey is the key the manifest was signed with"
         )
-    if not any(_hex_verifies(public_raw, sig["sig"], signed_bytes) for sig in mine):
+    signed = memoryview(raw)[start:end]
+    good = next((s["sig"] for s in mine if _hex_verifies(public_raw, s["sig"], signed)), None)
+    if good is None:
         raise SignatureError(
             f"{source}: the signature by key {trusted[:16]} does not match the signed content "
             "(the file was changed after signing)"
         )
-    return Verified(parse_signed(signed_bytes, source), sha256_hex(signed_bytes))
+    return start, end, good
 
 
 def check_envelope(
@@ -670,7 +1051,7 @@ _SMALL_HASH = 256 * 1024
 """Below this, CPython's built-in SHA-256 beats loading OpenSSL's (``hashlib``: ~2.5 ms)."""
 
 
-def sha256_hex(data: bytes) -> str:
+def sha256_hex(data: bytes | memoryview) -> str:
     """Hex sha256 of ``data``.
 
     Small inputs (a key, a per-class document) use CPython's built-in SHA-256, large ones
@@ -690,7 +1071,7 @@ def sha256_hex(data: bytes) -> str:
     return str(sha256(data).hexdigest())
 
 
-def _hex_verifies(public_raw: bytes, sig_hex: str, data: bytes) -> bool:
+def _hex_verifies(public_raw: bytes, sig_hex: str, data: bytes | memoryview) -> bool:
     try:
         sig = bytes.fromhex(sig_hex)
     except ValueError:

@@ -13,7 +13,10 @@ jinja2 or onnxruntime; a test runs it in a subprocess and looks at ``sys.modules
 it reads is hostile until verified: files are read bounded and only if regular, nothing but a
 bounded signatures list is parsed before the signature check, and no input (nesting, huge or
 non-finite numbers, lone surrogates, control characters) ends in a traceback: ``main`` maps
-every failure to an exit code below.
+every failure to an exit code below. After the check, with ``--host-class``, only the header and
+that class's entry of a whole manifest are parsed (``envelope.parse_signed_entry``: the same
+answer as parsing all of it, which it falls back to wherever it cannot tell); detecting the
+class parses every entry, since it needs their match rules.
 
 Usage::
 
@@ -60,7 +63,10 @@ replacing one file does not lower it; both are written atomically, and only a do
 verified *and* resolved for this host becomes the last-known-good. A document with the version
 this host accepted but other bytes is refused (two releases under one version). When the
 manifest fails a check, the last-known-good is used instead and stderr says why; once it has
-expired it is served with exit 6 for the grace period, then refused (exit 4).
+expired it is served with exit 6 for the grace period, then refused (exit 4). ``state.json``
+also keeps the trusted key's signature of the accepted document: a start that finds the same
+document (same signature, so the same bytes) and the same last-known-good (compared in small
+reads) neither hashes nor writes anything.
 
 How the host's runtime is found without importing onnxruntime: ``--runtime PKG==VER`` (or
 ``$QUALIFY_RUNTIME``), else the first ``onnxruntime*.dist-info`` directory on ``sys.path`` of the
@@ -78,10 +84,10 @@ import gc
 import os
 import sys
 import time
+from stat import S_ISDIR, S_ISREG
 
 from manifest import envelope
 from manifest.errors import ForkError, KeyFileError, MalformedError, VerificationError
-from schemas.atomic import open_regular, read_bounded
 
 # What this module imports at run time is what every host pays at every service start, so it is
 # the interpreter's own modules, the ones above and, for the check, cryptography's compiled core;
@@ -212,8 +218,8 @@ def _capi_providers(capi: str) -> set[str]:
 
 def _installed(entry: str) -> tuple[str, str, set[str]] | None:
     """(package, version, providers) of an onnxruntime distribution in one sys.path entry."""
-    try:
-        names = sorted(os.listdir(entry or "."))
+    try:  # only the few names that can be one sorted (the standard library's folder has 200)
+        names = sorted(n for n in os.listdir(entry or ".") if n.startswith("onnxruntime"))
     except OSError:
         return None
     for name in names:
@@ -346,13 +352,68 @@ class Accepted(_NamedTuple):
     """The class of a per-class document; None for a whole manifest."""
     digest: str | None
     """Hex sha256 of the signed bytes; None in a state written before it was kept."""
+    signature: str | None = None
+    """``<key id>:<signature>`` of the trusted key's signature that verified the document (hex).
+    Ed25519 signatures are deterministic, so under one key an equal signature means the same
+    signed bytes: a start that finds the document it accepted last knows its digest without
+    hashing it again (1.7 MB of SHA-256 for a 1,000-class manifest). None in an older state."""
 
 
-def _record(verified: envelope.Verified) -> Accepted:
-    signed = verified.signed
+class _Document:
+    """A document whose signature by the trusted key verified: its ``signed`` object (for a
+    manifest read for one class, only that class's entry: ``envelope.parse_signed_entry``),
+    the signature that verified it, and the digest of its signed bytes, hashed on demand."""
+
+    __slots__ = ("_digest", "signature", "signed", "signed_bytes")
+
+    def __init__(self, signed: dict[str, Any], signed_bytes: memoryview, signature: str) -> None:
+        self.signed = signed
+        self.signed_bytes = signed_bytes
+        self.signature = signature
+        self._digest: str | None = None
+
+    def digest(self) -> str:
+        if self._digest is None:
+            self._digest = envelope.sha256_hex(self.signed_bytes)
+        return self._digest
+
+
+def _verify(
+    raw: bytes, public_raw: bytes, host_class: str | None, *, source: str, max_bytes: int
+) -> _Document:
+    """``envelope.verify_envelope``, parsing only what a host asking for ``host_class`` needs
+    (``envelope.parse_signed_entry``; all of it to detect the class) and copying nothing.
+
+    Raises:
+        MalformedError, SignatureError: as ``envelope.verify_envelope``.
+    """
+    start, end, sig = envelope.verify_signed_span(
+        raw, public_raw, source=source, max_bytes=max_bytes
+    )
+    signed = (
+        envelope.parse_signed(raw[start:end], source)
+        if host_class is None
+        else envelope.parse_signed_entry(raw, host_class, source, start=start, end=end)
+    )
+    return _Document(signed, memoryview(raw)[start:end], f"{envelope.key_id(public_raw)}:{sig}")
+
+
+def _record(document: _Document, *known: Accepted | None) -> Accepted:
+    """The state record of a verified document. Its digest comes from a ``known`` record of the
+    same document (same version, type, class and signature by the same key), else is hashed."""
+    signed = document.signed
     kind = signed["type"]
     cls = signed.get("host_class") if kind == envelope.CLASS_TYPE else None
-    return Accepted(signed["version"], kind, cls, verified.digest)
+    version = signed["version"]
+    for record in known:
+        if (
+            record is not None
+            and record.digest is not None
+            and record.signature == document.signature
+            and (record.version, record.kind, record.host_class) == (version, kind, cls)
+        ):
+            return Accepted(version, kind, cls, record.digest, document.signature)
+    return Accepted(version, kind, cls, document.digest(), document.signature)
 
 
 def parse_state(data: bytes) -> Accepted:
@@ -371,12 +432,22 @@ def parse_state(data: bytes) -> Accepted:
     if type(version) is not int or not 1 <= version <= envelope.MAX_VERSION:
         raise ValueError(f"version {str(version)[:40]!r} is not an integer from 1 to 2**63-1")
     kind, cls, digest = doc.get("type"), doc.get("host_class"), doc.get("signed_sha256")
+    signature = doc.get("signature")
     return Accepted(
         version,
         kind if kind in (envelope.MANIFEST_TYPE, envelope.CLASS_TYPE) else None,
         cls if isinstance(cls, str) else None,
         digest if isinstance(digest, str) else None,
+        signature if _is_signature(signature) else None,
     )
+
+
+def _is_signature(text: object) -> bool:
+    """Whether ``text`` is ``<key id>:<signature>`` as `Accepted.signature` keeps it."""
+    if not isinstance(text, str):
+        return False
+    keyid, sep, sig = text.partition(":")
+    return bool(sep) and len(keyid) == 64 and len(sig) == 128 and envelope.is_hex(keyid + sig)
 
 
 def encode_state(record: Accepted) -> bytes:
@@ -388,6 +459,7 @@ def encode_state(record: Accepted) -> bytes:
             "type": record.kind,
             "host_class": record.host_class,
             "signed_sha256": record.digest,
+            "signature": record.signature,
         }
     )
 
@@ -402,10 +474,10 @@ def _floor(records: Sequence[Accepted | None], accepted_version: int) -> Accepte
     return max(known, key=lambda r: (r.version, r.digest is not None))
 
 
-def _check_fork(verified: envelope.Verified, floor: Accepted | None, source: str) -> None:
-    if floor is None or floor.digest is None or verified.signed["version"] != floor.version:
+def _check_fork(document: _Document, floor: Accepted | None, source: str) -> None:
+    if floor is None or floor.digest is None or document.signed["version"] != floor.version:
         return
-    mine = _record(verified)
+    mine = _record(document, floor)
     if (mine.kind, mine.host_class) == (floor.kind, floor.host_class) and (
         mine.digest != floor.digest
     ):
@@ -628,7 +700,7 @@ def _answer(
 
 
 def _decide(
-    verified: envelope.Verified,
+    verified: _Document,
     host_class: str | None,
     facts: Callable[[], Any] | None,
     host: HostRuntime,
@@ -704,22 +776,23 @@ def resolve(
         The outcome: exit code, answer (for ``--json``), messages for stderr, and what to keep.
     """
     messages: list[str] = []
-    fresh: envelope.Verified | None = None
+    fresh: _Document | None = None
     failure: VerificationError | None = None
     if raw is not None:
         try:
-            fresh = envelope.verify_envelope(raw, public_raw, source=source, max_bytes=max_bytes)
+            fresh = _verify(raw, public_raw, host_class, source=source, max_bytes=max_bytes)
         except VerificationError as exc:
             failure = exc
-    kept: envelope.Verified | None = None
+    kept: _Document | None = None
     if last_known_good is not None:
         try:
             kept = (
                 fresh
                 if fresh is not None and last_known_good == raw
-                else envelope.verify_envelope(
+                else _verify(
                     last_known_good,
                     public_raw,
+                    host_class,
                     source="last-known-good",
                     max_bytes=max(max_bytes, len(last_known_good)),
                 )
@@ -729,7 +802,7 @@ def resolve(
         except VerificationError as exc:
             kept = None
             messages.append(f"warning: the last-known-good manifest is unusable: {exc}")
-    floor = _floor([accepted, _record(kept) if kept else None], accepted_version)
+    floor = _floor([accepted, _record(kept, accepted) if kept else None], accepted_version)
     if fresh is not None:
         try:
             envelope.check_signed(
@@ -750,7 +823,7 @@ def resolve(
             failure = MalformedError(f"{source}: {exc}")
         else:
             answer["source"] = "manifest"
-            mine = _record(fresh)
+            mine = _record(fresh, accepted, floor)
             return Outcome(code, answer, messages + more, raw, mine, mine)
     why = read_error if failure is None else str(failure)
     check = "unreadable" if failure is None else failure.code
@@ -771,7 +844,7 @@ def resolve(
 
 
 def _from_last_known_good(
-    kept: envelope.Verified | None,
+    kept: _Document | None,
     messages: list[str],
     note: str,
     floor: Accepted | None,
@@ -853,14 +926,15 @@ def _writable(directory: str) -> bool:
 
 
 def _load_state(
-    state_dir: str, max_bytes: int, say: Callable[[str], None]
+    state_dir: str, max_bytes: int, say: Callable[[str], None], manifest: bytes | None = None
 ) -> tuple[Accepted | None, bytes | None]:
     """The state record and the last-known-good bytes; what is unreadable is said and skipped
-    (the floor then comes from what is left)."""
+    (the floor then comes from what is left). A last-known-good holding the same bytes as
+    ``manifest`` (the usual start: nothing new) is ``manifest`` itself."""
     record: Accepted | None = None
     state_file, lkg_file = os.path.join(state_dir, STATE_FILE), os.path.join(state_dir, LKG_FILE)
     try:
-        record = parse_state(read_bounded(state_file, _STATE_BYTES))
+        record = parse_state(_read_bounded(state_file, _STATE_BYTES))
     except FileNotFoundError:
         pass
     except (OSError, ValueError) as exc:
@@ -870,7 +944,7 @@ def _load_state(
         )
     lkg: bytes | None = None
     try:
-        lkg = read_bounded(lkg_file, max_bytes)
+        lkg = _read_bounded(lkg_file, max_bytes, same_as=manifest)
     except FileNotFoundError:
         pass
     except OSError as exc:
@@ -888,7 +962,7 @@ def _save_state(
     floor = outcome.record if outcome.accepted is not None else outcome.floor
     if not keep and (floor is None or floor == record or floor.digest is None):
         return
-    # Imported here, on the rare path that writes: keeps tempfile off start-up.
+    # Imported here, on the rare path that writes: keeps it (and tempfile) off start-up.
     from schemas.atomic import write_atomic
 
     os.makedirs(state_dir, exist_ok=True)
@@ -898,11 +972,78 @@ def _save_state(
         write_atomic(os.path.join(state_dir, STATE_FILE), encode_state(floor))
 
 
+def _open_regular(path: str) -> tuple[int, int]:
+    """``schemas.atomic.open_regular`` (a read-only descriptor, only of a regular file: a pipe or
+    a device is refused without blocking on it), with the file's size.
+
+    Raises:
+        IsADirectoryError: it is a folder.
+        OSError: it cannot be opened, or is not a regular file (``EINVAL``).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    info = os.fstat(fd)
+    if S_ISREG(info.st_mode):
+        return fd, info.st_size
+    os.close(fd)
+    import errno
+
+    if S_ISDIR(info.st_mode):
+        raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
+    raise OSError(errno.EINVAL, "not a regular file (a device or a pipe)", str(path))
+
+
+def _read_bounded(path: str, max_bytes: int, same_as: bytes | None = None) -> bytes:
+    """``schemas.atomic.read_bounded``: at most ``max_bytes + 1`` bytes of a regular file (one
+    more than the limit, so that the caller can tell a file that is too large). The first read
+    asks for the size the file has, plus one: a manifest read in 1 MB chunks and joined paid for
+    three buffers the size of the file, each new page of them a fault.
+
+    Args:
+        same_as: bytes the file probably holds (the last-known-good is usually the manifest
+            just read): compared in small reads, and if the file holds exactly them, they are
+            returned, the file never held in memory a second time.
+
+    Raises:
+        OSError: as `_open_regular`.
+    """
+    fd, size = _open_regular(path)
+    try:
+        if same_as is not None and size == len(same_as) and _holds(fd, same_as):
+            return same_as
+        chunks: list[bytes] = []
+        left = max_bytes + 1
+        want = min(left, size + 1)
+        while left > 0 and (chunk := os.read(fd, want)):
+            chunks.append(chunk)
+            left -= len(chunk)
+            want = min(left, 1 << 16)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _holds(fd: int, data: bytes) -> bool:
+    """Whether the file open at ``fd`` holds exactly ``data``, read in 64 kB pieces; else the
+    descriptor is back at the start."""
+    piece = bytearray(1 << 16)
+    view = memoryview(piece)
+    at = 0
+    while count := os.readv(fd, [piece]):
+        if not data.startswith(view[:count], at):
+            break
+        at += count
+    else:
+        if at == len(data):
+            return True
+    os.lseek(fd, 0, os.SEEK_SET)
+    return False
+
+
 def _file_digest(path: str) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    with os.fdopen(open_regular(path), "rb") as fh:
+    with os.fdopen(_open_regular(path)[0], "rb") as fh:
         while chunk := fh.read(1 << 20):
             h.update(chunk)
     return "sha256:" + h.hexdigest()
@@ -1132,7 +1273,7 @@ def _manifest_path(path: str, host_class: str | None) -> tuple[str, str | None]:
         raise _Usage(str(exc)) from exc
     pointer_file = os.path.join(path, envelope.CURRENT_POINTER)
     try:
-        pointer = read_bounded(pointer_file, 64)
+        pointer = _read_bounded(pointer_file, 64)
     except FileNotFoundError:
         return os.path.join(path, filename), None  # the flat layout of earlier releases
     except OSError as exc:
@@ -1165,6 +1306,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Never raises: every failure is one of the documented exit codes, with a message on stderr.
     """
+    return _run(sys.argv[1:] if argv is None else argv)
+
+
+def _run(argv: Sequence[str]) -> int:
+    """`main`'s work: the exit code, every failure mapped to one (never a traceback)."""
 
     def say(message: str) -> None:
         print(f"resolve-artifact: {message}", file=sys.stderr)
@@ -1174,7 +1320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _main(sys.argv[1:] if argv is None else argv, say)
+        return _main(argv, say)
     except _Usage as exc:
         say(f"error: {exc}")
         return EXIT_USAGE
@@ -1194,7 +1340,7 @@ def _trusted_key_and_host(args: _Args) -> tuple[bytes, HostRuntime]:
     if args.pubkey is None:
         raise _Usage("no trusted key: pass --pubkey FILE or set QUALIFY_PUBKEY")
     try:
-        key_text = read_bounded(args.pubkey, 64 * 1024)
+        key_text = _read_bounded(args.pubkey, 64 * 1024)
         public_raw = envelope.parse_public_pem(
             key_text.decode("ascii", errors="replace"), str(args.pubkey)
         )
@@ -1279,13 +1425,13 @@ def _main(argv: Sequence[str], say: Callable[[str], None]) -> int:
 
     path, read_error = _manifest_path(args.manifest, args.host_class)
     state_dir = _state_dir(args, say)
-    record, lkg = _load_state(state_dir, args.max_bytes, say) if state_dir else (None, None)
     raw: bytes | None = None
     if read_error is None:
         try:
-            raw = read_bounded(path, args.max_bytes)
+            raw = _read_bounded(path, args.max_bytes)
         except OSError as exc:
             read_error = f"cannot read it ({exc.strerror})"
+    record, lkg = _load_state(state_dir, args.max_bytes, say, raw) if state_dir else (None, None)
 
     def facts() -> Any:
         from manifest.hostmatch import read_host_facts

@@ -489,6 +489,21 @@ def test_exit_codes_of_the_real_process(tmp_path: Path) -> None:
     assert usage.stderr.count("\n") == 1 and "unrecognized arguments: --bogus" in usage.stderr
 
 
+def test_the_command_flushes_everything_it_says_before_it_ends(tmp_path: Path) -> None:
+    # Run as the command, resolve-artifact ends its process without the interpreter's
+    # teardown: what it printed must all have been written first.
+    path = dump(fresh(), tmp_path / "m.json")
+    args = ["--manifest", str(path), "--pubkey", str(PUB), "--no-state", "--json"]
+    host = ["--runtime", "onnxruntime==1.32.0", "--providers", "CPUExecutionProvider"]
+    done = run_process(*args, *host, "--host-class", "x86-vnni")
+    assert done.returncode == 0 and json.loads(done.stdout)["host_class"] == "x86-vnni"
+    held = run_process(*args, *host, "--host-class", "arm-new")
+    assert held.returncode == 3 and "is on hold" in held.stderr
+    assert json.loads(held.stdout)["decision"] == "hold"
+    helped = run_process("--help")
+    assert helped.returncode == 0 and helped.stdout == resolve._HELP
+
+
 def test_resolve_process_imports_nothing_heavy(tmp_path: Path) -> None:
     path = dump(fresh(), tmp_path / "m.json")
     code = (

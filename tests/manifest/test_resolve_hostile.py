@@ -228,6 +228,67 @@ def test_the_same_document_again_is_not_a_fork_and_writes_nothing(host: Host) ->
     assert (host.state / resolve.STATE_FILE).stat().st_mtime_ns == before
 
 
+def test_an_unchanged_start_hashes_nothing(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The state names the accepted document by its signature too: the same signature by the
+    # same key is the same signed bytes, so their digest is the one the state keeps.
+    record = host.record()
+    assert record.signature is not None and record.digest is not None
+    hash_small = envelope.sha256_hex
+
+    def no_document_hashing(data: bytes | memoryview) -> str:
+        assert len(data) <= 64, "a start with nothing new hashed the document"
+        return hash_small(data)  # the key id
+
+    monkeypatch.setattr(envelope, "sha256_hex", no_document_hashing)
+    before = (host.state / resolve.STATE_FILE).stat().st_mtime_ns
+    assert host.run(GOOD, "--host-class", "x86-vnni")[0] == 0
+    assert (host.state / resolve.STATE_FILE).stat().st_mtime_ns == before
+    assert host.record() == record
+
+
+def test_a_state_kept_before_signatures_gains_one_once(host: Host) -> None:
+    record = host.record()
+    older = record._replace(signature=None)
+    (host.state / resolve.STATE_FILE).write_bytes(resolve.encode_state(older))
+    assert host.run(GOOD, "--host-class", "x86-vnni")[0] == 0
+    assert host.record() == record  # the digest computed again, the signature added
+    before = (host.state / resolve.STATE_FILE).stat().st_mtime_ns
+    assert host.run(GOOD, "--host-class", "x86-vnni")[0] == 0
+    assert (host.state / resolve.STATE_FILE).stat().st_mtime_ns == before
+
+
+def test_a_state_naming_another_signature_is_not_taken_for_this_document(host: Host) -> None:
+    doc = json.loads(GOOD)
+    doc["signed"]["release"] = "2025.06-fork"
+    fork = resign(doc["signed"])  # version 2 again, other bytes, its own signature
+    record = host.record()
+    assert "two releases under one version" in host.run(fork, "--host-class", "x86-vnni")[2]
+    assert host.record() == record and host.lkg() == GOOD
+
+
+def test_a_last_known_good_of_the_same_size_is_compared_not_assumed(host: Host) -> None:
+    damaged = GOOD.replace(b'"release":"2025.06"', b'"release":"2025.07"')
+    assert len(damaged) == len(GOOD) and damaged != GOOD
+    (host.state / resolve.LKG_FILE).write_bytes(damaged)
+    code, _, err = host.run(GOOD, "--host-class", "x86-vnni")
+    assert code == 0 and "last-known-good manifest is unusable" in err
+    assert host.lkg() == GOOD
+
+
+def test_a_bounded_read_gives_the_bytes_and_an_equal_copy_itself(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    for size in (0, 1, 70_000, 200_000):
+        data = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+        path.write_bytes(data)
+        assert resolve._read_bounded(str(path), 10**6) == data
+        assert resolve._read_bounded(str(path), 100) == data[:101]
+        same = bytes(bytearray(data))
+        assert resolve._read_bounded(str(path), 10**6, same_as=same) is same
+        if size:
+            other = data[:-1] + b"?"
+            assert resolve._read_bounded(str(path), 10**6, same_as=other) == data
+
+
 # -- what becomes the last-known-good ------------------------------------------------------
 
 
@@ -351,6 +412,206 @@ def test_a_fifo_or_device_is_refused_without_blocking(host: Host) -> None:
     for path in (fifo, Path("/dev/zero")):
         result = host.run(path, "--host-class", "x86-vnni")
         assert served_from_lkg(result) and "not a regular file" in result[2]
+
+
+# -- one class read from a verified manifest without parsing the others ---------------------
+
+# Names a lookup by bytes could confuse: prefixes of each other, quotes, backslashes, escapes,
+# control and non-ASCII characters, brackets, JSON structure, the empty name.
+AWKWARD = [
+    "x86",
+    "x86-vnni-2",
+    'zü"rich/1\n',
+    "ends\\",
+    '\\"',
+    'q"',
+    "\\\\",
+    "ctl\x01\x1f\x7f",
+    "\u2028\u2029",
+    "😀",
+    '"entries":{',
+    "entries",
+    "[br]{ace}",
+    ":,",
+    "",
+]
+
+
+def one_class(full: dict[str, Any], name: str) -> dict[str, Any] | None:
+    """What `envelope.parse_signed_entry` may answer besides ``full`` itself."""
+    entries = full.get("entries")
+    if not isinstance(entries, dict) or name not in entries:
+        return None
+    return {**full, "entries": {name: entries[name]}}
+
+
+def read_one(data: bytes, name: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    """The fast reading alone (None: it declined) and what `parse_signed_entry` answers."""
+    try:
+        fast = envelope._entry_view(data, 0, len(data), name)
+    except (ValueError, StopIteration, RecursionError, IndexError):  # what it declines by
+        fast = None
+    return fast, envelope.parse_signed_entry(data, name)
+
+
+def awkward_manifest() -> dict[str, Any]:
+    """The scenario with an entry for every awkward name, each name also used as a key nested
+    in other entries (provider options), as a string value elsewhere, and in the policy."""
+    signed: dict[str, Any] = signed_doc(3)["signed"]
+    entries = signed["entries"]
+    template = entries["x86-vnni"]
+    for name in AWKWARD:
+        entries[name] = {**template, "host_class": name, "summary": f"{name} qualified"}
+    entries["arm-old"]["provider"] = {
+        **entries["arm-old"]["provider"],
+        "provider_options": {name: {"x86-vnni": name} for name in [*AWKWARD, "x86-vnni"]},
+    }
+    entries["gpu-a10"]["reasons"] = [{"code": n, "message": f'"{n}":{{'} for n in AWKWARD]
+    return signed
+
+
+def test_one_class_is_read_exactly_as_the_full_parse_reads_it() -> None:
+    signed = awkward_manifest()
+    data = envelope.encode_canonical(signed)
+    full = envelope.parse_signed(data)
+    for name in [*full["entries"], "nope", "x86-vnn", "x86-vnni-", "arch", "provider_options"]:
+        fast, answer = read_one(data, name)
+        assert answer == (fast or full)
+        assert fast is None or fast == one_class(full, name), name
+        if name in full["entries"] and "[" not in name and "{" not in name:
+            assert fast is not None, f"{name!r} was parsed whole"  # the fast path was taken
+        if name not in full["entries"]:
+            assert fast is None and answer == full
+
+
+def test_resolving_every_awkward_class_gives_the_full_parse_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    raw = resign(awkward_manifest())
+    names = [*json.loads(raw)["signed"]["entries"], "nope"]
+
+    def outcomes() -> list[resolve.Outcome]:
+        return [
+            resolve.resolve(
+                raw,
+                public_raw=TRUSTED,
+                now=envelope.format_time(NOW),
+                host=CPU,
+                host_class=name,
+                last_known_good=GOOD,
+            )
+            for name in names
+        ]
+
+    fast = outcomes()
+    monkeypatch.setattr(envelope, "_entry_view", lambda *args: None)  # the full parse only
+    assert fast == outcomes()
+    assert [o.code for o in fast].count(0) >= len(AWKWARD)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"entries":{"a":{"v":1},"a":{"v":2}},"version":1}',  # duplicate keys: the last wins
+        '{"entries":{"a":{"v":1}},"entries":{"a":{"v":2}}}',
+        '{"entries":{"a":1,"b":{"a":{"v":2}}},"version":1}',
+        '{"entries":{"\\u0061":{"v":1},"a":{"v":2}},"v":1}',  # a key spelled two ways
+        '{"entries":{"a":{"v":1},"\\u0061":{"v":2}},"v":1}',
+        '{"entries":{"a\\/":{"v":1},"a/":{"v":2}},"v":1}',
+        '{"entries": {"a": {"v": 1}}, "version": 1}',
+        '{"entries":{"a":{"v":"}"},"b":{"v":"{"}},"z":1}',
+        '{"entries":{"x":{"s":"\\"a\\":"},"a":{"v":2}},"z":1}',
+        '{"entries":{"x":{"a":{"v":1}}},"policy":{"a":{"v":3}}}',
+        '{"entries":{},"tail":{"a":{"v":3}}}',
+        '{"a":{"entries":{"a":{"v":1}}},"entries":{"a":{"v":2}}}',
+        '{"h":"\\"entries\\":{","entries":{"a":{"v":2}}}',
+        '{"entries":{"a":{"v":[1,{"a":2}]},"b":[{"a":3}]},"t":[]}',
+        '{"entries":{"a":{"v":1}},"t":"\\\\"}',
+        '{"entries":{"a":{"v":"\\\\"},"b":"\\\\\\""},"t":0}',
+        '{"entries":{"a":{"v":NaN}}}',
+        '{"entries":{"a":{"v":1}},"x":1e400}',
+        '{"entries":{"a":{"v":1}}',
+        '{"entries":{"a":{"v":1}}}}',
+    ],
+)
+def test_signed_bytes_written_otherwise_are_read_as_the_full_parse_reads_them(text: str) -> None:
+    data = text.encode()
+    try:
+        full = envelope.parse_signed(data)
+    except MalformedError:
+        with pytest.raises(MalformedError):
+            envelope.parse_signed_entry(data, "a")
+        return
+    fast, answer = read_one(data, "a")
+    assert fast is None or fast == one_class(full, "a")
+    assert answer == (fast or full)
+
+
+def test_the_signed_part_is_read_where_it_lies_in_the_file() -> None:
+    raw = GOOD_V3 + b"\n"
+    (
+        _,
+        start,
+        end,
+    ) = envelope._split_span(raw, "m")
+    signed = envelope.parse_signed(raw[start:end])
+    got = envelope.parse_signed_entry(raw, "gpu-a10", start=start, end=end)
+    assert got == one_class(signed, "gpu-a10")
+    assert envelope.split_envelope(raw)[1] == raw[start:end]
+
+
+json_text = st.text(
+    st.characters(exclude_categories=["Cs"]) | st.sampled_from('"\\{}[]:,\x00\n'), max_size=6
+)
+json_value = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | json_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(json_text, inner, max_size=3),
+    max_leaves=12,
+)
+NAMES = ["a", "a\\", 'a"', "é", "entries", "", "[", "{}"]
+class_name = st.sampled_from(NAMES) | json_text
+
+
+def strings(value: Any) -> list[str]:
+    """Every key and string value in ``value``."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in (k, *strings(v))]
+    if isinstance(value, list):
+        return [s for v in value for s in strings(v)]
+    return []
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    entries=st.dictionaries(
+        class_name,
+        st.dictionaries(class_name, json_value, max_size=3) | json_value,
+        max_size=5,
+    ),
+    around=st.dictionaries(
+        st.sampled_from(["created", "expires", "policy", "release", "type", "version", "zz"]),
+        json_value | st.dictionaries(class_name, json_value, max_size=2),
+        max_size=4,
+    ),
+    asked=class_name,
+)
+def test_one_class_equals_the_full_parse_for_any_canonical_document(
+    entries: dict[str, Any], around: dict[str, Any], asked: str
+) -> None:
+    signed = {**around, "entries": entries}
+    data = envelope.encode_canonical(signed)
+    full = envelope.parse_signed(data)
+    plain = not any(set(s) & set("[]{}") for s in strings(signed)) and (
+        b'"entries":{' not in envelope.encode_canonical(around.get("created"))
+    )
+    for name in {asked, *entries, *NAMES}:
+        fast, answer = read_one(data, name)
+        assert fast is None or fast == one_class(full, name)
+        assert answer == (fast or full)
+        if plain and name in entries and name[:1] not in ",:]}":
+            assert fast is not None  # no string with a bracket: the fast path is taken
 
 
 # -- properties over mutated documents and state --------------------------------------------
