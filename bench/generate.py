@@ -179,8 +179,12 @@ def _stages(fx: Fixture, out: Path, now: datetime) -> dict[str, float]:
         ("build.py", "build_manifest"): "build",
         ("signing.py", "sign_encoded"): "sign",
         ("load.py", "load_manifest"): "load (check)",
+        ("load.py", "load_previous"): "read previous",
+        ("signing.py", "check_publishable"): "check",
         ("store.py", "cells"): "read cells",
         ("store.py", "runs"): "read runs",
+        ("store.py", "save_manifest"): "record",
+        ("store.py", "publish_draft"): "record",
         ("release.py", "generate_manifest"): "total",
     }
     found: dict[str, float] = {}

@@ -26,7 +26,7 @@ from manifest._batch import paused_gc
 from manifest.errors import BuildError
 from manifest.signing import key_id, sign_document, sign_encoded
 from schemas.atomic import remove_leftovers, temp_prefix, write_atomic
-from schemas.manifest import ArtifactRef, ClassDecision, Manifest
+from schemas.manifest import ArtifactRef, ClassDecision, Manifest, PreviousManifest
 from schemas.project import Project
 
 __all__ = [
@@ -39,15 +39,41 @@ __all__ = [
 ]
 
 
-def next_version(previous: Manifest | None) -> int:
+def next_version(previous: Manifest | PreviousManifest | None) -> int:
     """The version of the next manifest: one above the previous one, 1 for the first."""
     return 1 if previous is None else previous.signed.version + 1
+
+
+class _Locations:
+    """Where the previous manifest says each artifact it points at is: digest -> location,
+    indexed on the first lookup (most builds never look), the first entry naming a digest (in
+    the manifest's order; an entry's artifact before its rollback) winning."""
+
+    def __init__(self, previous: Manifest | PreviousManifest | None) -> None:
+        self._previous = previous
+        self._known: dict[str, dict[str, Any]] | None = None
+
+    def get(self, digest: str) -> dict[str, Any] | None:
+        if self._known is None:
+            self._known = {}
+            entries = self._previous.signed.entries.values() if self._previous else ()
+            for entry in entries:
+                for item in (entry.artifact, entry.rollback):
+                    if item is not None and item.digest not in self._known:
+                        self._known[item.digest] = {
+                            "name": item.name,
+                            "digest": item.digest,
+                            "length": item.length,
+                            "uri": item.uri,
+                        }
+        found = self._known.get(digest)
+        return None if found is None else dict(found)
 
 
 def _artifact(
     digest: str,
     artifacts: Mapping[str, ArtifactRef],
-    previous: Manifest | None,
+    previous: _Locations,
     host_class: str,
     role: str,
 ) -> dict[str, Any]:
@@ -55,16 +81,9 @@ def _artifact(
     if ref is not None:
         return {"name": ref.name, "digest": digest, "length": ref.length, "uri": ref.uri}
     # A rollback may be an artifact the project no longer lists: the previous manifest knows it.
-    if previous is not None:
-        for entry in previous.signed.entries.values():
-            for known in (entry.artifact, entry.rollback):
-                if known is not None and known.digest == digest:
-                    return {
-                        "name": known.name,
-                        "digest": digest,
-                        "length": known.length,
-                        "uri": known.uri,
-                    }
+    found = previous.get(digest)
+    if found is not None:
+        return found
     raise BuildError(
         f"class '{host_class}': the {role} artifact {digest} has no location; add it to "
         "'artifacts' (digest -> name, uri, length) from the artifact store"
@@ -81,7 +100,7 @@ def build_manifest(
     expires: datetime,
     snapshot: str,
     artifacts: Mapping[str, ArtifactRef],
-    previous: Manifest | None = None,
+    previous: Manifest | PreviousManifest | None = None,
 ) -> dict[str, Any]:
     """The ``signed`` part of a manifest.
 
@@ -137,9 +156,10 @@ def _entries(
     project: Project,
     decisions: Sequence[ClassDecision],
     artifacts: Mapping[str, ArtifactRef],
-    previous: Manifest | None,
+    previous: Manifest | PreviousManifest | None,
 ) -> dict[str, Any]:
     entries: dict[str, Any] = {}
+    known = _Locations(previous)
     for d in decisions:
         cls = project.host_classes.get(d.host_class)
         if cls is None:
@@ -151,17 +171,18 @@ def _entries(
         key = cls.key
         rollback = None
         if d.rollback_digest is not None:
-            rollback = _artifact(d.rollback_digest, artifacts, previous, d.host_class, "rollback")
+            rollback = _artifact(d.rollback_digest, artifacts, known, d.host_class, "rollback")
             rollback["proven_to_load"] = d.rollback_proven
             # null: the same requirements as the entry's (most classes; keeps entries small)
+            # (``is`` first: most rollbacks carry the class's own settings objects)
             rollback["runtime"] = (
                 None
-                if d.rollback_runtime == cls.runtime
+                if d.rollback_runtime is cls.runtime or d.rollback_runtime == cls.runtime
                 else d.rollback_runtime.model_dump(mode="json", exclude_none=True)
             )
             rollback["provider"] = (
                 None
-                if d.rollback_provider == cls.provider
+                if d.rollback_provider is cls.provider or d.rollback_provider == cls.provider
                 else d.rollback_provider.model_dump(mode="json", exclude_none=True)
             )
         entries[d.host_class] = {
@@ -172,7 +193,7 @@ def _entries(
             "decision": d.decision,
             "artifact": None
             if d.artifact_digest is None
-            else _artifact(d.artifact_digest, artifacts, previous, d.host_class, d.decision),
+            else _artifact(d.artifact_digest, artifacts, known, d.host_class, d.decision),
             "runtime": cls.runtime.model_dump(mode="json", exclude_none=True),
             "provider": cls.provider.model_dump(mode="json", exclude_none=True),
             "rollback": rollback,

@@ -78,8 +78,14 @@ def _more_evidence(samples: int, duration_s: float, stopped: str) -> str:
     )
 
 
+_PASS = Finding("pass")
+_OFF = Finding("off")
+"""The findings without reasons, made once: a fleet's cells pass or skip most gates, and a
+finding is immutable."""
+
+
 def _passed() -> Finding:
-    return Finding("pass")
+    return _PASS
 
 
 def _failed(*reasons: Reason) -> Finding:
@@ -92,7 +98,7 @@ def _undecided(code: str, message: str) -> Finding:
 
 def _parity(cell: Cell, host_class: HostClass) -> Finding:
     if cell.role != "candidate":
-        return Finding("off")
+        return _OFF
     if cell.parity is None:
         known = tuple(r for r in cell.reasons if r.code == "baseline_failed")
         if known:
@@ -192,7 +198,7 @@ def _slowdown(cell: Cell, host_class: HostClass) -> Finding:
                 + "; ".join(found),
             )
         )
-    return _passed() if compared else Finding("off")
+    return _passed() if compared else _OFF
 
 
 def _within(
@@ -202,7 +208,7 @@ def _within(
     but nothing was measured, ``<code>_over_budget`` when it is exceeded (``shown()`` says by
     how much: formatted only then, as most cells of a fleet are within budget)."""
     if budget is None:
-        return Finding("off")
+        return _OFF
     if value is None:
         return _undecided(f"{code}_missing", f"{what} was not measured; budget is set")
     if value > budget:
@@ -235,7 +241,7 @@ def _cold_init(cell: Cell, host_class: HostClass) -> Finding:
 def _throughput(cell: Cell, host_class: HostClass) -> Finding:
     budget = host_class.budgets.min_throughput
     if budget is None:
-        return Finding("off")
+        return _OFF
     served = [
         (r.throughput_ips * r.batch_size, r) for r in cell.latency if r.throughput_ips is not None
     ]
@@ -256,7 +262,7 @@ def _throughput(cell: Cell, host_class: HostClass) -> Finding:
 def _rate(cell: Cell, host_class: HostClass) -> Finding:
     budget = host_class.budgets.min_rate_rps
     if budget is None:
-        return Finding("off")
+        return _OFF
     found = cell.open_loop
     if found is None:
         return _undecided(
@@ -279,7 +285,7 @@ def _rate(cell: Cell, host_class: HostClass) -> Finding:
 def _energy(cell: Cell, host_class: HostClass) -> Finding:
     budget = host_class.budgets.energy_mj
     if budget is None:
-        return Finding("off")  # what _within says, without looking for the gate config
+        return _OFF  # what _within says, without looking for the gate config
     gate = cell.gate_latency
     value = gate.energy_mj if gate else None
     found = _within(
@@ -298,7 +304,7 @@ def _energy(cell: Cell, host_class: HostClass) -> Finding:
 def _sustained(cell: Cell, host_class: HostClass) -> Finding:
     soak = cell.soak
     if soak is None:
-        return Finding("off")
+        return _OFF
     if soak.drifted is None:
         return _undecided(
             "soak_insufficient",
@@ -425,9 +431,16 @@ def judge(
     """
     if cell.error is not None:
         return "error", list(cell.reasons)
-    findings = [f for _, f in assess(cell, host_class, skip=skip)]
-    fails = [r for f in findings if f.outcome == "fail" for r in f.reasons]
-    unsure = [r for f in findings if f.outcome == "undecided" for r in f.reasons]
+    fails: list[Reason] = []
+    unsure: list[Reason] = []
+    for gate in GATES:  # `assess`, without the pairs: the policy judges every cell of a fleet
+        if skip and gate.name in skip:
+            continue
+        finding = gate.check(cell, host_class)
+        if finding.outcome == "fail":
+            fails.extend(finding.reasons)
+        elif finding.outcome == "undecided":
+            unsure.extend(finding.reasons)
     if fails:
         return "fail", fails + unsure
     if unsure:

@@ -3,7 +3,10 @@
 Owns ``load_manifest``: bounded in size, split with the canonical layout and parsed with the same
 parser as ``resolve-artifact`` (``manifest.envelope``), so that a file cannot read one way here
 and another way on a host; then validated into ``schemas.manifest.Manifest`` with a message that
-names the field. Does not check the signature (``manifest.signing.verify``), build or write a
+names the field. Also ``load_previous``: the same read into ``PreviousManifest``, the parts of the
+published manifest that generating the next one reads (validated as strictly, the rest not at
+all: for 10,000 classes, validating every entry's evidence and reasons was most of a second spent
+on fields nothing reads). Does not check the signature (``manifest.signing.verify``), build or write a
 manifest (``manifest.build``), nor read the host side's per-class documents
 (``manifest.resolve``).
 """
@@ -11,14 +14,17 @@ manifest (``manifest.build``), nor read the host side's per-class documents
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from manifest import envelope
 from manifest.errors import MalformedError
-from schemas.manifest import Manifest
+from schemas.manifest import Manifest, ManifestEntry, PreviousManifest
 
-__all__ = ["load_manifest"]
+__all__ = ["load_manifest", "load_previous", "validate_entry"]
+
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
 def load_manifest(raw: bytes | Path, *, source: str | None = None) -> Manifest:
@@ -44,17 +50,61 @@ def load_manifest(raw: bytes | Path, *, source: str | None = None) -> Manifest:
         except OSError as exc:
             raise MalformedError(f"{source}: cannot read ({exc.strerror})") from exc
     source = source or "manifest"
+    signatures, signed = _parse(raw, source)
+    return _validate(Manifest, {"signed": signed, "signatures": signatures}, source)
+
+
+def load_previous(raw: bytes, *, source: str) -> tuple[PreviousManifest, dict[str, Any]]:
+    """Read the published manifest the next one is generated after.
+
+    The bytes are bounded, split and parsed as `load_manifest` does; what generating the next
+    manifest reads of them (version, release, and per class the artifact, runtime, provider,
+    rollback and rollout) is validated with the models of ``schemas.manifest``, the other fields
+    are not read. An entry copied verbatim into the next manifest (a class kept as published)
+    must be validated whole by the caller first (``schemas.manifest.ManifestEntry``).
+
+    Args:
+        raw: the document's bytes.
+        source: name for messages.
+
+    Returns:
+        The validated view and the parsed ``signed`` object.
+
+    Raises:
+        MalformedError: too large, not the canonical layout, not JSON, or a field read is invalid
+            (the message names it).
+    """
+    signatures, signed = _parse(raw, source)
+    return _validate(PreviousManifest, {"signed": signed, "signatures": signatures}, source), signed
+
+
+def validate_entry(entry: Any, *, name: str, source: str) -> Any:
+    """``entry`` (class ``name``'s entry of a manifest read from ``source``), once it validates
+    as a ``ManifestEntry``, unchanged: what a generation copies verbatim into the next manifest.
+
+    Raises:
+        MalformedError: it does not (the message names the field as `load_manifest` would).
+    """
+    _validate(ManifestEntry, entry, source, where=f"signed.entries.{name}")
+    return entry
+
+
+def _parse(raw: bytes, source: str) -> tuple[list[dict[str, str]], dict[str, Any]]:
     if len(raw) > envelope.MAX_BYTES:
         raise MalformedError(f"{source}: larger than the {envelope.MAX_BYTES}-byte limit")
     # The layout and the parser every reader uses (resolve-artifact included), so that a file
     # cannot read one way here and another way on a host.
     signatures, signed_bytes = envelope.split_envelope(raw, source)
-    signed = envelope.parse_signed(signed_bytes, source)
+    return signatures, envelope.parse_signed(signed_bytes, source)
+
+
+def _validate(model: type[_Model], document: Any, source: str, *, where: str = "") -> _Model:
     try:
-        return Manifest.model_validate({"signed": signed, "signatures": signatures})
+        return model.model_validate(document)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(document)"
+        where = ".".join([where, *(str(p) for p in first["loc"])][0 if where else 1 :])
+        where = where or "(document)"
         raise MalformedError(
             f"{source}: {where}: {first['msg']} ({exc.error_count()} problem(s)); is this a "
             "manifest written by 'qualify manifest generate'?"

@@ -22,10 +22,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from manifest import envelope
-from manifest.errors import CanonicalError, KeyFileError, MalformedError
+from manifest.errors import CanonicalError, KeyFileError, MalformedError, SignatureError
 from schemas.atomic import write_atomic
 
 __all__ = [
+    "check_publishable",
     "generate_keypair",
     "key_id",
     "load_private_key",
@@ -193,3 +194,64 @@ def verify(
     signed = envelope.check_envelope(raw, public_raw(public_key), source=source)
     if now is not None:
         envelope.check_signed(signed, now=envelope.format_time(now), source=source)
+
+
+_DECISIONS = frozenset({"candidate", "baseline", "hold"})
+
+
+def check_publishable(
+    raw: bytes,
+    signed: Mapping[str, Any],
+    private_key: Ed25519PrivateKey | None,
+    *,
+    now: datetime,
+    source: str = "manifest",
+) -> None:
+    """Check a manifest about to be published the way a host will, on the very bytes to write.
+
+    ``raw`` must be in the canonical layout (``envelope.split_envelope``); signed, it must carry
+    a signature by ``private_key``'s public key that verifies over its signed bytes
+    (``envelope.verify_signature``, what ``resolve-artifact`` runs); ``signed`` must pass the
+    host's checks of type, format, version and expiry at ``now`` (``envelope.check_signed``),
+    and each entry must be the object of the class it is filed under, with a decision. ``signed`` is what ``raw``'s signed bytes encode (the caller built
+    both), so they are not parsed back: for 10,000 classes parsing and validating the document
+    again was a second, for a document made of validated parts.
+
+    Args:
+        raw: the document's bytes (``sign_encoded``'s, or an unsigned envelope).
+        signed: the ``signed`` mapping ``raw`` encodes.
+        private_key: the key it was signed with; None for an unsigned document.
+        now: the publishing time (the document must not be expired at it).
+        source: where it will be written, for messages.
+
+    Raises:
+        MalformedError: not the canonical layout, or a field a host reads is missing or wrong.
+        SignatureError: no signature by this key verifies over the signed bytes.
+        ExpiredError: already expired at ``now``.
+    """
+    signatures, signed_bytes = envelope.split_envelope(raw, source)
+    if private_key is not None:
+        public = public_raw(private_key.public_key())
+        trusted = envelope.key_id(public)
+        if not any(
+            s["keyid"] == trusted
+            and envelope.verify_signature(public, bytes.fromhex(s["sig"]), signed_bytes)
+            for s in signatures
+        ):
+            raise SignatureError(
+                f"{source}: the signature by key {trusted[:16]} does not verify over the bytes "
+                "to be published; nothing was published"
+            )
+    envelope.check_signed(signed, now=envelope.format_time(now), source=source)
+    if signed.get("type") != envelope.MANIFEST_TYPE:
+        raise MalformedError(f"{source}: signed.type is {signed.get('type')!r}, not a manifest")
+    for name, entry in signed["entries"].items():
+        if (
+            not isinstance(entry, dict)
+            or entry.get("host_class") != name
+            or entry.get("decision") not in _DECISIONS
+        ):
+            raise MalformedError(
+                f"{source}: signed.entries.{name}: not the entry of class {name!r} with a "
+                "decision; nothing was published"
+            )

@@ -780,15 +780,20 @@ def _signing_choice(key_path: Path | None, unsigned: bool, expires: str) -> Any:
 
 
 def _echo_published(result: Any, out: Path, per_class_dir: Path | None) -> None:
-    signed = result.manifest.signed
+    from qualify.text import one_line
+
+    # The document as written (built from validated parts and checked as a host checks it):
+    # reading it back into the model would cost as much as signing a large fleet's.
+    signed = result.document["signed"]
     click.echo(
-        f"manifest {out}: release {signed.release} version {signed.version}, "
-        f"{'signed' if result.signed else 'UNSIGNED'}, expires {signed.expires}, published"
+        f"manifest {out}: release {signed['release']} version {signed['version']}, "
+        f"{'signed' if result.signed else 'UNSIGNED'}, expires {signed['expires']}, published"
     )
-    for name, entry in signed.entries.items():
+    for name, entry in signed["entries"].items():
         kept = result.kept.get(name)
         click.echo(
-            f"  {name}: {entry.decision} — {entry.summary}" + (f" [kept: {kept}]" if kept else "")
+            f"  {one_line(name)}: {entry['decision']} — {one_line(entry['summary'])}"
+            + (f" [kept: {kept}]" if kept else "")
         )
     if per_class_dir is not None:
         click.echo(f"per-class documents: {per_class_dir}")

@@ -12,6 +12,7 @@ parameter.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -20,17 +21,18 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from manifest._batch import paused_gc
 from manifest.build import build_manifest, next_version, write_manifest, write_per_class
-from manifest.envelope import encode_canonical, encode_envelope, format_time, split_envelope
-from manifest.load import load_manifest
+from manifest.envelope import encode_canonical, encode_envelope, format_time
+from manifest.load import load_manifest, load_previous, validate_entry
 from manifest.policy import decide
-from manifest.signing import load_private_key, sign_encoded
+from manifest.signing import check_publishable, load_private_key, sign_encoded
 from matrix.store import Store
 from qualify.artifacts import ArtifactStore, digest_file
 from qualify.coverage import CoverageItem, ReleaseGate, coverage, release_gate
 from qualify.errors import QualifyError
 from qualify.project import LoadedProject
-from schemas.manifest import ArtifactRef, ClassDecision, Manifest
+from schemas.manifest import ArtifactRef, ClassDecision, Manifest, PreviousManifest
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -89,12 +91,27 @@ class GeneratedManifest:
     """What ``generate_manifest`` wrote."""
 
     document: dict[str, Any]
-    manifest: Manifest
+    canonical: bytes
+    """The bytes written (and recorded)."""
     decisions: list[ClassDecision]
     path: Path
     per_class_dir: Path | None
     signed: bool
     kept: dict[str, str] = field(default_factory=dict)
+    validated: Manifest | None = field(default=None, repr=False)
+    """The document's model, when it was validated whole before publishing (a draft read from
+    the matrix); None when it was built here from validated parts."""
+
+    @property
+    def manifest(self) -> Manifest:
+        """The written document as its model (read back from ``canonical`` when first asked:
+        validating 10,000 entries costs about as much as signing them, and generation checks
+        the bytes as hosts will instead, ``signing.check_publishable``)."""
+        return self.validated if self.validated is not None else self._read_back
+
+    @functools.cached_property
+    def _read_back(self) -> Manifest:
+        return load_manifest(self.canonical, source=str(self.path))
 
 
 def previous_manifest(db: Store) -> Manifest | None:
@@ -142,7 +159,7 @@ class Draft:
     path: Path | None
 
 
-def _kept_classes(db: Store, previous: Manifest | None) -> dict[str, str]:
+def _kept_classes(db: Store, previous: PreviousManifest | None) -> dict[str, str]:
     if previous is None:
         return {}
     kept: dict[str, str] = {}
@@ -167,7 +184,7 @@ def _decide_and_build(
 ) -> tuple[dict[str, Any], list[ClassDecision], dict[str, str]]:
     """The ``signed`` part a draft records, the decisions and the kept classes; nothing is
     recorded or written."""
-    previous = previous_manifest(db)
+    previous, published, source = _read_previous(db)
     store = ArtifactStore(store_dir or Path(db.path).resolve().parent / "artifacts")
     digests, refs = artifact_refs(loaded, store, artifact_base_uri)
     runs = {r.run_id: r for r in db.runs()}
@@ -185,12 +202,28 @@ def _decide_and_build(
     )
     kept = _kept_classes(db, previous)
     if kept:
-        published = json.loads(previous_document(db))["signed"]["entries"]
+        # Carried over verbatim from the matrix, so validated whole first.
+        entries = published["entries"]
         signed["entries"] = {
             **signed["entries"],
-            **{name: published[name] for name in kept if name in signed["entries"]},
+            **{
+                name: validate_entry(entries[name], name=name, source=source)
+                for name in kept
+                if name in signed["entries"]
+            },
         }
     return signed, decisions, kept
+
+
+def _read_previous(db: Store) -> tuple[PreviousManifest | None, dict[str, Any], str]:
+    """What generating reads of the newest published manifest (``load.load_previous``), its
+    parsed ``signed`` part (empty without one) and its name for messages."""
+    latest = db.latest_manifest()
+    if latest is None:
+        return None, {}, "matrix"
+    source = f"matrix manifest v{latest[0]}"
+    previous, signed = load_previous(latest[1].encode(), source=source)
+    return previous, signed, source
 
 
 def draft_manifest(
@@ -214,21 +247,24 @@ def draft_manifest(
     Raises:
         QualifyError, ManifestError, MatrixError: with messages naming the file and the fix.
     """
-    signed, decisions, kept = _decide_and_build(
-        loaded,
-        db,
-        release=release,
-        now=now,
-        expires_in=expires_in,
-        artifact_base_uri=artifact_base_uri,
-        store_dir=store_dir,
-    )
-    canonical = encode_envelope([], encode_canonical(signed))
-    load_manifest(canonical, source=str(out or "draft"))  # what is drafted must load
-    db.save_manifest(signed["version"], release, now, now + expires_in, canonical.decode())
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_manifest(canonical, out)
+    # No cycles are made here; a collection mid-way would walk every cell of the matrix.
+    with paused_gc():
+        signed, decisions, kept = _decide_and_build(
+            loaded,
+            db,
+            release=release,
+            now=now,
+            expires_in=expires_in,
+            artifact_base_uri=artifact_base_uri,
+            store_dir=store_dir,
+        )
+        canonical = encode_envelope([], encode_canonical(signed))
+        # what is drafted must pass a host's checks (it lacks only the signature)
+        check_publishable(canonical, signed, None, now=now, source=str(out or "draft"))
+        db.save_manifest(signed["version"], release, now, now + expires_in, canonical.decode())
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            write_manifest(canonical, out)
     return Draft(signed["version"], signed, decisions, kept, out)
 
 
@@ -274,13 +310,15 @@ def read_draft(db: Store, draft_path: Path | None) -> tuple[int, dict[str, Any]]
             f"{draft_path}: version {version!r} is not a draft recorded in this matrix; "
             "publish drafts generated from it (qualify manifest generate)"
         )
+    # Published first: publishing stamps ``created`` and ``expires``, so the recorded document
+    # differs from its draft whenever a second went by, and "edited?" would be the wrong answer.
+    if db.manifest_state(version) == "published":
+        raise QualifyError(f"{draft_path}: version {version} is published already")
     if encode_canonical(json.loads(recorded)["signed"]) != encode_canonical(signed):
         raise QualifyError(
             f"{draft_path}: differs from draft v{version} as the matrix recorded it (edited after "
             "generate?); generate a new draft rather than editing one"
         )
-    if db.manifest_state(version) == "published":
-        raise QualifyError(f"{draft_path}: version {version} is published already")
     return version, signed
 
 
@@ -311,16 +349,18 @@ def publish_manifest(
         "created": format_time(now),
         "expires": format_time(now + expires_in),
     }
-    return _sign_and_publish(
-        db,
-        version,
-        signed,
-        key,
-        out=out,
-        now=now,
-        expires_in=expires_in,
-        per_class_dir=per_class_dir,
-    )
+    with paused_gc():
+        return _sign_and_publish(
+            db,
+            version,
+            signed,
+            key,
+            out=out,
+            now=now,
+            expires_in=expires_in,
+            per_class_dir=per_class_dir,
+            from_matrix=True,
+        )
 
 
 def _sign_and_publish(
@@ -334,23 +374,27 @@ def _sign_and_publish(
     expires_in: timedelta,
     per_class_dir: Path | None,
     draft_release: str | None = None,
+    from_matrix: bool = False,
 ) -> GeneratedManifest:
-    """Sign ``signed`` (encoded once), check that it loads, publish it in the matrix, write it
-    to ``out`` (and per class), then mark it published. ``draft_release``: first record the
-    draft too (a generate that drafts and publishes in one step; the draft's bytes are the same
-    ``signed`` bytes in an envelope without signatures)."""
+    """Sign ``signed`` (encoded once), check it as a host will, publish it in the matrix, write
+    it to ``out`` (and per class), then mark it published. ``draft_release``: the version is
+    not drafted yet (a generate that drafts and publishes in one step): reserve it with the
+    signed document itself, the row ``publish_draft`` would leave, so the 17 MB of a
+    10,000-class document are stored once. ``from_matrix``: ``signed`` was read from the
+    matrix or a file (a draft), not built here, so it is validated whole first."""
     if key is not None:
         document, canonical = sign_encoded(signed, key)
     else:
         document = {"signed": signed, "signatures": []}
         canonical = encode_envelope([], encode_canonical(signed))
-    manifest = load_manifest(canonical, source=str(out))  # what is published must load
+    # what is published must load, and pass a host's checks
+    validated = load_manifest(canonical, source=str(out)) if from_matrix else None
+    check_publishable(canonical, signed, key, now=now, source=str(out))
+    text = canonical.decode()
     if draft_release is not None:
-        unsigned = canonical
-        if key is not None:
-            unsigned = encode_envelope([], split_envelope(canonical, source=str(out))[1])
-        db.save_manifest(version, draft_release, now, now + expires_in, unsigned.decode())
-    db.publish_draft(version, canonical.decode(), now, now + expires_in)
+        db.save_manifest(version, draft_release, now, now + expires_in, text)
+    else:
+        db.publish_draft(version, text, now, now + expires_in)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_manifest(canonical, out)
     if per_class_dir is not None and key is not None:
@@ -358,11 +402,12 @@ def _sign_and_publish(
     db.mark_published(version)  # only now do hosts, report and telemetry check see it
     return GeneratedManifest(
         document=document,
-        manifest=manifest,
+        canonical=canonical,
         decisions=[],
         path=out,
         per_class_dir=per_class_dir,
         signed=key is not None,
+        validated=validated,
     )
 
 
@@ -403,29 +448,33 @@ def generate_manifest(
         raise QualifyError("per-class documents must be signed: pass --key or drop --per-class")
     # A bad key fails before a version is reserved.
     key = load_private_key(key_path) if key_path is not None else None
-    signed, decisions, kept = _decide_and_build(
-        loaded,
-        db,
-        release=release,
-        now=now,
-        expires_in=expires_in,
-        artifact_base_uri=artifact_base_uri,
-        store_dir=store_dir,
-    )
-    # What draft_manifest and then publish_manifest would record and write, without reading
-    # the draft back from the matrix (it is the document in hand: publish stamps the same
-    # ``created`` and ``expires``), encoding it twice or loading it twice.
-    published = _sign_and_publish(
-        db,
-        signed["version"],
-        signed,
-        key,
-        out=out,
-        now=now,
-        expires_in=expires_in,
-        per_class_dir=per_class_dir,
-        draft_release=release,
-    )
+    # Nothing here makes reference cycles, and every cell of the matrix is alive throughout:
+    # automatic collections walked them all, again and again, for nothing (a third of the
+    # time at 10,000 classes). Reference counting still frees everything.
+    with paused_gc():
+        signed, decisions, kept = _decide_and_build(
+            loaded,
+            db,
+            release=release,
+            now=now,
+            expires_in=expires_in,
+            artifact_base_uri=artifact_base_uri,
+            store_dir=store_dir,
+        )
+        # What draft_manifest and then publish_manifest would record and write, without
+        # reading the draft back from the matrix (it is the document in hand: publish stamps
+        # the same ``created`` and ``expires``), encoding it twice or storing it twice.
+        published = _sign_and_publish(
+            db,
+            signed["version"],
+            signed,
+            key,
+            out=out,
+            now=now,
+            expires_in=expires_in,
+            per_class_dir=per_class_dir,
+            draft_release=release,
+        )
     return dataclasses.replace(published, decisions=decisions, kept=kept)
 
 

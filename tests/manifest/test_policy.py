@@ -365,3 +365,16 @@ def test_a_busy_host_run_qualifies_unless_the_policy_refuses_it() -> None:
     d = fleet.decide()["arm"]
     assert d.decision == "baseline"
     assert "host_busy" in {r.code for r in d.reasons}
+
+
+def test_classes_sharing_runtime_and_provider_settings_share_one_digest_and_no_other() -> None:
+    from manifest.policy import _SettingsDigests
+
+    threads = class_spec(2)
+    threads["provider"] |= {"intra_op_threads": 2}
+    project = make_project({"a": class_spec(1), "b": class_spec(3), "c": threads})
+    digests = _SettingsDigests()
+    for cls in project.host_classes.values():
+        assert digests.of(cls) == cls.settings_digest()
+    a, b, c = (digests.of(cls) for cls in project.host_classes.values())
+    assert a == b != c

@@ -6,6 +6,7 @@ import copy
 import hashlib
 import json
 import stat
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from manifest import envelope
-from manifest.errors import CanonicalError, ExpiredError, KeyFileError, SignatureError
+from manifest.errors import (
+    CanonicalError,
+    ExpiredError,
+    KeyFileError,
+    MalformedError,
+    SignatureError,
+)
 from manifest.signing import (
+    check_publishable,
     generate_keypair,
     key_id,
     load_private_key,
@@ -179,3 +187,37 @@ def test_signed_bytes_are_read_back_by_the_verifier_and_refuse_non_objects() -> 
     verify(json.loads(data), key.public_key(), now=CLOCK)
     with pytest.raises(CanonicalError, match="object"):
         envelope.encode_envelope([], b"[1,2]")
+
+
+def test_a_manifest_is_checked_as_a_host_will_on_the_bytes_about_to_be_published() -> None:
+    key = fixed_key()
+    signed = signed_manifest(scenario(), key)["signed"]
+    _, raw = sign_encoded(signed, key)
+    check_publishable(raw, signed, key, now=CLOCK)
+    unsigned = envelope.encode_envelope([], envelope.encode_canonical(signed))
+    check_publishable(unsigned, signed, None, now=CLOCK)
+
+    flipped = raw.replace(b'"decision":"candidate"', b'"decision":"baseline!"', 1)
+    with pytest.raises(SignatureError, match="does not verify"):
+        check_publishable(flipped, signed, key, now=CLOCK)
+    with pytest.raises(SignatureError, match="does not verify"):
+        check_publishable(raw, signed, Ed25519PrivateKey.generate(), now=CLOCK)
+    with pytest.raises(SignatureError, match="does not verify"):
+        check_publishable(unsigned, signed, key, now=CLOCK)  # signed, but nothing signed it
+    with pytest.raises(MalformedError, match="canonical layout"):
+        check_publishable(json.dumps(json.loads(raw), indent=1).encode(), signed, key, now=CLOCK)
+    with pytest.raises(ExpiredError):
+        check_publishable(raw, signed, key, now=CLOCK + timedelta(days=31))
+
+
+def test_an_entry_filed_under_another_class_or_without_a_decision_is_not_published() -> None:
+    key = fixed_key()
+    signed = copy.deepcopy(signed_manifest(scenario(), key)["signed"])
+    entries = signed["entries"]
+    entries["x86-vnni"], entries["arm-old"] = entries["arm-old"], entries["x86-vnni"]
+    with pytest.raises(MalformedError, match=r"signed\.entries\.(x86-vnni|arm-old)"):
+        check_publishable(sign_encoded(signed, key)[1], signed, key, now=CLOCK)
+    signed = copy.deepcopy(signed_manifest(scenario(), key)["signed"])
+    signed["entries"]["gpu-a10"]["decision"] = "maybe"
+    with pytest.raises(MalformedError, match=r"signed\.entries\.gpu-a10"):
+        check_publishable(sign_encoded(signed, key)[1], signed, key, now=CLOCK)

@@ -245,3 +245,39 @@ def test_a_generate_that_dies_before_writing_its_file_publishes_nothing(
     with Store.open(tmp / "qualify.duckdb") as store:
         latest = store.latest_manifest()
         assert latest is not None and latest[0] == reserved + 1
+
+
+def test_a_published_generate_records_the_signed_document_once_and_checks_kept_entries(
+    matrix: Path, tmp_path: Path
+) -> None:
+    import shutil
+    from datetime import UTC, datetime
+
+    from manifest.envelope import encode_canonical
+    from matrix.store import Store
+
+    tmp = tmp_path / "m"
+    shutil.copytree(matrix, tmp)
+    key = ["--key", str(tmp / "rel.key")]
+    first = generate(tmp, "v1.json", *key)
+    assert first.exit_code == 0, first.output
+    with Store.open(tmp / "qualify.duckdb") as store:
+        latest = store.latest_manifest()
+        assert latest is not None and latest[1].encode() == (tmp / "v1.json").read_bytes()
+        version = latest[0]
+        assert store.highest_manifest_version() == version  # no separate draft row
+        # The matrix is hostile input: the held class's published entry is carried into the
+        # next manifest verbatim, so it is validated whole, fields nothing else reads included.
+        doc = json.loads(latest[1])
+        doc["signed"]["entries"]["here-cpu"]["evidence"]["p99_us"] = "fast"
+        store.connection.execute(
+            "UPDATE manifests SET document = ? WHERE version = ?",
+            [encode_canonical(doc).decode(), version],
+        )
+        store.record_rollout(
+            "hold-7", "here-cpu", "hold", version, 0, 0, "", "ops", "incident 7", datetime.now(UTC)
+        )
+    refused = generate(tmp, "v2.json", *key)
+    assert refused.exit_code == 2, refused.output
+    assert "signed.entries.here-cpu.evidence.p99_us" in refused.output
+    assert not (tmp / "v2.json").exists()
