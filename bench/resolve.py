@@ -14,7 +14,9 @@ Measures, on this machine and in this run:
   verify once), once through ``json`` and cryptography's public API and once through the C
   scanner and cryptography's compiled core; and the signature check alone, nothing parsed
   (``resolve-artifact --host-class`` parses only the header and that class's entry of a
-  verified manifest: ``envelope.parse_signed_entry``);
+  verified manifest: ``envelope.parse_signed_entry``). The floor scripts end through the
+  interpreter's teardown; ``resolve-artifact`` run as the command skips it (``_leave``), so a
+  row also times it through ``main(argv)``, which returns and tears down as a library call;
 * the time to generate a 10,000-class manifest: decide, build, sign, write.
 
 Targets (issue 15): resolve <= 2.5x bare Python start; generation of 10,000 classes <= 2 s.
@@ -206,6 +208,7 @@ at = raw.index(b'"sig":"') + 7
 sig = raw[at : raw.index(b'"', at)].decode()
 openssl.ed25519.from_public_bytes(der[12:]).verify(bytes.fromhex(sig), memoryview(raw)[cut + 10 : -1])
 """
+_TEARDOWN = "import sys; from manifest.resolve import main; sys.exit(main(sys.argv[1:]))"
 _FLOOR_CORE = """
 import sys, binascii, _json
 from cryptography.hazmat.bindings._rust import openssl
@@ -354,11 +357,22 @@ def _measure_resolve(work: Path, key: Any, pub: Path, repeat: int) -> dict[str, 
             str(work / "m1000.json"),
             str(pub),
         ],
+        "m1000-teardown": [
+            py,
+            "-c",
+            _TEARDOWN,
+            *base[1:],
+            "c000500",
+            "--manifest",
+            str(work / "m1000.json"),
+            *state(7),
+        ],
     }
     expect: dict[str, tuple[int, ...]] = {
         "m1000": (3,),
         "class": (3,),
         "m1000-m": (3,),
+        "m1000-teardown": (3,),
     }
     med = _median_runs(commands, repeat, work, expect)
     big = [*base, one, "--manifest", str(work / "m100000.json"), "--max-bytes", str(1 << 30)]
@@ -463,6 +477,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         (
             "floor, core, 1,000-class manifest, the signature alone (nothing parsed)",
             "floor-signature-m1000",
+            None,
+            "none",
+        ),
+        (
+            "1,000-class manifest through `main(argv)`: the interpreter's teardown kept",
+            "m1000-teardown",
             None,
             "none",
         ),

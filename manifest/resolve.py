@@ -1305,8 +1305,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``resolve-artifact``; returns the exit code (see the module docstring).
 
     Never raises: every failure is one of the documented exit codes, with a message on stderr.
+    Run as the command (no ``argv``: the console script, ``python -m``), it ends the process
+    with that code once stdout and stderr are flushed (`_leave`).
     """
-    return _run(sys.argv[1:] if argv is None else argv)
+    code = _run(sys.argv[1:] if argv is None else argv)
+    if argv is None:
+        _leave(code)
+    return code
+
+
+def _leave(code: int) -> None:
+    """End the process with ``code`` now, without the interpreter's teardown.
+
+    Everything the command does is done by then: files are written atomically and closed,
+    telemetry appended with ``os.write``; only stdout and stderr may hold buffered text, and
+    they are flushed here. What is skipped is freeing every module and object and OpenSSL's
+    exit handlers: about 3 ms on a 2-core machine (2.5x a bare ``python -c pass`` becomes 2.2x
+    for a 1,000-class manifest), at every service start of every host. The price: nothing
+    registered with ``atexit`` runs in this process (a coverage tool measuring subprocesses
+    sees none of this one); library callers of ``main(argv)`` return as usual. If a stream
+    cannot be flushed (a closed pipe), this returns and the interpreter exits as usual,
+    reporting it.
+    """
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    os._exit(code)
 
 
 def _run(argv: Sequence[str]) -> int:
