@@ -854,17 +854,20 @@ class Store:
         bytes ``key`` names, dropping the oldest beyond `MAX_PROJECT_VIEWS`.
 
         Raises:
-            MatrixError: the store was opened read-only.
+            MatrixError: the store was opened read-only, or DuckDB refused the write.
         """
         self._require_writable("record a project view")
-        self._conn.execute(
-            "INSERT OR REPLACE INTO project_views VALUES (?, ?, ?)", [key, view, self._clock()]
-        )
-        self._conn.execute(
-            "DELETE FROM project_views WHERE view_key NOT IN (SELECT view_key FROM project_views "
-            "ORDER BY recorded_at DESC, view_key LIMIT ?)",
-            [self.MAX_PROJECT_VIEWS],
-        )
+        try:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO project_views VALUES (?, ?, ?)", [key, view, self._clock()]
+            )
+            self._conn.execute(
+                "DELETE FROM project_views WHERE view_key NOT IN (SELECT view_key FROM "
+                "project_views ORDER BY recorded_at DESC, view_key LIMIT ?)",
+                [self.MAX_PROJECT_VIEWS],
+            )
+        except duckdb.Error as exc:
+            raise MatrixError(f"{self.path}: cannot record the project view: {exc}") from exc
 
     def project_view(self, key: str) -> str | None:
         """The view recorded under ``key``, or None (the caller validates the file instead)."""

@@ -168,10 +168,22 @@ def view_key(project_sha256: str) -> str:
     return f"{VIEW_FORMAT} schema:{_schema_tag()} sha256:{project_sha256}"
 
 
-def record_view(db: Store, project: Project, project_sha256: str | None) -> None:
-    """Record the view of a project file a writer just validated (no-op without its digest)."""
-    if project_sha256 is not None:
+def record_view(db: Store, project: Project, project_sha256: str | None) -> bool:
+    """Record the view of a project file a writer just validated (no-op without its digest).
+
+    Returns:
+        Whether it was recorded. A view only spares ``matrix show`` a validation, so a matrix
+        that refuses it (read-only, damaged) fails nothing: show validates the file instead.
+    """
+    if project_sha256 is None:
+        return False
+    from matrix.errors import MatrixError
+
+    try:
         db.record_project_view(view_key(project_sha256), ProjectView.of(project).to_json())
+    except MatrixError:
+        return False
+    return True
 
 
 def recorded_view(db: Store, path: Path) -> ProjectView | None:

@@ -134,3 +134,16 @@ def test_the_matrix_keeps_a_bounded_number_of_views(tmp_path: Path) -> None:
         (count,) = db.connection.execute("SELECT count(*) FROM project_views").fetchall()[0]
         assert count == Store.MAX_PROJECT_VIEWS
         assert db.project_view(view_key(f"{Store.MAX_PROJECT_VIEWS + 4:064x}")) == view
+
+
+def test_a_matrix_that_refuses_the_view_fails_nothing(tmp_path: Path) -> None:
+    project_path = write_project(tmp_path, [])
+    loaded = load_project(project_path, check_models=False)
+    with Store.open(tmp_path / "m.duckdb"):
+        pass
+    with Store.open(tmp_path / "m.duckdb", read_only=True) as db:
+        assert record_view(db, loaded.project, loaded.sha256) is False
+        assert recorded_view(db, project_path) is None
+    with Store.open(tmp_path / "m.duckdb") as db:
+        assert record_view(db, loaded.project, None) is False  # a project built in code
+        assert record_view(db, loaded.project, loaded.sha256) is True
