@@ -252,6 +252,11 @@ MUTATIONS: list[dict[str, Any]] = [
     {"rollout": 7},
     {"cohort": "canary"},
     {"cohort": None, "rollout": None},
+    {"runtime_package": ""},
+    {"providers": [""]},
+    {"nodes_per_provider": {"": 1}},
+    {"nodes_per_provider": {"CPUExecutionProvider": 3, "a}": None}},
+    {"settings": "s" * 5000},
 ]
 
 
@@ -592,3 +597,165 @@ def test_mangled_lines_never_land_unless_the_model_accepts_them(
         elif raw.strip():
             assert number in {b.line for b in done.bad}
     assert kept == accepted
+
+
+# -- what the fast path costs and how it reads ---------------------------------------------------
+
+
+def test_the_limits_mirror_the_event_model() -> None:
+    import schemas.telemetry as st_model
+
+    assert mt.TELEMETRY_FORMAT == st_model.TELEMETRY_FORMAT
+    assert mt.MAX_TEXT_CHARS == st_model.MAX_TEXT_CHARS
+    assert mt.MAX_PROVIDERS == st_model.MAX_PROVIDERS
+
+
+def test_a_clean_file_is_ingested_without_pandas_or_pydantic(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = write(tmp_path / "t.jsonl", [line(host_id=f"h{i}") for i in range(100)])
+    code = (
+        "import sys\n"
+        "from datetime import UTC, datetime\n"
+        "from matrix.store import Store\n"
+        "from matrix.telemetry import ingest_telemetry\n"
+        "with Store.open(sys.argv[1]) as store:\n"
+        "    done = ingest_telemetry(store, [sys.argv[2]], now=datetime.now(UTC))\n"
+        "assert done.events == 100, done\n"
+        "print(sorted(m for m in ('pandas', 'pydantic', 'schemas.telemetry') if m in sys.modules))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "m.duckdb"), str(path)],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        check=True,
+    )
+    assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_null_counts_are_found_on_the_right_lines_past_blank_ones(
+    store: Store, tmp_path: Path
+) -> None:
+    lines: list[str] = []
+    nulls: list[int] = []
+    for i in range(300):
+        if i % 7 == 3:
+            lines.append("")
+        elif i % 5 == 1:
+            lines.append(line(host_id=f"n{i}", nodes_per_provider={"A": 1, "B": None}))
+            nulls.append(i + 1)
+        else:
+            lines.append(line(host_id=f"g{i}", nodes_per_provider={"A": 1}))
+    path = write(tmp_path / "t.jsonl", lines)
+    done = ingest_telemetry(store, [path], now=NOW).files[0]
+    assert sorted(b.line for b in done.bad) == nulls
+    assert all("nodes_per_provider" in b.message for b in done.bad)
+    assert done.events == sum(1 for raw in lines if raw) - len(nulls)
+
+
+def test_a_key_with_a_brace_and_a_null_count_is_still_refused(store: Store, tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "t.jsonl",
+        [
+            line(nodes_per_provider={"CPUExecutionProvider": 3, "a}": 1}),
+            line(nodes_per_provider={"CPUExecutionProvider": 3, "a}": None}),
+            line(),
+        ],
+    )
+    done = ingest_telemetry(store, [path], now=NOW).files[0]
+    assert (done.events, [b.line for b in done.bad]) == (2, [2])
+
+
+def test_a_file_truncated_while_read_is_an_error_and_writes_nothing(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mt, "BLOCK_BYTES", 4096)
+    path = write(tmp_path / "t.jsonl", [line(host_id=f"h{i}") for i in range(200)])
+    plan = mt._plan
+
+    def plan_then_truncate(where: Path, known: dict[int, tuple[str, int]]) -> Any:
+        found = plan(where, known)
+        with where.open("r+b") as handle:
+            handle.truncate(found.end // 2)
+        return found
+
+    monkeypatch.setattr(mt, "_plan", plan_then_truncate)
+    with pytest.raises(TelemetryFileError, match="shrank"):
+        ingest_telemetry(store, [path], now=NOW)
+    assert count(store) == 0
+    files = store.connection.execute("SELECT count(*) FROM telemetry_files").fetchall()
+    assert files == [(0,)]
+
+
+def test_a_failure_while_parsing_rolls_the_file_back(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mt, "BLOCK_BYTES", 4096)
+    path = write(tmp_path / "t.jsonl", [line(host_id=f"h{i}") for i in range(200)])
+    parse = mt._parse_block
+    calls: list[int] = []
+
+    def fail_on_the_third(data: bytes, first_line: int) -> Any:
+        calls.append(first_line)
+        if len(calls) == 3:
+            raise RuntimeError("disk on fire")
+        return parse(data, first_line)
+
+    monkeypatch.setattr(mt, "_parse_block", fail_on_the_third)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        ingest_telemetry(store, [path], now=NOW)
+    assert count(store) == 0
+    monkeypatch.setattr(mt, "_parse_block", parse)
+    assert ingest_telemetry(store, [path], now=NOW).files[0].events == 200
+
+
+def test_an_unterminated_overlong_last_line_waits_and_is_reported_once(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mt, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(mt, "MAX_LINE_BYTES", 1024)
+    path = write(tmp_path / "t.jsonl", [line(host_id="a"), "x" * 20_000], end="")
+    first = ingest_telemetry(store, [path], now=NOW).files[0]
+    assert (first.events, first.bad_lines, first.pending_bytes) == (1, 0, 20_000)
+    with path.open("a") as handle:
+        handle.write("y\n" + line(host_id="b") + "\n")
+    second = ingest_telemetry(store, [path], now=NOW).files[0]
+    assert (second.first_line, second.events, [b.line for b in second.bad]) == (2, 1, [2])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(st.one_of(st.none(), st.integers(-(2**40), 2**40)), max_size=70),
+    cut=st.integers(0, 70),
+    parts=st.integers(1, 4),
+)
+def test_arrow_columns_read_through_buffers_match_their_values(
+    values: list[int | None], cut: int, parts: int
+) -> None:
+    import numpy as np
+    import pyarrow as pa
+
+    start = min(cut, len(values))
+
+    def in_pieces(array: pa.Array) -> pa.ChunkedArray:
+        """``array`` from ``start`` on, in chunks that are slices of its buffers (offsets)."""
+        tail = array.slice(start)
+        size = max(1, -(-len(tail) // parts))
+        chunks = [tail.slice(i, size) for i in range(0, len(tail), size)] or [tail]
+        return pa.chunked_array(chunks, type=array.type)
+
+    chunked = in_pieces(pa.array(values, type=pa.int64()))
+    expected = values[start:]
+    valid = [v is not None for v in expected]
+    assert mt._valid(chunked).tolist() == valid
+    numbers = mt._numbers(chunked, np.int64)
+    assert [int(n) for n, ok in zip(numbers, valid, strict=True) if ok] == [
+        v for v in expected if v is not None
+    ]
+    positive = in_pieces(pa.array([None if v is None else v > 0 for v in values], pa.bool_()))
+    assert mt._truth(positive).tolist() == [v is not None and v > 0 for v in expected]
+    mask = np.array([v is not None for v in expected], dtype=bool)
+    assert mt._arrow_bool(mask).to_pylist() == mask.tolist()
