@@ -26,8 +26,8 @@ from manifest._batch import paused_gc
 from manifest.errors import BuildError
 from manifest.signing import key_id, sign_document, sign_encoded
 from schemas.atomic import remove_leftovers, temp_prefix, write_atomic
-from schemas.manifest import ArtifactRef, ClassDecision, Manifest, PreviousManifest
-from schemas.project import Project
+from schemas.manifest import ArtifactRef, ClassDecision, Evidence, Manifest, PreviousManifest
+from schemas.project import MatchRules, Project, ProviderSpec, RuntimeSpec
 
 __all__ = [
     "build_manifest",
@@ -160,6 +160,10 @@ def _entries(
 ) -> dict[str, Any]:
     entries: dict[str, Any] = {}
     known = _Locations(previous)
+    # The serializers themselves: ``model_dump`` less its wrapper, once per part of each class.
+    match_json = MatchRules.__pydantic_serializer__.to_python
+    runtime_json = RuntimeSpec.__pydantic_serializer__.to_python
+    provider_json = ProviderSpec.__pydantic_serializer__.to_python
     for d in decisions:
         cls = project.host_classes.get(d.host_class)
         if cls is None:
@@ -178,31 +182,46 @@ def _entries(
             rollback["runtime"] = (
                 None
                 if d.rollback_runtime is cls.runtime or d.rollback_runtime == cls.runtime
-                else d.rollback_runtime.model_dump(mode="json", exclude_none=True)
+                else runtime_json(d.rollback_runtime, mode="json", exclude_none=True)
             )
             rollback["provider"] = (
                 None
                 if d.rollback_provider is cls.provider or d.rollback_provider == cls.provider
-                else d.rollback_provider.model_dump(mode="json", exclude_none=True)
+                else provider_json(d.rollback_provider, mode="json", exclude_none=True)
             )
         entries[d.host_class] = {
             "host_class": d.host_class,
             # key and reasons are plain strings: their model_dump, without the serializer
             "key": {"hardware": key.hardware, "runtime": key.runtime, "provider": key.provider},
-            "match": cls.match.model_dump(mode="json", exclude_defaults=True),
+            "match": match_json(cls.match, mode="json", exclude_defaults=True),
             "decision": d.decision,
             "artifact": None
             if d.artifact_digest is None
             else _artifact(d.artifact_digest, artifacts, known, d.host_class, d.decision),
-            "runtime": cls.runtime.model_dump(mode="json", exclude_none=True),
-            "provider": cls.provider.model_dump(mode="json", exclude_none=True),
+            "runtime": runtime_json(cls.runtime, mode="json", exclude_none=True),
+            "provider": provider_json(cls.provider, mode="json", exclude_none=True),
             "rollback": rollback,
-            "evidence": None if d.evidence is None else d.evidence.model_dump(mode="json"),
+            "evidence": None if d.evidence is None else _evidence_json(d.evidence),
             "reasons": [{"code": r.code, "message": r.message} for r in d.reasons],
             "summary": d.summary,
             "run_ids": list(d.run_ids),
         }
     return entries
+
+
+def _evidence_json(evidence: Evidence) -> dict[str, Any]:
+    """``evidence.model_dump(mode="json")``, from its fields: every field of an `Evidence` is
+    already a JSON value (strings, integers, booleans, null, a list of strings) but ``parity``,
+    whose models hold JSON values too, so the dump is a copy (a test holds them equal)."""
+    found = dict(evidence.__dict__)
+    found["isa_mismatch"] = list(evidence.isa_mismatch)
+    parity = evidence.parity
+    if parity is not None:
+        found["parity"] = {
+            **parity.__dict__,
+            "outputs": {name: dict(out.__dict__) for name, out in parity.outputs.items()},
+        }
+    return found
 
 
 def _signed_part(doc: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Literal
 
-from schemas.cell import Cell, Reason
+from schemas.cell import Cell, LatencyResult, Reason
 from schemas.project import HostClass
 from schemas.rules import fallback_count, p99_outcome, slower_than
 
-__all__ = ["GATES", "Finding", "Gate", "GateOutcome", "assess", "judge"]
+__all__ = ["GATES", "Finding", "Gate", "GateOutcome", "assess", "gate_of", "judge"]
 
 GateOutcome = Literal["pass", "fail", "undecided", "off"]
 """One gate on one cell: passed, failed, could not be decided on this evidence, or not configured
@@ -121,6 +122,9 @@ def _placement(cell: Cell, host_class: HostClass) -> Finding:
         )
     provider = host_class.provider
     expected = provider.expected
+    fallback = fallback_count(placement.nodes_per_provider, expected)
+    if fallback <= provider.fallback_allowance and placement.nodes_per_provider.get(expected, 0):
+        return _PASS  # nodes on the expected provider, few enough elsewhere: most cells
     found: list[Reason] = []
     if placement.nodes_per_provider.get(expected, 0) == 0:
         others = ", ".join(f"{n} on {p}" for p, n in placement.nodes_per_provider.items())
@@ -130,7 +134,6 @@ def _placement(cell: Cell, host_class: HostClass) -> Finding:
                 message=f"{expected} executed no node ({others or 'no node recorded at all'})",
             )
         )
-    fallback = fallback_count(placement.nodes_per_provider, expected)
     if fallback > provider.fallback_allowance:
         elsewhere = ", ".join(p for p in placement.nodes_per_provider if p != expected)
         found.append(
@@ -143,8 +146,15 @@ def _placement(cell: Cell, host_class: HostClass) -> Finding:
     return _failed(*found) if found else _passed()
 
 
+def gate_of(cell: Cell) -> LatencyResult | None:
+    """``cell.gate_latency`` without its ``max`` over a one-config cell (most cells): the same
+    result, for the policy that asks for it several times per cell of a fleet."""
+    latency = cell.latency
+    return latency[0] if len(latency) == 1 else cell.gate_latency
+
+
 def _p99(cell: Cell, host_class: HostClass) -> Finding:
-    gate = cell.gate_latency
+    gate = gate_of(cell)
     if gate is None:
         return _undecided("p99_insufficient", "no latency was measured")
     budget = host_class.budgets.p99_ms
@@ -218,6 +228,8 @@ def _within(
 
 def _peak_rss(cell: Cell, host_class: HostClass) -> Finding:
     budget, value = host_class.budgets.peak_rss_mb, cell.peak_rss_mb
+    if budget is not None and value is not None and not value > budget:
+        return _PASS  # what _within says, without making its message closure
     return _within(
         value,
         budget,
@@ -229,6 +241,8 @@ def _peak_rss(cell: Cell, host_class: HostClass) -> Finding:
 
 def _cold_init(cell: Cell, host_class: HostClass) -> Finding:
     budget, value = host_class.budgets.cold_init_ms, cell.cold_init_ms
+    if budget is not None and value is not None and not value > budget:
+        return _PASS  # what _within says, without making its message closure
     return _within(
         value,
         budget,
@@ -286,7 +300,7 @@ def _energy(cell: Cell, host_class: HostClass) -> Finding:
     budget = host_class.budgets.energy_mj
     if budget is None:
         return _OFF  # what _within says, without looking for the gate config
-    gate = cell.gate_latency
+    gate = gate_of(cell)
     value = gate.energy_mj if gate else None
     found = _within(
         value,
@@ -433,10 +447,11 @@ def judge(
         return "error", list(cell.reasons)
     fails: list[Reason] = []
     unsure: list[Reason] = []
-    for gate in GATES:  # `assess`, without the pairs: the policy judges every cell of a fleet
-        if skip and gate.name in skip:
-            continue
-        finding = gate.check(cell, host_class)
+    # `assess`, without the pairs: the policy judges every cell of a fleet
+    for check in _checks(frozenset(skip)) if skip else _ALL_CHECKS:
+        finding = check(cell, host_class)
+        if finding is _PASS or finding is _OFF:
+            continue  # most gates of most cells: nothing to add
         if finding.outcome == "fail":
             fails.extend(finding.reasons)
         elif finding.outcome == "undecided":
@@ -446,3 +461,13 @@ def judge(
     if unsure:
         return "insufficient", unsure
     return "pass", []
+
+
+_Check = Callable[[Cell, HostClass], Finding]
+_ALL_CHECKS: tuple[_Check, ...] = tuple(gate.check for gate in GATES)
+
+
+@lru_cache(maxsize=16)
+def _checks(skip: frozenset[str]) -> tuple[_Check, ...]:
+    """The checks of the gates not in ``skip``, in table order (a handful of distinct skips)."""
+    return tuple(gate.check for gate in GATES if gate.name not in skip)

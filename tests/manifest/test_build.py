@@ -13,6 +13,7 @@ import pytest
 
 from manifest import envelope
 from manifest.build import (
+    _evidence_json,
     build_manifest,
     next_version,
     per_class_documents,
@@ -173,3 +174,13 @@ def test_a_published_version_is_never_rewritten(tmp_path: Path) -> None:
     with pytest.raises(BuildError, match="already published"):
         write_per_class(signed_manifest(scenario(), key, version=1), key, classes)
     assert _names(classes) == ["current", "v1"]
+
+
+def test_an_entrys_evidence_is_the_evidence_models_json_dump() -> None:
+    fleet = scenario()
+    fleet.qualify("arm-new", emulated=True)  # isa, emulation and parity vary across classes
+    decisions = list(fleet.decide().values())
+    assert sum(d.evidence is not None and d.evidence.parity is not None for d in decisions) >= 1
+    for d in decisions:
+        if d.evidence is not None:
+            assert _evidence_json(d.evidence) == d.evidence.model_dump(mode="json")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from manifest.gates import GATES, assess, judge
+from manifest.gates import GATES, assess, gate_of, judge
 from schemas.cell import Cell, OpenLoopResult
 from schemas.reasons import CELL_CODES, REASONS
 from tests.manifest.factories import Fleet, class_spec, make_project
@@ -246,3 +246,29 @@ def test_min_rate_without_a_search_is_not_a_pass_and_says_how_to_run_one() -> No
 
 def codes_of(judged: tuple[str, list[Any]]) -> tuple[str, list[str]]:
     return judged[0], [r.code for r in judged[1]]
+
+
+def test_the_gate_config_of_a_one_config_cell_is_that_config_and_otherwise_the_highest_bound() -> (
+    None
+):
+    cell, _ = candidate_cell()
+    assert gate_of(cell) is cell.gate_latency is cell.latency[0]
+    slower = cell.latency[0].model_copy(update={"p99_upper_ms": 60.0, "batch_size": 8})
+    unbounded = cell.latency[0].model_copy(update={"p99_upper_ms": None, "batch_size": 4})
+    for latency in ([cell.latency[0], slower], [slower, cell.latency[0]], [slower, unbounded]):
+        several = cell.model_copy(update={"latency": latency})
+        assert gate_of(several) is several.gate_latency
+    assert gate_of(cell.model_copy(update={"latency": []})) is None
+
+
+def test_judge_skipping_gates_gives_what_assess_of_the_other_gates_gives() -> None:
+    cell, cls = candidate_cell(
+        p99_ms=79, p99_upper_ms=85, p99_lower_ms=70, fallback_nodes=3, parity_passed=False
+    )
+    for skip in ((), ("parity",), ("parity", "p99"), ("placement",)):
+        findings = [finding for _, finding in assess(cell, cls, skip=skip)]
+        fails = [r for f in findings if f.outcome == "fail" for r in f.reasons]
+        unsure = [r for f in findings if f.outcome == "undecided" for r in f.reasons]
+        verdict, reasons = judge(cell, cls, skip=skip)
+        assert reasons == fails + unsure
+        assert verdict == ("fail" if fails else "insufficient" if unsure else "pass")

@@ -10,7 +10,9 @@ import pytest
 from manifest import policy
 from manifest.build import build_manifest
 from manifest.errors import PolicyError
+from schemas.cell import OutputParity
 from schemas.manifest import ClassDecision, Manifest
+from schemas.project import OutputTolerance
 from tests.manifest.factories import (
     BASELINE,
     CLOCK,
@@ -378,3 +380,46 @@ def test_classes_sharing_runtime_and_provider_settings_share_one_digest_and_no_o
         assert digests.of(cls) == cls.settings_digest()
     a, b, c = (digests.of(cls) for cls in project.host_classes.values())
     assert a == b != c
+
+
+def _output(values: tuple[float | None, ...], kept: tuple[float | None, ...]) -> OutputParity:
+    """An output's parity with measured ``values`` and a ``min_passing`` of ``kept``."""
+    fields = ("max_abs", "mean_abs", "max_rel", "cosine_min", "top1_agreement_min")
+    measured = dict(zip(fields, values, strict=True))
+    measured["top1_agreement"] = measured.pop("top1_agreement_min")
+    return OutputParity(
+        name="y",
+        **measured,  # type: ignore[arg-type]
+        tolerance=OutputTolerance(),
+        passed=True,
+        min_passing=OutputTolerance(**dict(zip(fields, kept, strict=True))),  # type: ignore[arg-type]
+    )
+
+
+def test_parity_is_judged_on_the_measured_values_whatever_min_passing_holds() -> None:
+    values = (0.01, 0.001, 0.02, 0.9991, 1.0)
+    as_the_runner_records_it = _output(values, values)
+    assert policy._measured(as_the_runner_records_it) is as_the_runner_records_it.min_passing
+    for kept in ((0.01, None, None, 0.999, None), (0.0, 0.001, 0.02, 0.9991, 1.0)):
+        other = _output(values, kept)
+        assert policy._measured(other) == OutputTolerance(
+            max_abs=0.01, mean_abs=0.001, max_rel=0.02, cosine_min=0.9991, top1_agreement_min=1.0
+        )
+
+
+def test_parity_failures_of_equal_measurements_are_the_same_and_a_zeros_sign_is_kept() -> None:
+    project = make_project({"arm": class_spec(1)})
+    tolerances = policy._Tolerances(project)
+    failing = (0.5, 0.001, 0.02, 0.9, 0.8)
+    first = tolerances.failures("int8", _output(failing, failing))
+    again = tolerances.failures("int8", _output(failing, (0.01, None, None, 0.99, None)))
+    assert first == again
+    assert first == (
+        "y max_abs 0.5 > 0.05",
+        "y cosine_min 0.9 < 0.99",
+        "y top1_agreement 0.8 < 0.98",
+    )
+    negative = tolerances.failures("int8", _output((0.01, None, None, -0.0, 1.0), (None,) * 5))
+    positive = tolerances.failures("int8", _output((0.01, None, None, 0.0, 1.0), (None,) * 5))
+    assert negative == ("y cosine_min -0 < 0.99",)
+    assert positive == ("y cosine_min 0 < 0.99",)
