@@ -122,9 +122,6 @@ def _placement(cell: Cell, host_class: HostClass) -> Finding:
         )
     provider = host_class.provider
     expected = provider.expected
-    fallback = fallback_count(placement.nodes_per_provider, expected)
-    if fallback <= provider.fallback_allowance and placement.nodes_per_provider.get(expected, 0):
-        return _PASS  # nodes on the expected provider, few enough elsewhere: most cells
     found: list[Reason] = []
     if placement.nodes_per_provider.get(expected, 0) == 0:
         others = ", ".join(f"{n} on {p}" for p, n in placement.nodes_per_provider.items())
@@ -134,6 +131,7 @@ def _placement(cell: Cell, host_class: HostClass) -> Finding:
                 message=f"{expected} executed no node ({others or 'no node recorded at all'})",
             )
         )
+    fallback = fallback_count(placement.nodes_per_provider, expected)
     if fallback > provider.fallback_allowance:
         elsewhere = ", ".join(p for p in placement.nodes_per_provider if p != expected)
         found.append(
@@ -228,8 +226,6 @@ def _within(
 
 def _peak_rss(cell: Cell, host_class: HostClass) -> Finding:
     budget, value = host_class.budgets.peak_rss_mb, cell.peak_rss_mb
-    if budget is not None and value is not None and not value > budget:
-        return _PASS  # what _within says, without making its message closure
     return _within(
         value,
         budget,
@@ -241,8 +237,6 @@ def _peak_rss(cell: Cell, host_class: HostClass) -> Finding:
 
 def _cold_init(cell: Cell, host_class: HostClass) -> Finding:
     budget, value = host_class.budgets.cold_init_ms, cell.cold_init_ms
-    if budget is not None and value is not None and not value > budget:
-        return _PASS  # what _within says, without making its message closure
     return _within(
         value,
         budget,

@@ -297,23 +297,6 @@ def _target(
     return baseline[0], baseline[1], cls.runtime, cls.provider
 
 
-_Check = tuple[datetime, str, bool, str | None]
-"""One piece of evidence that a rollback artifact loads: (when, run id, loaded, error)."""
-
-
-def _latest_check(checks: Sequence[_Check]) -> _Check:
-    """The latest of ``checks`` (naive times read as UTC; ties by the larger run id, the first
-    of equals as ``max`` gives it), without ordering a single one."""
-    found = checks[0]
-    if len(checks) > 1:
-        stamp = (_aware(found[0]), found[1])
-        for later in checks[1:]:
-            other = (_aware(later[0]), later[1])
-            if other > stamp:
-                found, stamp = later, other
-    return found
-
-
 def _rollback(
     name: str,
     cls: HostClass,
@@ -329,7 +312,7 @@ def _rollback(
     if digest is None:
         return _RollbackState(None, None, runtime, provider, False, None)
 
-    checks: list[_Check] = []
+    checks: list[tuple[datetime, str, bool, str | None]] = []
     for run in key_runs:
         if run.settings_digest != current:
             continue
@@ -337,13 +320,13 @@ def _rollback(
             continue
         check = run.rollback
         if check is not None and check.artifact_digest == digest:
-            checks.append((run.finished_at, run.run_id, check.loaded, check.error))
+            checks.append((_aware(run.finished_at), run.run_id, check.loaded, check.error))
     for cell in key_cells:
         if cell.artifact_digest != digest or cell.settings_digest != current:
             continue
         if not allow_emulated and _emulated(cell, runs):
             continue
-        checks.append((cell.measured_at, cell.run_id, cell.verdict != "error", cell.error))
+        checks.append((_aware(cell.measured_at), cell.run_id, cell.verdict != "error", cell.error))
     if not checks:
         reason = Reason(
             code="rollback_unchecked",
@@ -351,7 +334,7 @@ def _rollback(
             "this class's runtime",
         )
         return _RollbackState(digest, label, runtime, provider, False, reason)
-    _, run_id, loaded, error = _latest_check(checks)
+    _, run_id, loaded, error = max(checks, key=lambda c: (c[0], c[1]))
     if loaded:
         return _RollbackState(digest, label, runtime, provider, True, None)
     reason = Reason(
@@ -430,7 +413,7 @@ def _candidate_reasons(
     run = runs.get(cell.run_id)
     if run is None:
         found.append(Reason(code="run_missing", message=f"run {cell.run_id} was not supplied"))
-    if (cell.emulated or (run is not None and run.emulated)) and not project.policy.allow_emulated:
+    if _emulated(cell, runs) and not project.policy.allow_emulated:
         found.append(
             Reason(code="emulated", message=f"run {cell.run_id} ran on a host that does not match")
         )

@@ -49,6 +49,7 @@ from matrix.errors import MatrixError, TelemetryFileError
 from matrix.migrations import _rollback_quietly
 from matrix.store import Store
 from schemas.settings import MAX_SETTINGS_CHARS, decode_settings
+from schemas.telemetry_format import MAX_PROVIDERS, MAX_TEXT_CHARS, TELEMETRY_FORMAT
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -152,11 +153,6 @@ class TelemetryIngestReport:
 
 # -- parsing ---------------------------------------------------------------------------------
 
-TELEMETRY_FORMAT = "qualify-telemetry/1"
-MAX_TEXT_CHARS = 256
-MAX_PROVIDERS = 32
-# The three above mirror ``schemas.telemetry`` (a test keeps them equal): importing that module
-# loads pydantic, which only the lines that fail the fast path need.
 
 _PARSE_SCHEMA = pa.schema(
     [

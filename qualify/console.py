@@ -16,6 +16,7 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
+from qualify.table import VERDICT_COLOR
 from qualify.text import one_line
 
 if TYPE_CHECKING:
@@ -28,8 +29,6 @@ __all__ = [
     "plain",
     "run_summary",
 ]
-
-VERDICT_STYLE = {"pass": "green", "fail": "red", "insufficient": "yellow", "error": "magenta"}
 
 
 PIPE_WIDTH = 240
@@ -162,7 +161,7 @@ class RunDisplay:
             table.add_column(col)
         for cell in bundle.cells:
             gate = cell.gate_latency
-            style = VERDICT_STYLE[cell.verdict]
+            style = VERDICT_COLOR[cell.verdict]
             table.add_row(
                 plain(cell.artifact_name),
                 cell.role,

@@ -17,14 +17,24 @@ from typing import IO, Any
 
 from qualify.text import one_line
 
-__all__ = ["matrix_table", "print_matrix", "rows_to_csv", "use_color", "with_budgets"]
+__all__ = [
+    "VERDICT_COLOR",
+    "matrix_table",
+    "print_matrix",
+    "rows_to_csv",
+    "use_color",
+    "with_budgets",
+]
 
 TITLE = "qualification matrix (latest cell per key and artifact)"
 
 EMPTY = "the matrix is empty: run 'qualify run --host-class NAME' first"
 
-_COLOR = {"pass": "32", "fail": "31", "insufficient": "33", "error": "35"}
-"""SGR colour per verdict: green, red, yellow, magenta (the run's display uses the same)."""
+VERDICT_COLOR = {"pass": "green", "fail": "red", "insufficient": "yellow", "error": "magenta"}
+"""The colour of each verdict, here and in the run's display (``qualify.console``)."""
+
+_SGR = {"green": "32", "red": "31", "yellow": "33", "magenta": "35"}
+"""The terminal's code for each colour of `VERDICT_COLOR`."""
 
 
 def with_budgets(
@@ -83,7 +93,13 @@ def matrix_table(rows: list[dict[str, Any]], *, color: bool = False) -> str:
                 line.append(("—", "", 0))
                 continue
             verdict, rest = _cell_text(cell)
-            line.append((f"{verdict} {rest}", _COLOR.get(str(cell["verdict"]), ""), len(verdict)))
+            line.append(
+                (
+                    f"{verdict} {rest}",
+                    _SGR.get(VERDICT_COLOR.get(str(cell["verdict"]), ""), ""),
+                    len(verdict),
+                )
+            )
         body.append(line)
     widths = [len(h) for h in header]
     for line in body:

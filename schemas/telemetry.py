@@ -27,6 +27,7 @@ from pydantic import AwareDatetime, ConfigDict, Field, field_validator
 
 from schemas.base import Digest, Document
 from schemas.settings import MAX_SETTINGS_CHARS, decode_settings
+from schemas.telemetry_format import MAX_PROVIDERS, MAX_TEXT_CHARS, TELEMETRY_FORMAT
 
 __all__ = [
     "ALERT_KINDS",
@@ -45,8 +46,6 @@ __all__ = [
     "TelemetryCheck",
     "TelemetryEvent",
 ]
-
-TELEMETRY_FORMAT = "qualify-telemetry/1"
 
 Placement = Literal["actual", "registered", "requested"]
 """What an event's ``providers`` means (see ``TelemetryEvent.placement``)."""
@@ -95,12 +94,6 @@ STALE_REASONS: dict[str, str] = {
 _Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
 """A count that fits the matrix's BIGINT column: a larger one is a bad line, not a crash."""
 
-MAX_TEXT_CHARS = 256
-"""The longest host id, class name, runtime revision, package or provider name an event may
-carry: a hostname is at most 64, a DNS name 253; anything longer is a bad line, not a row that
-every later query and report has to carry."""
-MAX_PROVIDERS = 32
-"""The most providers (and node-count entries) one event may list; onnxruntime has ~20."""
 
 _Text = Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
 
