@@ -651,6 +651,23 @@ def _check_defaults() -> Any:
     return CheckSettings()
 
 
+_tolerance_option = click.option(
+    "--tolerance",
+    type=float,
+    default=lambda: _check_defaults().p99_tolerance,
+    show_default="0.2",
+    help="Observed p99 may exceed the qualified p99 bound (in a rollout step, also the rest "
+    "of the class's p99) by this fraction before an alert.",
+)
+_min_samples_option = click.option(
+    "--min-samples",
+    type=int,
+    default=lambda: _check_defaults().min_samples,
+    show_default="662",
+    help="Fewest latency samples a class's p99 is judged on.",
+)
+
+
 @telemetry_group.command("check")
 @click.option(
     "--since",
@@ -658,20 +675,8 @@ def _check_defaults() -> Any:
     show_default="24h",
     help="Judge events from this far back.",
 )
-@click.option(
-    "--tolerance",
-    type=float,
-    default=lambda: _check_defaults().p99_tolerance,
-    show_default="0.2",
-    help="Observed p99 may exceed the qualified p99 bound by this fraction before an alert.",
-)
-@click.option(
-    "--min-samples",
-    type=int,
-    default=lambda: _check_defaults().min_samples,
-    show_default="662",
-    help="Fewest latency samples a class's p99 is judged on.",
-)
+@_tolerance_option
+@_min_samples_option
 @click.option(
     "--manifest",
     "manifest_path",
@@ -1358,11 +1363,15 @@ def rollout_abort(
 @rollout_group.command("advance")
 @click.argument("host_class")
 @click.option("--why", default="", help="Why, recorded with the step.")
+@_tolerance_option
+@_min_samples_option
 @_rollout_publish_options
 @_db_option
 def rollout_advance(
     host_class: str,
     why: str,
+    tolerance: float,
+    min_samples: int,
     out: Path,
     key_path: Path,
     expires: str,
@@ -1371,15 +1380,29 @@ def rollout_advance(
 ) -> None:
     """Advance HOST_CLASS's rollout one step, only if its cohort's telemetry since the step
     began shows no alert, enough latencies to bound its p99 within the qualified bound, and no
-    p99 above the rest of the class's.
+    p99 above the rest of the class's, both with --tolerance's slack (a class whose
+    max_slowdown accepts a candidate slower than the baseline needs that slowdown here too).
 
     Exit status: 0 advanced (or completed), 1 halted (the reasons are printed and recorded).
     """
     from qualify.rollout import advance_rollout
+    from schemas.telemetry import CheckSettings
 
+    settings = _settings(
+        CheckSettings,
+        {"p99_tolerance": tolerance, "min_samples": min_samples},
+        {"p99_tolerance": "--tolerance", "min_samples": "--min-samples"},
+    )
     with _rollout_session(db_path, expires) as (db, when):
         done, verdict = advance_rollout(
-            db, host_class, per_class_dir=per_class_dir, key_path=key_path, out=out, why=why, **when
+            db,
+            host_class,
+            per_class_dir=per_class_dir,
+            key_path=key_path,
+            out=out,
+            why=why,
+            settings=settings,
+            **when,
         )
     click.echo(f"evidence: {verdict.evidence() or 'none'}")
     if done is None:

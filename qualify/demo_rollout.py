@@ -42,6 +42,7 @@ from schemas.atomic import write_atomic
 from schemas.cell import Cell
 from schemas.manifest import Manifest
 from schemas.rules import fallback_count
+from schemas.telemetry import CheckSettings
 
 __all__ = ["ROLLOUT_HOSTS", "ROLLOUT_STEPS", "run_demo_rollouts"]
 
@@ -175,12 +176,16 @@ def run_demo_rollouts(
     faulty: str | None,
     now: datetime,
     resolve: Resolve,
+    tolerance: float,
     echo: Echo = print,
     seed: int = 11,
 ) -> bool:
     """Pin ``healthy`` and ``faulty`` back to the baseline, then roll the candidate out to
     each again: ``healthy`` reaches 100% on clean canary telemetry, ``faulty`` aborts on a
     provider change in its canary and its hosts go back to the baseline at a higher version.
+
+    ``tolerance`` is each step's ``--tolerance``: the slack of the cohort's p99 over the
+    qualified bound and over the rest of the class's p99, which runs the baseline.
 
     Returns:
         True when both stories ran as told (False, with the reason echoed, when the matrix has
@@ -214,6 +219,7 @@ def run_demo_rollouts(
         say("  (skipped: the rollout demo needs two classes running a qualified candidate)")
         return False
     assert healthy is not None and faulty is not None
+    settings = CheckSettings(p99_tolerance=tolerance)
     rng = np.random.default_rng(seed)
     t = now + timedelta(minutes=1)
     with Store.open(db_path) as db:
@@ -268,8 +274,13 @@ def run_demo_rollouts(
             _traffic(workdir, db_path, cells, name, start=window, rng=rng, fault=fault, echo=say)
             t = window + _WINDOW
             with Store.open(db_path) as db:
-                step, verdict = advance_rollout(db, name, now=t, who=lambda: "demo", **publish)
-            say(f"  qualify rollout advance {name}: evidence: {verdict.evidence()}")
+                step, verdict = advance_rollout(
+                    db, name, now=t, who=lambda: "demo", settings=settings, **publish
+                )
+            say(
+                f"  qualify rollout advance {name} --tolerance {tolerance:g}: evidence: "
+                f"{verdict.evidence()}"
+            )
             if step is None:
                 for problem in verdict.problems:
                     say(f"  halted: {problem[:300]}")

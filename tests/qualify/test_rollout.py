@@ -295,6 +295,43 @@ def test_a_step_advances_on_healthy_cohort_telemetry_and_halts_on_a_fallback(
     assert "cohort: 1400 events" in history and "fallback_appeared" in history
 
 
+@pytest.mark.slow
+def test_a_cohort_slower_than_the_rest_halts_unless_the_tolerance_allows_the_slowdown(
+    tmp_path: Path,
+) -> None:
+    from matrix.store import Store
+
+    db, common, key = _released_then_requalified(tmp_path)
+    _cli("rollout", "start", "here-cpu", "--steps", "30,100", *key, *common)
+    with Store.open(db, read_only=True) as store:
+        cells = {c.artifact_name: c for c in store.latest_cells()}
+    new, old = cells["respun"], cells["identity_mlp"]
+    assert new.placement is not None and old.placement is not None
+    members = [f"h{k}" for k in range(200) if resolve.cohort_point(_rollout_id(db), f"h{k}") < 30]
+    rest = [f"h{k}" for k in range(200) if f"h{k}" not in members]
+    # The cohort at 1.5 times the rest's latency, which is the candidate's qualified p50: over the
+    # rest's p99 by more than the default 20%, within the qualified bound times 2.
+    at = new.latency[0].p50_ms
+    nodes = new.placement.nodes_per_provider
+    _events(tmp_path / "cohort.jsonl", new.artifact_digest, nodes, 1.5 * at, members)
+    _events(
+        tmp_path / "rest.jsonl", old.artifact_digest, old.placement.nodes_per_provider, at, rest
+    )
+    files = [str(tmp_path / "cohort.jsonl"), str(tmp_path / "rest.jsonl")]
+    _cli("telemetry", "ingest", *files, "--db", str(db))
+    args = ["rollout", "advance", "here-cpu", *key, "--db", str(db)]
+
+    halted = CliRunner().invoke(cli, args)
+    assert halted.exit_code == 1, halted.output
+    assert "halted: slower than the rest" in halted.output
+
+    refused = CliRunner().invoke(cli, [*args, "--tolerance", "-1"])
+    assert refused.exit_code == 2 and "--tolerance -1.0" in refused.output
+
+    said = _cli(*args, "--tolerance", "1.0")
+    assert "advanced to 100% (step 2 of 2)" in said, said
+
+
 def _rollout_id(db: Path) -> str:
     from matrix.store import Store
 
