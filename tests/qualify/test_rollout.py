@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from click.testing import CliRunner
@@ -228,29 +229,16 @@ def _events(
 def test_a_step_advances_on_healthy_cohort_telemetry_and_halts_on_a_fallback(
     tmp_path: Path,
 ) -> None:
-    from matrix.store import Store
-
     db, common, key = _released_then_requalified(tmp_path)
     _cli("rollout", "start", "here-cpu", "--steps", "30,100", *key, *common)
 
     halted = CliRunner().invoke(cli, ["rollout", "advance", "here-cpu", *key, "--db", str(db)])
     assert halted.exit_code == 1 and "halted: no_data" in halted.output
 
-    with Store.open(db, read_only=True) as store:
-        cells = {c.artifact_name: c for c in store.latest_cells()}
-    new, old = cells["respun"], cells["identity_mlp"]
-    assert new.placement is not None and old.placement is not None
-    members = [f"h{k}" for k in range(200) if resolve.cohort_point(_rollout_id(db), f"h{k}") < 30]
-    rest = [f"h{k}" for k in range(200) if f"h{k}" not in members]
-    healthy = new.placement.nodes_per_provider
-    _events(tmp_path / "ok.jsonl", new.artifact_digest, healthy, new.latency[0].p50_ms, members)
-    _events(
-        tmp_path / "rest.jsonl",
-        old.artifact_digest,
-        old.placement.nodes_per_provider,
-        old.latency[0].p50_ms,
-        rest,
-    )
+    new, old, members, rest = _rollout_sides(db)
+    healthy = new.nodes
+    _events(tmp_path / "ok.jsonl", new.digest, healthy, new.p50_ms, members)
+    _events(tmp_path / "rest.jsonl", old.digest, old.nodes, old.p50_ms, rest)
     _cli(
         "telemetry",
         "ingest",
@@ -263,7 +251,7 @@ def test_a_step_advances_on_healthy_cohort_telemetry_and_halts_on_a_fallback(
     assert "advanced to 100% (step 2 of 2) (v3)" in said and "cohort: 1400 events" in said
 
     broken = {**healthy, "AzureExecutionProvider": 2}
-    _events(tmp_path / "bad.jsonl", new.artifact_digest, broken, new.latency[0].p50_ms, members)
+    _events(tmp_path / "bad.jsonl", new.digest, broken, new.p50_ms, members)
     _cli("telemetry", "ingest", str(tmp_path / "bad.jsonl"), "--db", str(db))
     halted = CliRunner().invoke(cli, ["rollout", "advance", "here-cpu", *key, "--db", str(db)])
     assert halted.exit_code == 1, halted.output
@@ -299,24 +287,13 @@ def test_a_step_advances_on_healthy_cohort_telemetry_and_halts_on_a_fallback(
 def test_a_cohort_slower_than_the_rest_halts_unless_the_tolerance_allows_the_slowdown(
     tmp_path: Path,
 ) -> None:
-    from matrix.store import Store
-
     db, common, key = _released_then_requalified(tmp_path)
     _cli("rollout", "start", "here-cpu", "--steps", "30,100", *key, *common)
-    with Store.open(db, read_only=True) as store:
-        cells = {c.artifact_name: c for c in store.latest_cells()}
-    new, old = cells["respun"], cells["identity_mlp"]
-    assert new.placement is not None and old.placement is not None
-    members = [f"h{k}" for k in range(200) if resolve.cohort_point(_rollout_id(db), f"h{k}") < 30]
-    rest = [f"h{k}" for k in range(200) if f"h{k}" not in members]
+    new, old, members, rest = _rollout_sides(db)
     # The cohort at 1.5 times the rest's latency, which is the candidate's qualified p50: over the
     # rest's p99 by more than the default 20%, within the qualified bound times 2.
-    at = new.latency[0].p50_ms
-    nodes = new.placement.nodes_per_provider
-    _events(tmp_path / "cohort.jsonl", new.artifact_digest, nodes, 1.5 * at, members)
-    _events(
-        tmp_path / "rest.jsonl", old.artifact_digest, old.placement.nodes_per_provider, at, rest
-    )
+    _events(tmp_path / "cohort.jsonl", new.digest, new.nodes, 1.5 * new.p50_ms, members)
+    _events(tmp_path / "rest.jsonl", old.digest, old.nodes, new.p50_ms, rest)
     files = [str(tmp_path / "cohort.jsonl"), str(tmp_path / "rest.jsonl")]
     _cli("telemetry", "ingest", *files, "--db", str(db))
     args = ["rollout", "advance", "here-cpu", *key, "--db", str(db)]
@@ -330,6 +307,32 @@ def test_a_cohort_slower_than_the_rest_halts_unless_the_tolerance_allows_the_slo
 
     said = _cli(*args, "--tolerance", "1.0")
     assert "advanced to 100% (step 2 of 2)" in said, said
+
+
+class _Side(NamedTuple):
+    """What a host of one side of the rollout reports: its artifact, placement and latency."""
+
+    digest: str
+    nodes: dict[str, int]
+    p50_ms: float
+
+
+def _rollout_sides(db: Path) -> tuple[_Side, _Side, list[str], list[str]]:
+    """The respun candidate's and the baseline's qualified sides, and which of 200 hosts are in
+    the 30% cohort of the rollout in progress and which are the rest."""
+    from matrix.store import Store
+
+    with Store.open(db, read_only=True) as store:
+        cells = {c.artifact_name: c for c in store.latest_cells()}
+    new, old = cells["respun"], cells["identity_mlp"]
+    assert new.placement is not None and old.placement is not None
+    members = [f"h{k}" for k in range(200) if resolve.cohort_point(_rollout_id(db), f"h{k}") < 30]
+    return (
+        _Side(new.artifact_digest, new.placement.nodes_per_provider, new.latency[0].p50_ms),
+        _Side(old.artifact_digest, old.placement.nodes_per_provider, old.latency[0].p50_ms),
+        members,
+        [f"h{k}" for k in range(200) if f"h{k}" not in members],
+    )
 
 
 def _rollout_id(db: Path) -> str:
@@ -400,20 +403,13 @@ def test_a_release_keeps_a_class_in_rollout_held_or_pinned_until_it_is_cleared(
 
 @pytest.mark.slow
 def test_hosts_that_say_they_are_in_the_canary_are_judged_as_the_canary(tmp_path: Path) -> None:
-    from matrix.store import Store
-
     db, common, key = _released_then_requalified(tmp_path)
     _cli("rollout", "start", "here-cpu", "--steps", "30,100", *key, *common)
     rid = _rollout_id(db)
-    with Store.open(db, read_only=True) as store:
-        cells = {c.artifact_name: c for c in store.latest_cells()}
-    new, old = cells["respun"], cells["identity_mlp"]
-    assert new.placement is not None and old.placement is not None
-    members = [f"h{k}" for k in range(200) if resolve.cohort_point(rid, f"h{k}") < 30]
+    _, old, members, _ = _rollout_sides(db)
     # The canary's hosts say they are in it, yet run the current artifact: not switched.
     stuck = tmp_path / "stuck.jsonl"
-    nodes = old.placement.nodes_per_provider
-    _events(stuck, old.artifact_digest, nodes, old.latency[0].p50_ms, members, (rid, "canary"))
+    _events(stuck, old.digest, old.nodes, old.p50_ms, members, (rid, "canary"))
     _cli("telemetry", "ingest", str(stuck), "--db", str(db))
     halted = CliRunner().invoke(cli, ["rollout", "advance", "here-cpu", *key, "--db", str(db)])
     assert halted.exit_code == 1 and "halted: canary_not_switched" in halted.output, halted.output
