@@ -759,3 +759,149 @@ def test_arrow_columns_read_through_buffers_match_their_values(
     assert mt._truth(positive).tolist() == [v is not None and v > 0 for v in expected]
     mask = np.array([v is not None for v in expected], dtype=bool)
     assert mt._arrow_bool(mask).to_pylist() == mask.tolist()
+
+
+# -- the fast path's own shortcuts: each must land exactly what the model would -----------------
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    rows=st.lists(
+        st.one_of(
+            st.none(),
+            st.dictionaries(
+                st.sampled_from([f"P{i}" for i in range(32)]),
+                st.one_of(st.none(), st.integers(0, 2**62)),
+                max_size=32,
+            ),
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    spread=st.integers(1, 40),
+)
+def test_node_counts_are_dictionary_encoded_without_changing_a_map(
+    rows: list[dict[str, int | None] | None], spread: int
+) -> None:
+    import pyarrow as pa
+
+    # Many providers and many distinct counts push the per-row key past 2**62 (re-coded).
+    rows = [
+        None if row is None else {k: None if v is None else v % spread for k, v in row.items()}
+        for row in rows
+    ] + [{f"P{i}": (i + j) % 8 for i in range(32)} for j in range(8)]
+    names = sorted({name for row in rows if row for name in row})
+    struct = pa.array(rows, type=pa.struct([(name, pa.int64()) for name in names]))
+    encoded = mt._nodes_map(struct)
+    expected = [
+        None if row is None else [(k, v) for k, v in sorted(row.items()) if v is not None]
+        for row in rows
+    ]
+    maps = encoded.dictionary.take(encoded.indices).to_pylist()
+    assert [None if m is None else sorted(m) for m in maps] == expected
+    # Each distinct map once (a null row shares the empty map's entry, behind a null index).
+    assert len(encoded.dictionary) == len({tuple(m or ()) for m in expected})
+    assert encoded.dictionary.null_count == 0
+
+
+def test_node_counts_land_as_maps_with_null_and_empty_ones_kept(
+    store: Store, tmp_path: Path
+) -> None:
+    kinds: list[dict[str, int] | None] = [{"A": 1}, {"A": 1, "B": 2}, {}, None, {"B": 2}]
+    path = write(
+        tmp_path / "t.jsonl",
+        [line(host_id=f"h{i}", nodes_per_provider=kinds[i % 5]) for i in range(50)],
+    )
+    assert ingest_telemetry(store, [path], now=NOW).files[0].events == 50
+    stored = store.connection.execute(
+        "SELECT nodes_per_provider, typeof(nodes_per_provider) FROM telemetry ORDER BY line"
+    ).fetchall()
+    assert [r[0] for r in stored] == [kinds[i % 5] for i in range(50)]
+    assert {r[1] for r in stored} == {"MAP(VARCHAR, BIGINT)"}
+
+
+def test_optional_fields_a_block_lacks_or_sends_only_as_null_land_as_nulls(
+    store: Store, tmp_path: Path
+) -> None:
+    optional = ("model_digest", "runtime_package", "nodes_per_provider", "fallback_nodes")
+    optional += ("latency_ms", "manifest_version", "decision", "rollout", "cohort", "settings")
+    lacking = [line(host_id=f"a{i}", **dict.fromkeys(optional, _DROP)) for i in range(5)]
+    nulls = [line(host_id=f"n{i}", **dict.fromkeys(optional)) for i in range(5)]
+    path = write(tmp_path / "t.jsonl", lacking + nulls)
+    assert ingest_telemetry(store, [path], now=NOW).files[0].events == 10
+    stored = store.connection.execute(
+        f"SELECT {', '.join(optional)} FROM telemetry ORDER BY line"
+    ).fetchall()
+    assert stored == [(None,) * len(optional)] * 10
+
+
+def test_integral_latencies_land_as_the_floats_the_model_reads(
+    store: Store, tmp_path: Path
+) -> None:
+    exact = 2**53
+    files = [
+        # All integral: read as int64, widened exactly.
+        write(tmp_path / "ints.jsonl", [line(host_id=f"i{i}", latency_ms=i) for i in range(5)]),
+        # Past 2**53 the widening is not exact: the model reads the line.
+        write(tmp_path / "past.jsonl", [line(host_id="past", latency_ms=exact + 1)]),
+        # Past int64 pyarrow reads a double itself.
+        write(tmp_path / "huge.jsonl", [line(host_id="huge", latency_ms=10**20)]),
+    ]
+    done = ingest_telemetry(store, files, now=NOW)
+    assert [(f.events, f.bad_lines) for f in done.files] == [(5, 0), (1, 0), (1, 0)]
+    stored = store.connection.execute(
+        "SELECT host_id, latency_ms, typeof(latency_ms) FROM telemetry ORDER BY host_id"
+    ).fetchall()
+    expected = {f"i{i}": float(i) for i in range(5)}
+    expected |= {"past": float(exact + 1), "huge": 1e20}
+    assert {r[0]: r[1] for r in stored} == expected
+    assert {r[2] for r in stored} == {"DOUBLE"}
+
+
+def test_text_that_looks_like_a_timestamp_is_stored_as_sent(store: Store, tmp_path: Path) -> None:
+    # pyarrow infers a timestamp from a column of such strings; they are text to the model.
+    path = write(
+        tmp_path / "t.jsonl",
+        [line(host_id=f"h{i}", rollout="2025-06-01T12:00:00Z", cohort="rest") for i in range(5)],
+    )
+    assert ingest_telemetry(store, [path], now=NOW).files[0].events == 5
+    stored = store.connection.execute("SELECT DISTINCT rollout FROM telemetry").fetchall()
+    assert stored == [("2025-06-01T12:00:00Z",)]
+
+
+@pytest.mark.parametrize(
+    ("start", "bad"),
+    [("null\n", 1), ("\n  \nnull\n", 3), (" null\n", 1), ("null\n\n", 1)],
+)
+def test_a_block_that_opens_with_a_null_is_a_bad_line_not_a_crash(
+    start: str, bad: int, store: Store, tmp_path: Path
+) -> None:
+    # pyarrow.json 26 crashes the process on input whose first value is null.
+    path = tmp_path / "t.jsonl"
+    path.write_text(start + line(host_id="after") + "\n")
+    done = ingest_telemetry(store, [path], now=NOW).files[0]
+    assert (done.events, [b.line for b in done.bad]) == (1, [bad])
+    assert "object" in done.bad[0].message
+    assert store.connection.execute("SELECT host_id FROM telemetry").fetchall() == [("after",)]
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\t\r"])
+def test_a_blank_line_and_a_line_of_two_events_do_not_shift_line_numbers(
+    blank: str, store: Store, tmp_path: Path
+) -> None:
+    # As many rows as lines, but not one per line: the model reads the line of two events.
+    two = line(host_id="b1") + " " + line(host_id="b2")
+    path = write(tmp_path / "t.jsonl", [line(host_id="a"), blank, two, line(host_id="c")])
+    done = ingest_telemetry(store, [path], now=NOW).files[0]
+    assert (done.events, [b.line for b in done.bad]) == (2, [3])
+    assert "trailing characters" in done.bad[0].message
+    stored = store.connection.execute("SELECT host_id, line FROM telemetry ORDER BY line")
+    assert stored.fetchall() == [("a", 1), ("c", 4)]
+
+
+def test_lines_indented_by_whitespace_keep_their_line_numbers(store: Store, tmp_path: Path) -> None:
+    path = write(tmp_path / "t.jsonl", ["  " + line(host_id="a"), line(host_id="b"), "\t" + line()])
+    done = ingest_telemetry(store, [path], now=NOW).files[0]
+    assert (done.events, done.bad_lines) == (3, 0)
+    stored = store.connection.execute("SELECT host_id, line FROM telemetry ORDER BY line")
+    assert stored.fetchall() == [("a", 1), ("b", 2), ("h1", 3)]

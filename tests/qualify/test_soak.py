@@ -107,7 +107,16 @@ HOOKS = textwrap.dedent(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("hook", "drifts"), [("tires", True), ("steady", False)])
+@pytest.mark.parametrize(
+    ("hook", "drifts"),
+    [
+        ("tires", True),
+        # That a steady service shows no drift is a timing judgement: another test starting
+        # halfway through its 12 s on a shared machine slows the last windows (it failed so
+        # under make test's two workers), so it runs alone, with the quiet tests.
+        pytest.param("steady", False, marks=pytest.mark.quiet),
+    ],
+)
 def test_a_soak_flags_a_service_that_slows_down_and_not_a_steady_one(
     tmp_path: Path, hook: str, drifts: bool
 ) -> None:
