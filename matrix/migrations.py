@@ -462,7 +462,10 @@ def _refuse_newer(version: int, source: str) -> None:
 def apply_migrations(
     conn: duckdb.DuckDBPyConnection, *, source: str, now: Callable[[], datetime]
 ) -> list[int]:
-    """Apply every migration the database lacks, each in its own transaction.
+    """Apply every migration the database lacks, all in one transaction: a database is upgraded
+    whole or not at all (a failed upgrade leaves the version it had), and a new matrix is made
+    with one commit rather than one per migration (each commit syncs the file: ~0.03 s of every
+    fresh matrix).
 
     Idempotent: a database already at ``LATEST_VERSION`` is left untouched.
 
@@ -480,24 +483,23 @@ def apply_migrations(
     conn.execute(_BOOTSTRAP)
     version = current_version(conn)
     _refuse_newer(version, source)
-    applied: list[int] = []
-    for migration in MIGRATIONS:
-        if migration.version <= version:
-            continue
-        conn.execute("BEGIN TRANSACTION")
-        try:
+    pending = [m for m in MIGRATIONS if m.version > version]
+    if not pending:
+        return []
+    conn.execute("BEGIN TRANSACTION")
+    try:
+        for migration in pending:
             for statement in migration.statements:
                 conn.execute(statement)
             conn.execute(
                 "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
                 [migration.version, migration.name, now()],
             )
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback_quietly(conn)
-            raise
-        applied.append(migration.version)
-    return applied
+        conn.execute("COMMIT")
+    except BaseException:
+        _rollback_quietly(conn)
+        raise
+    return [m.version for m in pending]
 
 
 def check_current(conn: duckdb.DuckDBPyConnection, *, source: str) -> None:

@@ -97,3 +97,29 @@ def test_a_version_4_matrix_keeps_its_latency_and_samples_as_sweeping_no_dims(
             conn.execute("INSERT INTO latency SELECT * FROM latency WHERE dims = ''")
     finally:
         conn.close()
+
+
+def test_an_upgrade_that_fails_part_way_leaves_the_version_the_file_had(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matrix import migrations
+
+    conn = duckdb.connect(str(db_path))
+    migrations.apply_migrations(conn, source=str(db_path), now=lambda: FIXED)
+    broken = (
+        migrations.Migration(
+            version=LATEST_VERSION + 1, name="adds a table", statements=("CREATE TABLE t1 (a INT)",)
+        ),
+        migrations.Migration(
+            version=LATEST_VERSION + 2, name="fails", statements=("SELECT * FROM no_such_table",)
+        ),
+    )
+    monkeypatch.setattr(migrations, "MIGRATIONS", (*MIGRATIONS, *broken))
+    with pytest.raises(duckdb.Error):
+        migrations.apply_migrations(conn, source=str(db_path), now=lambda: FIXED)
+    # Nothing of the upgrade stayed: not the first new migration, not its table.
+    assert migrations.current_version(conn) == LATEST_VERSION
+    found = conn.execute("SELECT table_name FROM information_schema.tables").fetchall()
+    tables = {row[0] for row in found}
+    assert "t1" not in tables
+    conn.close()
