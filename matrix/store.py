@@ -365,7 +365,11 @@ class Store:
         last_said = 0.0
         while True:
             try:
-                return duckdb.connect(target, read_only=read_only)
+                conn = duckdb.connect(target, read_only=read_only)
+                # No progress bar: DuckDB draws one on stdout for any statement over two
+                # seconds (a large telemetry file's single INSERT), into a command's output.
+                conn.execute("SET enable_progress_bar = false")
+                return conn
             except duckdb.Error as error:
                 detail = str(error)
                 if _LOCK_MARK not in detail:

@@ -445,3 +445,13 @@ def test_an_unserved_class_stays_unserved_until_its_key_is_measured_after(
 def _bundle_and_samples() -> tuple[RunBundle, pa.Table]:
     bundle = make_bundle("run-1")
     return bundle, make_samples(bundle)
+
+
+def test_connections_draw_no_progress_bar_into_a_commands_output(db_path: Path) -> None:
+    # DuckDB draws one on stdout for any statement over two seconds (a large file's INSERT).
+    for read_only in (False, True):
+        with Store.open(db_path, read_only=read_only) as store:
+            setting = store.connection.execute(
+                "SELECT current_setting('enable_progress_bar')"
+            ).fetchall()
+            assert setting == [(False,)]
