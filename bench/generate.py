@@ -182,7 +182,9 @@ def _stages(fx: Fixture, out: Path, now: datetime) -> dict[str, float]:
         ("load.py", "load_previous"): "read previous",
         ("signing.py", "check_publishable"): "check",
         ("store.py", "cells"): "read cells",
+        ("store.py", "decision_cells"): "read cells",
         ("store.py", "runs"): "read runs",
+        ("store.py", "decision_runs"): "read runs",
         ("store.py", "save_manifest"): "record",
         ("store.py", "publish_draft"): "record",
         ("release.py", "generate_manifest"): "total",
@@ -208,7 +210,7 @@ def _pipeline(fx: Fixture, out: Path, key: Any, inputs: dict[str, Any]) -> dict[
 def _inputs(fx: Fixture, now: datetime) -> dict[str, Any]:
     with Store.open(fx.db_path, read_only=True) as db:
         previous = previous_manifest(db)
-        cells, runs = db.cells(), {r.run_id: r for r in db.runs()}
+        cells, runs = db.decision_cells(), {r.run_id: r for r in db.decision_runs()}
         snapshot, version = db.snapshot_id(), db.highest_manifest_version() + 1
     store = ArtifactStore(fx.work / "artifacts")
     digests, refs = artifact_refs(fx.loaded, store, "https://models.example/store")

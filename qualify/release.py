@@ -187,8 +187,11 @@ def _decide_and_build(
     previous, published, source = _read_previous(db)
     store = ArtifactStore(store_dir or Path(db.path).resolve().parent / "artifacts")
     digests, refs = artifact_refs(loaded, store, artifact_base_uri)
-    runs = {r.run_id: r for r in db.runs()}
-    decisions = decide(loaded.project, db.cells(), runs, previous=previous, digests=digests)
+    # What the policy needs of the matrix, not its whole history (`Store.decision_cells`).
+    runs = {r.run_id: r for r in db.decision_runs()}
+    decisions = decide(
+        loaded.project, db.decision_cells(), runs, previous=previous, digests=digests
+    )
     signed = build_manifest(
         loaded.project,
         decisions,
@@ -501,10 +504,12 @@ def release_check(
     wanted = set(scope)
     lost = {*unserved, *db.unserved()}
     items = [i for i in coverage(loaded.project, rows, unserved=lost) if i.host_class in wanted]
-    runs = {r.run_id: r for r in db.runs()}
+    runs = {r.run_id: r for r in db.decision_runs()}
     cells = db.latest_cells()
     previous = previous_manifest(db)
-    decisions = decide(loaded.project, cells, runs, previous=previous)
+    # The cells generation decides on (not only the latest per key and digest: a class whose
+    # settings went back, or whose latest run was emulated, is decided on older ones).
+    decisions = decide(loaded.project, db.decision_cells(), runs, previous=previous)
     current = previous.signed.entries if previous is not None else None
     gate = release_gate(decisions, current, scope=list(scope))
     reasons = {
