@@ -19,12 +19,30 @@ from hypothesis import given, settings
 from manifest.policy import decide
 from matrix.samples import empty_samples
 from matrix.store import Store
-from schemas.cell import RunBundle
-from tests.manifest.factories import digest_of
+from schemas.cell import Cell, RunBundle, RunRecord
+from schemas.manifest import Manifest
+from tests.manifest.factories import Fleet, digest_of, fixed_key, signed_manifest
 from tests.manifest.test_properties import build_fleet, fleet_strategy
 
 
-def _digests(spec_fleet: Any) -> dict[str, str]:
+def _read_back(
+    fleet: Fleet, path: Path
+) -> tuple[list[Cell], list[Cell], dict[str, RunRecord], dict[str, RunRecord]]:
+    """The fleet written to a matrix at ``path``, read back: every cell, the decision cells,
+    every run and the decision runs (by id)."""
+    with Store.open(path) as db:
+        for run_id, run in fleet.runs.items():
+            cells = [c for c in fleet.cells if c.run_id == run_id]
+            db.write_run(RunBundle(run=run, cells=cells), empty_samples())
+        return (
+            db.cells(),
+            db.decision_cells(),
+            {r.run_id: r for r in db.runs()},
+            {r.run_id: r for r in db.decision_runs()},
+        )
+
+
+def _digests(spec_fleet: Fleet) -> dict[str, str]:
     arts = spec_fleet.project.artifacts
     return {
         label: digest_of(label)
@@ -36,13 +54,8 @@ def _digests(spec_fleet: Any) -> dict[str, str]:
 @given(fleet_strategy)
 def test_deciding_on_the_decision_cells_equals_deciding_on_every_cell(spec: dict[str, Any]) -> None:
     fleet = build_fleet(spec)
-    with tempfile.TemporaryDirectory() as tmp, Store.open(Path(tmp) / "m.duckdb") as db:
-        for run_id, run in fleet.runs.items():
-            cells = [c for c in fleet.cells if c.run_id == run_id]
-            db.write_run(RunBundle(run=run, cells=cells), empty_samples())
-        every, chosen = db.cells(), db.decision_cells()
-        runs = {r.run_id: r for r in db.runs()}
-        needed = {r.run_id: r for r in db.decision_runs()}
+    with tempfile.TemporaryDirectory() as tmp:
+        every, chosen, runs, needed = _read_back(fleet, Path(tmp) / "m.duckdb")
     assert {(c.run_id, c.artifact_digest) for c in chosen} <= {
         (c.run_id, c.artifact_digest) for c in every
     }
@@ -69,13 +82,7 @@ def test_a_class_requalified_again_and_again_is_decided_on_its_latest_cells(
     fleet.qualify(
         "c0", candidate="a-int8", emulated=True
     )  # the latest, but emulated: not the rollback's proof
-    with Store.open(tmp_path / "m.duckdb") as db:
-        for run_id, run in fleet.runs.items():
-            cells = [c for c in fleet.cells if c.run_id == run_id]
-            db.write_run(RunBundle(run=run, cells=cells), empty_samples())
-        every, chosen = db.cells(), db.decision_cells()
-        runs = {r.run_id: r for r in db.runs()}
-        needed = {r.run_id: r for r in db.decision_runs()}
+    every, chosen, runs, needed = _read_back(fleet, tmp_path / "m.duckdb")
     assert len(every) == 12
     # Per digest: the latest of the five real runs, and the emulated one; their runs.
     assert sorted(c.run_id for c in chosen) == ["run-0005", "run-0005", "run-0006", "run-0006"]
@@ -90,40 +97,19 @@ def test_a_class_requalified_again_and_again_is_decided_on_its_latest_cells(
 
 
 def test_a_rollback_check_newer_than_every_cell_of_its_artifact_is_kept(tmp_path: Path) -> None:
-    from manifest.build import build_manifest
-    from manifest.load import load_manifest
-    from manifest.signing import sign_encoded
-    from tests.manifest.factories import CLOCK, artifact_refs, fixed_key
-
     spec = {"classes": [{"fallback_allowance": 0, "runs": []}]}
     fleet = build_fleet({**spec, "unknown_class": "hold", "allow_emulated": False, "seed": 0})
     fleet.qualify("c0", candidate="a-int8")  # v1 gives the class a-int8: its next rollback
-    first = fleet.decide()["c0"]
-    assert first.artifact_name == "a-int8"
-    signed = build_manifest(
-        fleet.project,
-        [first],
-        release="r",
-        version=1,
-        created=CLOCK,
-        expires=CLOCK.replace(year=CLOCK.year + 1),
-        snapshot="s",
-        artifacts=artifact_refs(fleet.project),
-    )
-    previous = load_manifest(sign_encoded(signed, fixed_key())[1], source="v1")
+    previous = Manifest.model_validate(signed_manifest(fleet, fixed_key()))
+    given = previous.signed.entries["c0"].artifact
+    assert given is not None and given.name == "a-int8"
     a_int8 = digest_of("a-int8")
     # A run of b-int8 that checked the rollback a-int8 and saw it fail to load, then a later
     # run of b-int8 that checked nothing: the failed check is the newest word on a-int8, in a
     # run none of whose cells is the latest of its group.
     fleet.qualify("c0", candidate="b-int8", rollback_digest=a_int8, rollback_loaded=False)
     fleet.qualify("c0", candidate="b-int8", rollback_loaded=None)
-    with Store.open(tmp_path / "m.duckdb") as db:
-        for run_id, run in fleet.runs.items():
-            cells = [c for c in fleet.cells if c.run_id == run_id]
-            db.write_run(RunBundle(run=run, cells=cells), empty_samples())
-        every, chosen = db.cells(), db.decision_cells()
-        runs = {r.run_id: r for r in db.runs()}
-        needed = {r.run_id: r for r in db.decision_runs()}
+    every, chosen, runs, needed = _read_back(fleet, tmp_path / "m.duckdb")
     assert "run-0002" in needed and "run-0002" not in {c.run_id for c in chosen}
     digests = _digests(fleet)
     found = decide(fleet.project, chosen, needed, previous=previous, digests=digests)

@@ -15,12 +15,10 @@ from typing import Any
 import pytest
 from hypothesis import given
 
-from manifest.build import build_manifest
-from manifest.load import load_manifest
 from schemas.base import Document
 from schemas.cell import Reason
-from schemas.manifest import ClassDecision, Evidence, ParitySummary
-from tests.manifest.factories import CLOCK, artifact_refs
+from schemas.manifest import ClassDecision, Evidence, Manifest, ParitySummary
+from tests.manifest.factories import fixed_key, signed_manifest
 from tests.manifest.test_generate_bytes import _fleet, _project
 from tests.manifest.test_properties import PROPERTY, build_fleet, fleet_strategy
 
@@ -46,21 +44,8 @@ def test_every_decision_of_the_golden_fleet_equals_its_validated_twin() -> None:
     assert any(d.evidence is not None and d.evidence.parity is not None for d in first)
     for decision in first:
         _assert_validated_twin(decision)
-    signed = build_manifest(
-        fleet.project,
-        first,
-        release="r",
-        version=1,
-        created=CLOCK,
-        expires=CLOCK.replace(year=CLOCK.year + 1),
-        snapshot="s",
-        artifacts=artifact_refs(fleet.project),
-    )
     # The next release: rollbacks come from the previous manifest, under other settings.
-    from manifest.signing import sign_encoded
-    from tests.manifest.factories import fixed_key
-
-    previous = load_manifest(sign_encoded(signed, fixed_key())[1], source="v1")
+    previous = Manifest.model_validate(signed_manifest(fleet, fixed_key()))
     fleet.project = _project(second=True)
     for decision in fleet.decide(previous=previous).values():
         _assert_validated_twin(decision)
