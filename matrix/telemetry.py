@@ -38,8 +38,9 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from io import BufferedReader
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import duckdb
 import numpy as np
@@ -76,6 +77,9 @@ __all__ = [
     "rollout_reported",
     "telemetry_profile",
 ]
+
+_Data = bytes | bytearray
+"""A block of whole lines (or one line) as read: the buffer `_blocks` read it into, or bytes."""
 
 BLOCK_BYTES = 6 << 20
 """Bytes read per block (whole lines); bounds memory whatever the file size. Measured on 200,000
@@ -286,7 +290,7 @@ class _Block:
     """Lines in the block (its newlines)."""
 
 
-def _excerpt(raw: bytes) -> str:
+def _excerpt(raw: _Data) -> str:
     text = raw.decode("utf-8", errors="replace").rstrip("\r")
     return text if len(text) <= 120 else text[:117] + "..."
 
@@ -311,7 +315,7 @@ def _row_of(event: TelemetryEvent, line: int) -> dict[str, Any]:
 
 
 def _validate_lines(
-    lines: Iterable[tuple[int, bytes]], block: _Block, rows: list[dict[str, Any]]
+    lines: Iterable[tuple[int, _Data]], block: _Block, rows: list[dict[str, Any]]
 ) -> None:
     """The model's verdict on each (line number, bytes): a row, or a bad line."""
     # Loaded here: only the lines the fast path cannot vouch for need pydantic and the model.
@@ -407,12 +411,12 @@ def _arrow_strings(values: Sequence[str]) -> pa.Array:
     )
 
 
-def _line_ends(data: bytes) -> npt.NDArray[np.int64]:
+def _line_ends(data: _Data) -> npt.NDArray[np.int64]:
     """Offsets of the newlines of a block (one per line; the block ends with one)."""
     return np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10).astype(np.int64)
 
 
-def _nonblank_lines(data: bytes, ends: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+def _nonblank_lines(data: _Data, ends: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """0-based indices of the lines that hold something besides whitespace."""
     starts = np.concatenate(([0], ends[:-1] + 1)).astype(np.int64)
     lengths = ends - starts
@@ -426,7 +430,7 @@ def _nonblank_lines(data: bytes, ends: npt.NDArray[np.int64]) -> npt.NDArray[np.
     return np.flatnonzero(keep).astype(np.int64)
 
 
-def _has_overlong_line(data: bytes) -> bool:
+def _has_overlong_line(data: _Data) -> bool:
     """Whether two newlines of the block (or its start and a newline) are more than
     `MAX_LINE_BYTES` apart: a jump of a window at a time, not a look at every byte."""
     start = 0
@@ -579,7 +583,7 @@ def _absent_counts(table: pa.Table) -> npt.NDArray[np.bool_]:
     return lacking & _valid(nodes)
 
 
-def _is_utf8(data: bytes) -> bool:
+def _is_utf8(data: _Data) -> bool:
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
@@ -587,7 +591,7 @@ def _is_utf8(data: bytes) -> bool:
     return True
 
 
-def _arrow_table(data: bytes) -> pa.Table | None:
+def _arrow_table(data: _Data) -> pa.Table | None:
     """The block as Arrow parsed it; None when only the model path can say what is wrong (an
     overlong line, a syntax error, an unknown key, node counts that are not an object)."""
     if len(data) > MAX_LINE_BYTES and _has_overlong_line(data):
@@ -642,12 +646,12 @@ def _conform(table: pa.Table) -> pa.Table | None:
 class _Lines:
     """A block and where its lines end (`_line_ends`)."""
 
-    def __init__(self, data: bytes, ends: npt.NDArray[np.int64]) -> None:
+    def __init__(self, data: _Data, ends: npt.NDArray[np.int64]) -> None:
         self.data = data
         self.ends = ends
         self.count = ends.size
 
-    def text(self, index: int) -> bytes:
+    def text(self, index: int) -> _Data:
         ends = self.ends
         start = int(ends[index - 1]) + 1 if index else 0
         return self.data[start : int(ends[index])]
@@ -752,9 +756,10 @@ def _rows_table(good: pa.Table, lines: npt.NDArray[np.int64]) -> pa.Table | None
     return pa.Table.from_arrays(columns, schema=_FAST_ROW_SCHEMA)
 
 
-def _slow(data: bytes, first_line: int, block: _Block) -> None:
+def _slow(data: _Data, first_line: int, block: _Block) -> None:
     rows: list[dict[str, Any]] = []
-    lines = data.split(b"\n")[:-1]  # the block ends with a newline
+    lines: list[_Data] = []
+    lines.extend(data.split(b"\n")[:-1])  # the block ends with a newline
     _validate_lines(
         ((first_line + i, raw) for i, raw in enumerate(lines) if raw.strip()), block, rows
     )
@@ -762,7 +767,7 @@ def _slow(data: bytes, first_line: int, block: _Block) -> None:
         block.tables.append(pa.Table.from_pylist(rows, schema=_ROW_SCHEMA))
 
 
-def _parse_block(data: bytes, first_line: int) -> _Block:
+def _parse_block(data: _Data, first_line: int) -> _Block:
     """The events of a block of whole lines (it ends with a newline), its bad lines and its
     line count."""
     # numpy compares every byte at once: ~5x faster than ``bytes.count`` on an 8 MiB block, and
@@ -1005,7 +1010,9 @@ class _Tally:
         self.bad.extend(lines[: max(0, MAX_REPORTED_BAD_LINES - len(self.bad))])
 
 
-def _blocks(handle: BinaryIO, length: int, first_line: int, tally: _Tally) -> Iterator[pa.Table]:
+def _blocks(
+    handle: BufferedReader, length: int, first_line: int, tally: _Tally
+) -> Iterator[pa.Table]:
     """The valid events of the next ``length`` bytes of ``handle``, a table per block of whole
     lines; bad lines, and lines longer than `MAX_LINE_BYTES` (dropped as they stream past,
     never held), are counted into ``tally``. The range ends at a newline (`_Plan.end`).
@@ -1018,30 +1025,38 @@ def _blocks(handle: BinaryIO, length: int, first_line: int, tally: _Tally) -> It
     skipping = False  # inside a line longer than MAX_LINE_BYTES, dropped as it comes
     line_no = first_line
     while remaining > 0:
-        chunk = handle.read(min(BLOCK_BYTES, remaining))
-        if not chunk:
+        # Read in after the carried start of a line, into a buffer of this block's own: the
+        # block is the buffer up to its last newline, never a copy of it (joining the carry and
+        # the read copied every block).
+        want = min(BLOCK_BYTES, remaining)
+        buffer = bytearray(len(carry) + want)
+        buffer[: len(carry)] = carry
+        got = handle.readinto(memoryview(buffer)[len(carry) :])
+        if not got:
             raise OSError(errno.EIO, "the file shrank while it was read")
-        remaining -= len(chunk)
+        remaining -= got
+        end = len(carry) + got
         start = 0
         if skipping:
-            nl = chunk.find(b"\n")
+            nl = buffer.find(b"\n", 0, end)
             if nl < 0:
+                carry = b""
                 continue
             start, skipping = nl + 1, False
             line_no += 1
             tally.lines += 1
-        cut = chunk.rfind(b"\n", start) + 1 if remaining > 0 else len(chunk)
+        cut = buffer.rfind(b"\n", start, end) + 1 if remaining > 0 else end
         if cut <= start:
-            data, carry = b"", carry + chunk[start:]
-        elif not carry and start == 0 and cut == len(chunk):
-            data = chunk  # the common case: the block is the read, not a copy of it
+            carry = bytes(buffer[start:end])  # no newline yet: all of it is the carry
         else:
-            data, carry = b"".join((carry, memoryview(chunk)[start:cut])), chunk[cut:]
-        if data:
-            block = _parse_block(data, line_no)
+            carry = bytes(buffer[cut:end])
+            del buffer[cut:]  # in place: what follows the last newline waits in the carry
+            if start:
+                del buffer[:start]  # the end of a line too long to read (rare)
+            block = _parse_block(buffer, line_no)
             # The bytes are parsed: not held while the consumer stores the rows (two blocks'
             # worth of peak memory otherwise).
-            del chunk, data
+            del buffer
             line_no += block.lines
             tally.lines += block.lines
             tally.bad_count += len(block.bad)
