@@ -11,8 +11,8 @@ Measures, on this machine and in this run:
 * ``check`` (profile query, latency tail query, the pure judgement) over a 24-hour window in its
   own process: wall time and peak RSS; the alerts it raised must be exactly the injected ones.
 
-Peak RSS is ``resource.getrusage(RUSAGE_SELF).ru_maxrss`` of the phase's own process (DuckDB
-runs in-process, so its memory is included). Prints one markdown section on stdout.
+Peak RSS is the phase's own process's high-water mark (``VmHWM``; ``ru_maxrss`` without
+``/proc``), DuckDB included (it runs in-process). Prints one markdown section on stdout.
 
 Usage::
 
@@ -147,6 +147,15 @@ def generate(path: Path, events: int, seed: int = 1) -> None:
 
 
 def _peak_rss_mb() -> float:
+    """This process's own high-water mark: ``VmHWM``, not ``ru_maxrss``, which Linux carries
+    over an exec from the parent (the generator's peak, reported for every phase before)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
@@ -256,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{platform.machine()}, {os.cpu_count()} logical cores. A synthetic day of "
         f"`qualify-telemetry/1` events ({CLASSES} classes, {HOSTS:,} hosts, session events "
         f"with actual placement and latency), one JSON line each ({size_gb:.2f} GB). Each phase "
-        "runs in its own process; peak RSS is that process's `ru_maxrss` (DuckDB included).\n"
+        "runs in its own process; peak RSS is that process's high-water mark (`VmHWM`, DuckDB "
+        "included).\n"
     )
     print("| phase | wall time | rate | peak RSS |")
     print("|---|---|---|---|")
