@@ -250,15 +250,14 @@ def _check_duckdb_file(file: Path) -> None:
 
 
 _DECISION_CELLS = (
-    "SELECT c.cell, c.measured_at, c.run_id, c.role, c.artifact_name, c.artifact_digest, "
-    "row_number() OVER ("
+    "FROM cells AS c LEFT JOIN runs AS r USING (run_id) "
+    "QUALIFY row_number() OVER ("
     "  PARTITION BY c.hardware, c.runtime, c.provider, c.artifact_digest, c.settings_digest, "
     "    c.emulated OR coalesce(r.emulated, false) "
-    "  ORDER BY c.measured_at DESC, c.run_id DESC) AS newest "
-    "FROM cells AS c LEFT JOIN runs AS r USING (run_id)"
+    "  ORDER BY c.measured_at DESC, c.run_id DESC) = 1"
 )
-"""Every cell, numbered from the newest within its (key, digest, settings, emulated) group: the
-groups `Store.decision_cells` keeps the newest of."""
+"""The newest cell of each (key, digest, settings, emulated) group: the cells
+`Store.decision_cells` reads (a ``SELECT`` list goes before it)."""
 
 
 class Store:
@@ -633,8 +632,8 @@ class Store:
         from schemas.cell import Cell
 
         rows = self._conn.execute(
-            f"SELECT cell FROM ({_DECISION_CELLS}) WHERE newest = 1 "
-            "ORDER BY measured_at, run_id, role, artifact_name, artifact_digest"
+            f"SELECT c.cell {_DECISION_CELLS} "
+            "ORDER BY c.measured_at, c.run_id, c.role, c.artifact_name, c.artifact_digest"
         ).fetchall()
         return [Cell.model_validate_json(row[0]) for row in rows]
 
@@ -650,16 +649,13 @@ class Store:
         from schemas.cell import RunRecord
 
         rows = self._conn.execute(
-            "SELECT record FROM runs WHERE run_id IN ("
-            f"  SELECT run_id FROM ({_DECISION_CELLS}) WHERE newest = 1"
-            ") OR run_id IN ("
-            "  SELECT run_id FROM ("
-            "    SELECT run_id, row_number() OVER ("
-            "      PARTITION BY hardware, runtime, provider, settings_digest, emulated, "
-            "        rollback_digest "
-            "      ORDER BY finished_at DESC, run_id DESC) AS newest "
-            "    FROM runs WHERE rollback_digest IS NOT NULL"
-            "  ) WHERE newest = 1"
+            f"SELECT record FROM runs WHERE run_id IN (SELECT c.run_id {_DECISION_CELLS}) "
+            "OR run_id IN ("
+            "  SELECT run_id FROM runs WHERE rollback_digest IS NOT NULL "
+            "  QUALIFY row_number() OVER ("
+            "    PARTITION BY hardware, runtime, provider, settings_digest, emulated, "
+            "      rollback_digest "
+            "    ORDER BY finished_at DESC, run_id DESC) = 1"
             ") ORDER BY started_at, run_id"
         ).fetchall()
         return [RunRecord.model_validate_json(row[0]) for row in rows]
