@@ -15,6 +15,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -187,6 +188,10 @@ def test_worker_refuses_bytes_that_do_not_match_the_digest(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_concurrent_runs_on_one_matrix_both_land(tmp_path: Path) -> None:
+    import threading
+
+    from qualify.hostlock import measuring_alone
+
     project = write_project(tmp_path, [])
     db = tmp_path / "m.duckdb"
     cmd = [
@@ -202,22 +207,47 @@ def test_concurrent_runs_on_one_matrix_both_land(tmp_path: Path) -> None:
         str(db),
         "--json",
     ]
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    procs = [
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
-        for _ in range(2)
-    ]
-    outs = [p.communicate(timeout=300) for p in procs]
-    for p, (_, err) in zip(procs, outs, strict=True):
-        assert p.returncode == 0, err.decode()
-    run_ids = {json.loads(out)["run_id"] for out, _ in outs}
+    lock = tmp_path / "measure.lock"  # this test's own host lock: no other test holds it
+    env = dict(os.environ, PYTHONPATH=str(ROOT), QUALIFY_HOST_LOCK=str(lock))
+    said: list[list[bytes]] = [[], []]
+
+    def collect(stream: Any, into: list[bytes]) -> None:
+        into.extend(iter(stream.readline, b""))
+
+    waiting = b"waiting for the host's measurement lock"
+    # The test holds the host's lock until a run says it waits for it: the runs overlap on the
+    # lock however fast they are (alone, the first could finish before the second started).
+    with measuring_alone(wait_s=5.0, on_wait=print, path=lock):
+        procs = [
+            subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path
+            )
+            for _ in range(2)
+        ]
+        readers = [
+            threading.Thread(target=collect, args=(p.stderr, into), daemon=True)
+            for p, into in zip(procs, said, strict=True)
+        ]
+        for reader in readers:
+            reader.start()
+        deadline = time.monotonic() + 180
+        while not any(waiting in b"".join(lines) for lines in said):
+            assert time.monotonic() < deadline, said
+            assert all(p.poll() is None for p in procs), said
+            time.sleep(0.05)
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    for reader in readers:
+        reader.join(timeout=10)
+    errs = [b"".join(lines).decode() for lines in said]
+    for p, err in zip(procs, errs, strict=True):
+        assert p.returncode == 0, err
+    run_ids = {json.loads(out)["run_id"] for out in outs}
     assert len(run_ids) == 2
     with Store.open(db) as store:
         assert {r.run_id for r in store.runs()} == run_ids
         assert all(c.measured_alone for c in store.cells())
-    # They share this host's measurement lock: one measured, then the other, and said so.
-    waited = [err.decode() for _, err in outs if b"waiting for the host's measurement lock" in err]
-    assert len(waited) == 1, [err.decode()[-500:] for _, err in outs]
+    # They shared the host's measurement lock, one measuring after the other, and said so.
+    assert any(waiting.decode() in err for err in errs), [err[-500:] for err in errs]
 
 
 def test_the_next_run_cleans_what_killed_runs_left_and_records_their_bundles(
