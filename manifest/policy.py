@@ -340,8 +340,7 @@ def _rollback(
             "this class's runtime",
         )
         return _RollbackState(digest, label, runtime, provider, False, reason)
-    latest_check = checks[0] if len(checks) == 1 else max(checks, key=lambda c: (c[0], c[1]))
-    _, run_id, loaded, error = latest_check
+    _, run_id, loaded, error = max(checks, key=lambda c: (c[0], c[1]))
     if loaded:
         return _RollbackState(digest, label, runtime, provider, True, None)
     reason = Reason(

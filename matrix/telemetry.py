@@ -195,7 +195,8 @@ _ROW_SCHEMA = pa.schema(
     [(f.name, _ROW_TYPES.get(f.name, f.type)) for f in _PARSE_SCHEMA if f.name != "format"]
     + [("line", pa.int64())]
 )
-"""The rows inserted: the parsed columns less ``format``, typed for the table, plus ``line``."""
+"""The rows: the parsed columns less ``format``, typed for the table, plus ``line`` (inserted as
+`_FAST_ROW_SCHEMA`)."""
 
 _FAST_ROW_SCHEMA = _ROW_SCHEMA.set(
     _ROW_SCHEMA.get_field_index("nodes_per_provider"),
@@ -204,7 +205,8 @@ _FAST_ROW_SCHEMA = _ROW_SCHEMA.set(
         pa.dictionary(pa.int32(), _ROW_TYPES["nodes_per_provider"]),
     ),
 )
-"""`_ROW_SCHEMA` as the fast path builds it: the node counts dictionary-encoded (`_nodes_map`)."""
+"""The rows inserted, from either path: `_ROW_SCHEMA` with the node counts dictionary-encoded
+(`_nodes_map`, `_model_rows`)."""
 
 _PARSE_NAMES = frozenset(_PARSE_SCHEMA.names)
 
@@ -493,9 +495,30 @@ def _nodes_map(column: pa.ChunkedArray | pa.Array) -> pa.DictionaryArray:
     keys = _arrow_strings(names).take(_arrow_numbers(np.ascontiguousarray(which), pa.int32()))
     items = _arrow_numbers(np.ascontiguousarray(counts[present]), pa.int64())
     maps = pa.MapArray.from_arrays(_arrow_numbers(offsets, pa.int32()), keys, items)
+    return _dictionary(index, valid, maps)
+
+
+def _dictionary(
+    index: npt.NDArray[np.int32], valid: npt.NDArray[np.bool_], maps: pa.MapArray
+) -> pa.DictionaryArray:
+    """Node counts as DuckDB takes them in (`_FAST_ROW_SCHEMA`): row i is ``maps[index[i]]``,
+    null where ``valid`` is False."""
     bits = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    indices = pa.Array.from_buffers(pa.int32(), n, [bits, pa.py_buffer(index)])
+    indices = pa.Array.from_buffers(pa.int32(), len(index), [bits, pa.py_buffer(index)])
     return pa.DictionaryArray.from_arrays(indices, maps)
+
+
+def _model_rows(rows: list[dict[str, Any]]) -> pa.Table:
+    """Rows the model read (`_row_of`) in the schema of the fast path's: their node counts a
+    dictionary of their own maps (Arrow cannot dictionary-encode a map)."""
+    table = pa.Table.from_pylist(rows, schema=_ROW_SCHEMA)
+    at = table.schema.get_field_index("nodes_per_provider")
+    maps = table.column(at).combine_chunks()
+    encoded = _dictionary(np.arange(len(maps), dtype=np.int32), _valid(maps), maps)
+    return pa.Table.from_arrays(
+        [encoded if i == at else table.column(i) for i in range(table.num_columns)],
+        schema=_FAST_ROW_SCHEMA,
+    )
 
 
 def _bad_values(
@@ -713,7 +736,7 @@ def _fast(lines: _Lines, first_line: int, block: _Block) -> bool:
             return False  # an impossible date; let the model say which line
         block.tables.append(converted)
     if rows:
-        block.tables.append(pa.Table.from_pylist(rows, schema=_ROW_SCHEMA))
+        block.tables.append(_model_rows(rows))
     return True
 
 
@@ -764,7 +787,7 @@ def _slow(data: _Data, first_line: int, block: _Block) -> None:
         ((first_line + i, raw) for i, raw in enumerate(lines) if raw.strip()), block, rows
     )
     if rows:
-        block.tables.append(pa.Table.from_pylist(rows, schema=_ROW_SCHEMA))
+        block.tables.append(_model_rows(rows))
 
 
 def _parse_block(data: _Data, first_line: int) -> _Block:
@@ -895,36 +918,15 @@ def _insert_events(
 
 
 def _batches(tables: Iterable[pa.Table], tally: _Tally) -> Iterator[pa.RecordBatch]:
-    """The blocks' events as batches of `_FAST_ROW_SCHEMA`, counted into ``tally`` as they go;
+    """The blocks' events as batches (`_FAST_ROW_SCHEMA`), counted into ``tally`` as they go;
     after each block, the allocator's freed pages go back to the system (it keeps them for
     reuse otherwise: at 8 MiB blocks ~20 MiB of peak RSS)."""
     pool = pa.default_memory_pool()
     for table in tables:
         tally.events += table.num_rows
-        yield from _with_encoded_nodes(table).to_batches()
+        yield from table.to_batches()
         del table
         pool.release_unused()
-
-
-def _with_encoded_nodes(table: pa.Table) -> pa.Table:
-    """``table`` in `_FAST_ROW_SCHEMA`: rows the model read (`_ROW_SCHEMA`) get their node counts
-    as a dictionary of their own maps (Arrow cannot dictionary-encode a map), a null row as a
-    null index."""
-    if table.schema.equals(_FAST_ROW_SCHEMA):
-        return table
-    at = table.schema.get_field_index("nodes_per_provider")
-    maps = table.column(at).combine_chunks()
-    n = len(maps)
-    valid = _valid(maps)
-    bits = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
-    indices = pa.Array.from_buffers(
-        pa.int32(), n, [bits, pa.py_buffer(np.arange(n, dtype=np.int32))]
-    )
-    encoded = pa.DictionaryArray.from_arrays(indices, maps)
-    return pa.Table.from_arrays(
-        [encoded if i == at else table.column(i) for i in range(table.num_columns)],
-        schema=_FAST_ROW_SCHEMA,
-    )
 
 
 def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -> IngestedTelemetry:
@@ -1040,8 +1042,7 @@ def _blocks(
         if skipping:
             nl = buffer.find(b"\n", 0, end)
             if nl < 0:
-                carry = b""
-                continue
+                continue  # still inside the overlong line (the carry is empty while skipping)
             start, skipping = nl + 1, False
             line_no += 1
             tally.lines += 1
