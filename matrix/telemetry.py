@@ -26,7 +26,8 @@ How a file is read (fast for millions of lines, exact about bad ones):
   unterminated last line (a write in progress) is left for the next ingest.
 * One transaction per file: its events and its ``telemetry_files`` row land together or not at
   all. The events go in as one INSERT that pulls the blocks as they are parsed (an Arrow
-  stream), so DuckDB stores one block while the next is read.
+  stream). A thread of its own parses the next block while DuckDB stores the one before
+  (`_ahead`), and a file no recorded prefix fits is hashed while its first blocks parse.
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import queue
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from io import BufferedReader
@@ -816,8 +820,9 @@ class _Plan:
     resume_lines: int
 
 
-def _plan(path: Path, known: dict[int, tuple[str, int]]) -> _Plan:
-    """Hash the file once; find its last newline and the longest recorded prefix it extends.
+def _plan(path: Path, known: dict[int, tuple[str, int]], limit: int | None = None) -> _Plan:
+    """Hash the file once (its first ``limit`` bytes, given one); find its last newline and the
+    longest recorded prefix it extends.
 
     Read into one reused buffer and hashed through views of it: no block is copied.
     """
@@ -829,8 +834,11 @@ def _plan(path: Path, known: dict[int, tuple[str, int]]) -> _Plan:
     lengths = sorted(known)
     buffer = bytearray(BLOCK_BYTES)
     view = memoryview(buffer)
+    left = limit  # None: to the end of the file
     with open(path, "rb", buffering=0) as handle:
-        while size := handle.readinto(buffer):
+        while left != 0 and (size := handle.readinto(view if left is None else view[:left])):
+            if left is not None:
+                left -= size
             cuts = {length - position for length in lengths if position < length <= position + size}
             last_nl = buffer.rfind(b"\n", 0, size)
             if last_nl >= 0:
@@ -853,6 +861,24 @@ def _plan(path: Path, known: dict[int, tuple[str, int]]) -> _Plan:
         resume_at=matched[0],
         resume_lines=matched[1],
     )
+
+
+def _last_line_end(path: Path, size: int) -> int:
+    """Bytes up to and including the last newline of the file's first ``size`` bytes; 0 when
+    they hold none. Read backwards from ``size``: a file ending in whole lines costs one read."""
+    at = size
+    with open(path, "rb", buffering=0) as handle:
+        while at > 0:
+            step = min(_TAIL_BYTES, at)
+            at -= step
+            handle.seek(at)
+            newline = handle.read(step).rfind(b"\n")
+            if newline >= 0:
+                return at + newline + 1
+    return 0
+
+
+_TAIL_BYTES = 1 << 16
 
 
 # -- ingest ----------------------------------------------------------------------------------
@@ -936,29 +962,41 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
             raise TelemetryFileError(
                 f"{path}: not a file; pass JSON-lines telemetry files", path=path
             )
-        plan = _plan(path, _known_prefixes(conn, size))
+        known = _known_prefixes(conn, size)
+        # No recorded prefix fits in the file: it is read from its start and hashed as its first
+        # blocks parse (the hash is a tenth of an ingest). Otherwise it is hashed first, to find
+        # where a file that grew resumes.
+        end = 0 if known else _last_line_end(path, size)
+        plan = _plan(path, known) if end == 0 else None
     except OSError as error:
-        raise TelemetryFileError(
-            f"{path}: cannot read the telemetry file ({error.strerror}); check the path",
-            path=path,
-        ) from error
-    pending = plan.size - plan.end
-    first_line = plan.resume_lines + 1
-    if plan.end == plan.resume_at:
-        return IngestedTelemetry(path, plan.sha256, "present", first_line, 0, 0, 0, (), pending)
+        raise _unreadable(path, error) from error
+    if plan is not None:
+        start, end, pending = plan.resume_at, plan.end, plan.size - plan.end
+        first_line = plan.resume_lines + 1
+        if plan.end == plan.resume_at:
+            return IngestedTelemetry(path, plan.sha256, "present", first_line, 0, 0, 0, (), pending)
+    else:
+        start, pending, first_line = 0, size - end, 1
     tally = _Tally()
     conn.execute("BEGIN TRANSACTION")
     try:
-        present = conn.execute(
-            "SELECT count(*) FROM telemetry_files WHERE sha256 = ?", [plan.sha256]
-        ).fetchall()
-        if present[0][0]:
-            conn.execute("ROLLBACK")
-            return IngestedTelemetry(path, plan.sha256, "present", first_line, 0, 0, 0, (), pending)
         columns = _table_columns(conn, "telemetry")
-        with open(path, "rb") as handle:
-            handle.seek(plan.resume_at)
-            blocks = _blocks(handle, plan.end - plan.resume_at, first_line, tally)
+        with (
+            open(path, "rb") as handle,
+            _ahead(_blocks(_at(handle, start), end - start, first_line, tally)) as blocks,
+        ):
+            if plan is None:
+                plan = _plan(path, {}, limit=end)
+                if plan.end != end:
+                    raise OSError(errno.EIO, "the file changed while it was read")
+            present = conn.execute(
+                "SELECT count(*) FROM telemetry_files WHERE sha256 = ?", [plan.sha256]
+            ).fetchall()
+            if present[0][0]:
+                conn.execute("ROLLBACK")
+                return IngestedTelemetry(
+                    path, plan.sha256, "present", first_line, 0, 0, 0, (), pending
+                )
             _insert_events(conn, _batches(blocks, tally), columns, plan.sha256)
         conn.execute(
             "INSERT INTO telemetry_files (sha256, path, start_byte, end_byte, start_line, "
@@ -966,8 +1004,8 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
             [
                 plan.sha256,
                 str(path),
-                plan.resume_at,
-                plan.end,
+                start,
+                end,
                 first_line,
                 first_line + tally.lines - 1,
                 tally.events,
@@ -978,10 +1016,7 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
         conn.execute("COMMIT")
     except OSError as error:
         _rollback_quietly(conn)
-        raise TelemetryFileError(
-            f"{path}: cannot read the telemetry file ({error.strerror}); check the path",
-            path=path,
-        ) from error
+        raise _unreadable(path, error) from error
     except BaseException:
         _rollback_quietly(conn)
         raise
@@ -996,6 +1031,67 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
         tuple(tally.bad),
         pending,
     )
+
+
+def _unreadable(path: Path, error: OSError) -> TelemetryFileError:
+    return TelemetryFileError(
+        f"{path}: cannot read the telemetry file ({error.strerror}); check the path", path=path
+    )
+
+
+def _at(handle: BufferedReader, offset: int) -> BufferedReader:
+    handle.seek(offset)
+    return handle
+
+
+@contextmanager
+def _ahead(items: Iterator[pa.Table]) -> Iterator[Iterator[pa.Table]]:
+    """``items``, each made in a thread of its own while the one before is consumed.
+
+    The blocks of a file parse (pyarrow and numpy, mostly outside the GIL) while DuckDB stores
+    the one before: one block waits at most, so memory stays bounded by a block or two. An
+    exception raised making them is raised again, as itself, where the next would be taken.
+    Leaving the block stops the thread and waits for it: nothing reads the file afterwards.
+    """
+    slot: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def hand(entry: tuple[bool, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                slot.put(entry, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not hand((True, item)):
+                    return
+                del item  # not held while the next block parses
+            hand((False, None))
+        except BaseException as exc:  # handed over, raised again in the consumer
+            hand((False, exc))
+
+    def taken() -> Iterator[pa.Table]:
+        while True:
+            more, item = slot.get()
+            if not more:
+                if item is not None:
+                    raise item
+                return
+            yield item
+            del item
+
+    thread = threading.Thread(target=produce, name="qualify-telemetry-parse", daemon=True)
+    thread.start()
+    try:
+        yield taken()
+    finally:
+        stop.set()
+        thread.join()
 
 
 @dataclass
