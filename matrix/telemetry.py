@@ -314,7 +314,7 @@ def _row_of(event: TelemetryEvent, line: int) -> dict[str, Any]:
     row = event.model_dump()
     del row["format"]
     row["nodes_per_provider"] = (
-        None if event.nodes_per_provider is None else list(event.nodes_per_provider.items())
+        None if event.nodes_per_provider is None else sorted(event.nodes_per_provider.items())
     )
     row["line"] = line
     return row
@@ -467,7 +467,10 @@ def _nodes_map(column: pa.ChunkedArray | pa.Array) -> pa.DictionaryArray:
     """
     struct = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
     n = len(struct)
-    names = [struct.type.field(i).name for i in range(struct.type.num_fields)]
+    # Keys in sorted order, as the model path stores them (`_row_of`): the same counts make the
+    # same MAP whichever order a host wrote them in, and whichever path read the line.
+    fields = sorted(range(struct.type.num_fields), key=lambda f: struct.type.field(f).name)
+    names = [struct.type.field(f).name for f in fields]
     valid = _valid(struct)
     counts = np.zeros((n, len(names)), dtype=np.int64)
     present = np.zeros((n, len(names)), dtype=bool)
@@ -476,8 +479,8 @@ def _nodes_map(column: pa.ChunkedArray | pa.Array) -> pa.DictionaryArray:
     # before it could overflow).
     key = np.zeros(n, dtype=np.int64)
     span = 1
-    for i in range(len(names)):
-        child = struct.field(i)
+    for i, f in enumerate(fields):
+        child = struct.field(f)
         present[:, i] = _valid(child) & valid
         counts[:, i] = _numbers(child, np.int64)
         code, distinct = _dictionary_codes(child)

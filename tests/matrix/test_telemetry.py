@@ -719,6 +719,27 @@ def test_a_failure_while_parsing_rolls_the_file_back(
     assert ingest_telemetry(store, [path], now=NOW).files[0].events == 200
 
 
+def test_node_counts_are_stored_with_sorted_keys_whichever_path_read_them(
+    store: Store, tmp_path: Path
+) -> None:
+    # The same counts in two orders, read by the fast path (a clean file) and by the model (a
+    # file whose bad line sends its block line by line): four MAPs with the same key order.
+    counts = [
+        {"CUDAExecutionProvider": 7, "CPUExecutionProvider": 3},
+        {"CPUExecutionProvider": 3, "CUDAExecutionProvider": 7},
+    ]
+    clean = write(tmp_path / "clean.jsonl", [line(nodes_per_provider=c) for c in counts])
+    mixed = write(
+        tmp_path / "mixed.jsonl", [*(line(host_id="m", nodes_per_provider=c) for c in counts), "{"]
+    )
+    report = ingest_telemetry(store, [clean, mixed], now=NOW)
+    assert [(f.events, f.bad_lines) for f in report.files] == [(2, 0), (2, 1)]
+    keys = store.connection.execute(
+        "SELECT map_keys(nodes_per_provider) FROM telemetry ORDER BY host_id, line"
+    ).fetchall()
+    assert keys == [(["CPUExecutionProvider", "CUDAExecutionProvider"],)] * 4
+
+
 def _parse_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "qualify-telemetry-parse"]
 
