@@ -253,7 +253,11 @@ _TIME_MATCH = MatchSubstringOptions(_TIME_RE)
 _TO_TIMESTAMP = CastOptions.safe(pa.timestamp("us", tz="UTC"))
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 # A null count inside nodes_per_provider reads like an absent key in Arrow; the model refuses it.
-_NULL_COUNT = re.compile(rb'"nodes_per_provider"\s*:\s*\{[^}\n]*?:\s*null')
+# Within a line (JSON's whitespace less the newline: a block pyarrow read has one object per
+# line). Greedy: it matches on the lines the lazy ``[^}\n]*?`` matches on (a null before the
+# map's end), in 5.5 ms per 6 MiB block against 7.5 ms; it runs on every block of a file that
+# holds a null and more than one provider.
+_NULL_COUNT = re.compile(rb'"nodes_per_provider"[ \t\r]*:[ \t\r]*\{[^}\n]*:[ \t\r]*null')
 # Whether a block holds a null at all: sre's literal search takes ~60% of the time of
 # ``b"null" in data`` (measured on 8 MiB blocks), whose last byte is a common one in JSON.
 _NULL = re.compile(rb"null")

@@ -173,6 +173,45 @@ def test_bad_lines_are_reported_by_number_and_the_good_ones_kept(
     assert hosts == [("ok1", 1), ("ok2", 8)]
 
 
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.dictionaries(
+                st.sampled_from(["CPUExecutionProvider", "OpenVINOExecutionProvider", "A b"]),
+                st.none() | st.integers(0, 50),
+                min_size=1,
+            ),
+            st.booleans(),  # another field null on the line too
+            st.sampled_from([(",", ":"), (", ", ": "), (",", " :\t")]),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_a_null_node_count_is_a_bad_line_among_mixed_providers_however_spelled(
+    tmp_path_factory: pytest.TempPathFactory, rows: list[tuple[dict[str, int | None], bool, Any]]
+) -> None:
+    # Arrow reads a null count as an absent key; the fast path must send exactly the lines that
+    # hold one to the model, which refuses them, whatever the spacing and other nulls.
+    work = tmp_path_factory.mktemp("nulls")
+    lines = [
+        json.dumps(
+            event(nodes_per_provider=counts, rollout=None if other_null else "r1"),
+            separators=separators,
+        )
+        for counts, other_null, separators in rows
+    ]
+    path = write(work / "t.jsonl", lines)
+    with Store.open(work / "m.duckdb") as store:
+        done = ingest_telemetry(store, [path], now=NOW).files[0]
+    expected_bad = [i + 1 for i, (counts, _, _) in enumerate(rows) if None in counts.values()]
+    assert [b.line for b in done.bad] == expected_bad
+    assert done.events == len(rows) - len(expected_bad)
+
+
 def test_suspect_rows_in_a_parsable_block_keep_their_line_numbers(
     store: Store, tmp_path: Path
 ) -> None:
