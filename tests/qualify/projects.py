@@ -72,6 +72,23 @@ def write_project(tmp: Path, candidates: list[str], timeout: float = 60) -> Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+LOOSE_SLOWDOWN = 10.0
+"""``max_slowdown`` for tests that are not about the interleaved A/B: a twin of the baseline
+(same graph, other bytes) measured p50 x2.68 the baseline's, lower bound x2.61, at concurrency 2
+beside two CPU hogs (as under ``make test``'s workers), which fails the 1.5 these tests had."""
+
+
+def loosen_slowdown(project: Path) -> None:
+    """Give the project's first class `LOOSE_SLOWDOWN`: the slowdown gate is not what the test
+    is about, and a noisy machine can make a twin lose the A/B."""
+    text = project.read_text()
+    loosened = text.replace(
+        "budgets: {p99_ms: 50, ", f"budgets: {{p99_ms: 50, max_slowdown: {LOOSE_SLOWDOWN}, ", 1
+    )
+    assert loosened != text, "the project has no 'budgets: {p99_ms: 50, ' to loosen"
+    project.write_text(loosened)
+
+
 def run_qualify(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """``python -m qualify ARGS`` in a real subprocess, as a user's shell would run it."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -17,7 +17,7 @@ from qualify.project import load_project
 from qualify.rollout import parse_steps
 from qualify.run import RunOptions, qualify_run
 from tests.models import padded_mlp
-from tests.qualify.projects import write_project
+from tests.qualify.projects import loosen_slowdown, write_project
 
 
 @pytest.mark.parametrize(
@@ -38,13 +38,10 @@ def test_bad_steps_are_refused_saying_what_is_wanted(text: str, said: str) -> No
 
 
 def _project(tmp_path: Path) -> Path:
-    """The small project; a twin may lose an A/B once in 20 runs, which is not what these
-    tests are about, so the class allows a 1.5x slowdown."""
+    """The small project; a twin may lose a noisy A/B, which is not what these tests are about,
+    so the slowdown gate is loosened (`loosen_slowdown`)."""
     project = write_project(tmp_path, [])
-    text = project.read_text().replace(
-        "budgets: {p99_ms: 50, ", "budgets: {p99_ms: 50, max_slowdown: 1.5, ", 1
-    )
-    project.write_text(text)
+    loosen_slowdown(project)
     return project
 
 
