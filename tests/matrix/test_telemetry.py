@@ -715,14 +715,19 @@ def test_a_key_with_a_brace_and_a_null_count_is_still_refused(store: Store, tmp_
     assert (done.events, [b.line for b in done.bad]) == (2, [2])
 
 
+def _many_small_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """200 events read in ~20 blocks of 4 KiB: room for something to happen mid-file."""
+    monkeypatch.setattr(mt, "BLOCK_BYTES", 4096)
+    return write(tmp_path / "t.jsonl", [line(host_id=f"h{i}") for i in range(200)])
+
+
 @pytest.mark.parametrize("after", ["_plan", "_last_line_end"])
 def test_a_file_truncated_while_read_is_an_error_and_writes_nothing(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after: str
 ) -> None:
     # Truncated once hashed (the reader finds it shorter), or once its last line was found and
     # before it is hashed (the hash finds it shorter): an error either way, and nothing written.
-    monkeypatch.setattr(mt, "BLOCK_BYTES", 4096)
-    path = write(tmp_path / "t.jsonl", [line(host_id=f"h{i}") for i in range(200)])
+    path = _many_small_blocks(tmp_path, monkeypatch)
     real = getattr(mt, after)
 
     def then_truncate(where: Path, *args: Any, **kwargs: Any) -> Any:
@@ -742,8 +747,7 @@ def test_a_file_truncated_while_read_is_an_error_and_writes_nothing(
 def test_a_failure_while_parsing_rolls_the_file_back(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mt, "BLOCK_BYTES", 4096)
-    path = write(tmp_path / "t.jsonl", [line(host_id=f"h{i}") for i in range(200)])
+    path = _many_small_blocks(tmp_path, monkeypatch)
     parse = mt._parse_block
     calls: list[int] = []
 
@@ -827,8 +831,7 @@ def test_a_consumer_failing_mid_file_stops_the_parse_and_keeps_nothing(
 ) -> None:
     # DuckDB (the consumer) fails while the next blocks wait parsed: the transaction rolls back
     # and the thread parsing ahead stops before the file is closed under it.
-    monkeypatch.setattr(mt, "BLOCK_BYTES", 4096)
-    path = write(tmp_path / "t.jsonl", [line(host_id=f"h{i}") for i in range(200)])
+    path = _many_small_blocks(tmp_path, monkeypatch)
     batches = mt._batches
 
     def fail_on_the_second(tables: Any, tally: Any) -> Any:
