@@ -505,11 +505,12 @@ def release_check(
     lost = {*unserved, *db.unserved()}
     items = [i for i in coverage(loaded.project, rows, unserved=lost) if i.host_class in wanted]
     runs = {r.run_id: r for r in db.decision_runs()}
-    cells = db.latest_cells()
-    previous = previous_manifest(db)
     # The cells generation decides on (not only the latest per key and digest: a class whose
-    # settings went back, or whose latest run was emulated, is decided on older ones).
-    decisions = decide(loaded.project, db.decision_cells(), runs, previous=previous)
+    # settings went back, or whose latest run was emulated, is decided on older ones). They
+    # hold the latest per key and digest too, whose reasons the coverage rows cite.
+    cells = db.decision_cells()
+    previous = previous_manifest(db)
+    decisions = decide(loaded.project, cells, runs, previous=previous)
     current = previous.signed.entries if previous is not None else None
     gate = release_gate(decisions, current, scope=list(scope))
     reasons = {

@@ -116,3 +116,19 @@ def test_a_rollback_check_newer_than_every_cell_of_its_artifact_is_kept(tmp_path
     assert found == decide(fleet.project, every, runs, previous=previous, digests=digests)
     assert found[0].rollback_digest == a_int8 and not found[0].rollback_proven
     assert "rollback_failed" in {r.code for r in found[0].reasons}
+
+
+@settings(max_examples=20, deadline=None)
+@given(fleet_strategy)
+def test_the_decision_cells_hold_the_latest_cell_of_every_key_and_digest(
+    spec: dict[str, Any],
+) -> None:
+    # `release_check` cites the reasons of the matrix's latest cells from the decision cells.
+    fleet = build_fleet(spec)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "m.duckdb"
+        _read_back(fleet, path)
+        with Store.open(path, read_only=True) as db:
+            latest = {(c.run_id, c.artifact_digest) for c in db.latest_cells()}
+            chosen = {(c.run_id, c.artifact_digest) for c in db.decision_cells()}
+    assert latest <= chosen
