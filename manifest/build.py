@@ -178,15 +178,14 @@ def _entries(
             rollback = _artifact(d.rollback_digest, artifacts, known, d.host_class, "rollback")
             rollback["proven_to_load"] = d.rollback_proven
             # null: the same requirements as the entry's (most classes; keeps entries small)
-            # (``is`` first: most rollbacks carry the class's own settings objects)
             rollback["runtime"] = (
                 None
-                if d.rollback_runtime is cls.runtime or d.rollback_runtime == cls.runtime
+                if _same(d.rollback_runtime, cls.runtime)
                 else runtime_json(d.rollback_runtime, mode="json", exclude_none=True)
             )
             rollback["provider"] = (
                 None
-                if d.rollback_provider is cls.provider or d.rollback_provider == cls.provider
+                if _same(d.rollback_provider, cls.provider)
                 else provider_json(d.rollback_provider, mode="json", exclude_none=True)
             )
         entries[d.host_class] = {
@@ -207,6 +206,14 @@ def _entries(
             "run_ids": list(d.run_ids),
         }
     return entries
+
+
+def _same(a: RuntimeSpec | ProviderSpec, b: RuntimeSpec | ProviderSpec) -> bool:
+    """``a == b``, cheaply where it is cheap: the same object (a rollback that carries the
+    class's own settings), else equal field dicts of one type (pydantic's ``__eq__`` starts
+    there too, after type, extra and private checks these frozen, extra-free models pass; a
+    rollback read from the previous manifest is a twin object), else pydantic's own answer."""
+    return a is b or (type(a) is type(b) and a.__dict__ == b.__dict__) or a == b
 
 
 def _evidence_json(evidence: Evidence) -> dict[str, Any]:

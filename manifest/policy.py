@@ -205,10 +205,10 @@ def _parity_reasons(
 ) -> list[Reason]:
     parity = cell.parity
     if parity is None:
-        return [Reason(code="parity_missing", message="no parity result against the baseline")]
+        return [Reason.of(code="parity_missing", message="no parity result against the baseline")]
     if baseline_digest is not None and parity.reference_digest != baseline_digest:
         return [
-            Reason(
+            Reason.of(
                 code="parity_reference_mismatch",
                 message=f"parity was measured against {parity.reference_digest[:19]}, not the "
                 f"baseline {baseline_digest[:19]}",
@@ -219,7 +219,7 @@ def _parity_reasons(
         failures.extend(tolerances.failures(cell.precision, out))
     if failures:
         return [
-            Reason(
+            Reason.of(
                 code="parity_failed",
                 message=f"parity fails the current {cell.precision} tolerance: {'; '.join(failures)}",
             )
@@ -237,7 +237,7 @@ def _one_per_code(reasons: Sequence[Reason]) -> list[Reason]:
         messages = merged.setdefault(reason.code, [])
         if reason.message not in messages:
             messages.append(reason.message)
-    return [Reason(code=code, message="; ".join(messages)) for code, messages in merged.items()]
+    return [Reason.of(code=code, message="; ".join(messages)) for code, messages in merged.items()]
 
 
 class _RollbackState(NamedTuple):
@@ -318,32 +318,36 @@ def _rollback(
     if digest is None:
         return _RollbackState(None, None, runtime, provider, False, None)
 
-    checks: list[tuple[datetime, str, bool, str | None]] = []
+    # The latest current evidence, by (time, run id); on a tie the first seen (runs, then cells).
+    best: tuple[tuple[datetime, str], bool, str | None] | None = None
     for run in key_runs:
-        if run.settings_digest != current:
+        check = run.rollback
+        if check is None or check.artifact_digest != digest or run.settings_digest != current:
             continue
         if run.emulated and not allow_emulated:
             continue
-        check = run.rollback
-        if check is not None and check.artifact_digest == digest:
-            checks.append((_aware(run.finished_at), run.run_id, check.loaded, check.error))
+        stamp = (_aware(run.finished_at), run.run_id)
+        if best is None or stamp > best[0]:
+            best = (stamp, check.loaded, check.error)
     for cell in key_cells:
         if cell.artifact_digest != digest or cell.settings_digest != current:
             continue
         if not allow_emulated and _emulated(cell, runs):
             continue
-        checks.append((_aware(cell.measured_at), cell.run_id, cell.verdict != "error", cell.error))
-    if not checks:
-        reason = Reason(
+        stamp = (_aware(cell.measured_at), cell.run_id)
+        if best is None or stamp > best[0]:
+            best = (stamp, cell.verdict != "error", cell.error)
+    if best is None:
+        reason = Reason.of(
             code="rollback_unchecked",
             message=f"no current run showed that rollback {label} ({digest[:19]}) loads under "
             "this class's runtime",
         )
         return _RollbackState(digest, label, runtime, provider, False, reason)
-    _, run_id, loaded, error = max(checks, key=lambda c: (c[0], c[1]))
+    (_, run_id), loaded, error = best
     if loaded:
         return _RollbackState(digest, label, runtime, provider, True, None)
-    reason = Reason(
+    reason = Reason.of(
         code="rollback_failed",
         message=f"rollback {label} did not load in run {run_id}: {error or 'no detail'}",
     )
@@ -414,7 +418,7 @@ def _candidate_reasons(
     found: list[Reason] = []
     if pick.stale:
         found.append(
-            Reason(
+            Reason.of(
                 code="stale",
                 message=f"its latest cell (run {cell.run_id}) was measured under settings "
                 f"{cell.settings_digest[:19]}; the class's are now different",
@@ -422,14 +426,16 @@ def _candidate_reasons(
         )
     run = runs.get(cell.run_id)
     if run is None:
-        found.append(Reason(code="run_missing", message=f"run {cell.run_id} was not supplied"))
+        found.append(Reason.of(code="run_missing", message=f"run {cell.run_id} was not supplied"))
     if _emulated(cell, runs) and not project.policy.allow_emulated:
         found.append(
-            Reason(code="emulated", message=f"run {cell.run_id} ran on a host that does not match")
+            Reason.of(
+                code="emulated", message=f"run {cell.run_id} ran on a host that does not match"
+            )
         )
     if run is not None and run.host_busy and project.policy.busy_host == "refuse":
         found.append(
-            Reason(
+            Reason.of(
                 code="host_busy",
                 message=f"run {cell.run_id} measured on a host whose load average exceeded its "
                 "cores, and policy.busy_host is 'refuse'",
@@ -438,7 +444,7 @@ def _candidate_reasons(
     if cell.verdict != "pass":
         codes = ", ".join(r.code for r in cell.reasons) or "no reason recorded"
         found.append(
-            Reason(
+            Reason.of(
                 code="verdict_not_pass",
                 message=f"the runner's verdict was {cell.verdict} ({codes})",
             )
@@ -449,7 +455,7 @@ def _candidate_reasons(
     _, gate_reasons = judge(cell, cls, skip=_NO_PARITY)
     for reason in gate_reasons:
         if reason.code == "expected_provider_missing" and cell.placement is None:
-            reason = Reason(code="placement_missing", message=reason.message)
+            reason = Reason.of(code="placement_missing", message=reason.message)
         found.append(reason)
     if rollback.reason is not None:
         found.append(rollback.reason)
@@ -478,14 +484,14 @@ def _passing_candidates(
     added to ``reasons`` and every run looked at to ``looked``."""
     passing: list[Cell] = []
     if not project.artifacts.candidates:
-        reasons.append(Reason(code="no_candidates", message="the project lists no candidate"))
+        reasons.append(Reason.of(code="no_candidates", message="the project lists no candidate"))
     for spec in project.artifacts.candidates:
         digest = digests.get(spec.label)
         pick = _pick(key_cells, digest, current) if digest else None
         if pick is None:
             key_text = "(" + ", ".join(cls.key.as_tuple()) + ")"
             reasons.append(
-                Reason(
+                Reason.of(
                     code="no_candidate_cell",
                     message=f"candidate {spec.label} was never measured on {key_text}",
                 )
@@ -495,7 +501,8 @@ def _passing_candidates(
         failed = _candidate_reasons(pick, cls, project, runs, baseline_digest, rollback, tolerances)
         if failed:
             reasons.extend(
-                Reason(code=r.code, message=f"candidate {spec.label}: {r.message}") for r in failed
+                Reason.of(code=r.code, message=f"candidate {spec.label}: {r.message}")
+                for r in failed
             )
         else:
             passing.append(pick.cell)
@@ -504,13 +511,13 @@ def _passing_candidates(
 
 # The reasons whose message names nothing of the class, made once: a fleet's decisions share
 # them (a Reason is immutable).
-_HOLD_FAILING_BASELINE = Reason(
+_HOLD_FAILING_BASELINE = Reason.of(
     code="hold",
     message="the policy for a class whose baseline fails its gates is 'hold': "
     "hosts keep what they run",
 )
-_HOLD_UNKNOWN = Reason(code="hold", message="the policy for unknown classes is 'hold'")
-_BASELINE_UNKNOWN = Reason(
+_HOLD_UNKNOWN = Reason.of(code="hold", message="the policy for unknown classes is 'hold'")
+_BASELINE_UNKNOWN = Reason.of(
     code="baseline_chosen", message="the policy for unknown classes is 'baseline'"
 )
 _NO_PARITY = frozenset({"parity"})
@@ -599,7 +606,7 @@ def _decide_class(
         )
 
     if not key_cells:
-        reasons.append(Reason(code="no_evidence", message=f"no cell was measured on {key_text}"))
+        reasons.append(Reason.of(code="no_evidence", message=f"no cell was measured on {key_text}"))
         return unknown(f"nothing was measured on {key_text}")
 
     base = _pick(key_cells, baseline_digest, current) if baseline_digest else None
@@ -634,14 +641,14 @@ def _decide_class(
         upper = _upper(chosen)
         reasons.insert(
             0,
-            Reason(
+            Reason.of(
                 code="candidate_passed",
                 message=f"candidate {chosen.artifact_name} passed every gate on {key_text} in run "
                 f"{chosen.run_id}: p99 upper bound {_ms(upper)} <= {_ms(cls.budgets.p99_ms)}",
             ),
         )
         reasons.extend(
-            Reason(
+            Reason.of(
                 code="candidate_not_chosen",
                 message=f"candidate {other.artifact_name} also passed, with p99 upper bound "
                 f"{_ms(_upper(other))} > {_ms(upper)}",
@@ -660,7 +667,7 @@ def _decide_class(
     why = f"no candidate qualified ({', '.join(failed_codes)})" if failed_codes else "no candidate"
     if base is not None and base_usable and base.cell.verdict == "error":
         reasons.append(
-            Reason(
+            Reason.of(
                 code="baseline_failed",
                 message=f"baseline {baseline_label} could not run on {key_text} in run "
                 f"{base.cell.run_id}: {base.cell.error or 'no detail'}",
@@ -680,7 +687,7 @@ def _decide_class(
             else ("only a stale cell" if base.stale else "only emulated cells")
         )
         reasons.append(
-            Reason(
+            Reason.of(
                 code="baseline_unmeasured",
                 message=f"baseline {baseline_label} has {state} on {key_text}",
             )
@@ -693,7 +700,7 @@ def _decide_class(
         # onto a known-failing artifact; holding keeps what they run until a person decides.
         codes = ", ".join(sorted({r.code for r in base_why}))
         reasons.append(
-            Reason(
+            Reason.of(
                 code="baseline_fails_gates",
                 message=f"baseline {baseline_label} fails this class's own gates on {key_text} "
                 f"in run {base.cell.run_id} ({codes})",
@@ -708,7 +715,7 @@ def _decide_class(
             f"too ({codes}).",
         )
     reasons.append(
-        Reason(
+        Reason.of(
             code="baseline_chosen",
             message=f"baseline {baseline_label} ran on {key_text} in run {base.cell.run_id}",
         )

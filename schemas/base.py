@@ -77,12 +77,18 @@ class Document(BaseModel):
         (nested documents as instances). Never for bytes from outside the process: those go
         through ``model_validate``. Tests hold each such construction equal to its validated
         twin (``tests/manifest/test_trusted_decisions.py``)."""
-        model = cls.__new__(cls)
+        model = _new(cls)
         _set(model, "__dict__", fields)
-        _set(model, "__pydantic_fields_set__", set(fields))
-        _set(model, "__pydantic_extra__", None)
-        _set(model, "__pydantic_private__", None)
+        _set_fields_set(model, set(fields))
+        _set_extra(model, None)
+        _set_private(model, None)
         return model
 
 
+_new = object.__new__
 _set = object.__setattr__
+# BaseModel's own slots, set through their descriptors: ``object.__setattr__`` looks each name
+# up first (a third of ``trusted``, made once per decision, evidence and reason of a fleet).
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__

@@ -62,6 +62,14 @@ class Reason(Document):
     )
     message: str = Field(description="One sentence with the evidence.")
 
+    @classmethod
+    def of(cls, code: str, message: str) -> Reason:
+        """A reason the code makes itself (the policy and the gates, several per class of a
+        fleet), built without validation (``Document.trusted``): ``code`` is a literal of the
+        table, which a test checks at every call site, and ``message`` a string made there.
+        Bytes from outside go through ``model_validate``, which refuses an unknown code."""
+        return cls.trusted({"code": code, "message": message})
+
     @field_validator("code")
     @classmethod
     def _known_code(cls, code: str) -> str:

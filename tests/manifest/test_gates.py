@@ -272,3 +272,18 @@ def test_judge_skipping_gates_gives_what_assess_of_the_other_gates_gives() -> No
         verdict, reasons = judge(cell, cls, skip=skip)
         assert reasons == fails + unsure
         assert verdict == ("fail" if fails else "insufficient" if unsure else "pass")
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["CPUExecutionProvider", "CUDAExecutionProvider", "Azure", "x", ""]),
+        st.integers(min_value=0, max_value=10**6),
+    ),
+    st.sampled_from(["CPUExecutionProvider", "CUDAExecutionProvider", "missing"]),
+)
+def test_fallback_counts_every_node_that_ran_off_the_expected_provider(
+    nodes: dict[str, int], expected: str
+) -> None:
+    from schemas.rules import fallback_count
+
+    assert fallback_count(nodes, expected) == sum(n for p, n in nodes.items() if p != expected)
