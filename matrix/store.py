@@ -532,6 +532,8 @@ class Store:
         created: datetime,
         expires: datetime,
         document_json: str,
+        *,
+        encoded: bool = False,
     ) -> None:
         """Reserve a manifest version with its document; versions only go up.
 
@@ -545,6 +547,10 @@ class Store:
             created: When it was created (UTC; naive values are taken as UTC).
             expires: When it expires.
             document_json: The document as published (canonical JSON, signed or not).
+            encoded: ``document_json`` is what ``manifest.envelope``'s encoders made of a
+                document in memory, JSON by construction, so it is not parsed again to check
+                (17 MB for 10,000 classes: 0.2 s of every generation). Text from anywhere else
+                (a file, another process) is parsed first.
 
         Raises:
             ManifestVersionError: ``version`` is < 1 or not greater than the latest stored one.
@@ -554,7 +560,8 @@ class Store:
         if version < 1:
             raise ManifestVersionError(f"manifest version must be 1 or more, found {version}")
         try:
-            json.loads(document_json)
+            if not encoded:
+                json.loads(document_json)
         except json.JSONDecodeError as error:
             raise MatrixError(
                 f"manifest version {version}: document is not valid JSON at line {error.lineno} "

@@ -264,7 +264,9 @@ def draft_manifest(
         canonical = encode_envelope([], encode_canonical(signed))
         # what is drafted must pass a host's checks (it lacks only the signature)
         check_publishable(canonical, signed, None, now=now, source=str(out or "draft"))
-        db.save_manifest(signed["version"], release, now, now + expires_in, canonical.decode())
+        db.save_manifest(
+            signed["version"], release, now, now + expires_in, canonical.decode(), encoded=True
+        )
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
             write_manifest(canonical, out)
@@ -395,7 +397,7 @@ def _sign_and_publish(
     check_publishable(canonical, signed, key, now=now, source=str(out))
     text = canonical.decode()
     if draft_release is not None:
-        db.save_manifest(version, draft_release, now, now + expires_in, text)
+        db.save_manifest(version, draft_release, now, now + expires_in, text, encoded=True)
     else:
         db.publish_draft(version, text, now, now + expires_in)
     out.parent.mkdir(parents=True, exist_ok=True)

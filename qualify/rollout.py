@@ -123,7 +123,9 @@ def _publish(
     signed["expires"] = envelope.format_time(now + expires_in)
     document, canonical = sign_encoded(signed, key)
     load_manifest(canonical, source=str(out))  # what is published must load
-    db.save_manifest(version, str(signed["release"]), now, now + expires_in, canonical.decode())
+    db.save_manifest(
+        version, str(signed["release"]), now, now + expires_in, canonical.decode(), encoded=True
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     write_manifest(canonical, out)
     if per_class_dir is not None:
