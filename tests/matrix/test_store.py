@@ -349,6 +349,21 @@ def test_snapshot_id_depends_only_on_the_runs_present(tmp_path: Path) -> None:
         assert a.snapshot_id() != b.snapshot_id()
 
 
+def test_a_document_the_encoder_made_is_stored_as_given_without_parsing_it_again(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from manifest.envelope import encode_canonical, encode_envelope
+
+    text = encode_envelope([], encode_canonical({"version": 1, "entries": {"c": "é"}})).decode()
+    parsed: list[str] = []
+    monkeypatch.setattr("matrix.store.json.loads", lambda doc: parsed.append(doc))
+    store.save_manifest(1, "r", EPOCH, EPOCH + timedelta(days=1), text, encoded=True)
+    assert parsed == []  # 17 MB for 10,000 classes: the encoder's output is JSON already
+    assert store.manifest(1) == text
+    store.save_manifest(2, "r", EPOCH, EPOCH + timedelta(days=1), text)
+    assert parsed == [text]  # text from anywhere else is parsed first
+
+
 def test_manifests_are_stored_and_versions_only_go_up(store: Store) -> None:
     expires = EPOCH + timedelta(days=30)
     assert store.latest_manifest() is None
