@@ -341,6 +341,106 @@ def test_the_fast_path_keeps_exactly_the_lines_the_model_accepts(
     assert sorted(b.line for b in done.bad) == sorted(set(range(1, len(lines) + 1)) - set(accepted))
 
 
+# Byte-level damage a file can carry that no field mutation writes: control bytes, a byte-order
+# mark, invalid or overlong UTF-8, surrogates, escapes, stray brackets and quotes.
+_BYTES = [
+    b"\r",
+    b"\x00",
+    b"\xef\xbb\xbf",
+    b"\t",
+    b"\\u0000",
+    b"\xff",
+    b"\xc3",
+    b"}",
+    b"{",
+    b",",
+    b'"',
+    b"\\",
+    b"\xe2\x80\xa8",
+    b"\x0b",
+    b"\\ud800",
+    b"\xed\xa0\x80",
+    b"\x7f",
+    b"\xc0\xaf",
+]
+_NUMBERS = [b"1e400", b"-0", b"1E2", b"123456789012345678901234567890", b"NaN", b"Infinity", b"2.0"]
+_WHOLE = [b"[]", b"null", b'"s"', b"{}", b'{"a":1} {"b":2}', b"   ", b"\r", b"\x0c", b"1"]
+
+
+def _damaged(raw: bytes, how: int, where: int, what: int) -> bytes:
+    if how == 0:
+        return raw
+    if how == 1:
+        at = where % (len(raw) + 1)
+        return raw[:at] + _BYTES[what % len(_BYTES)] + raw[at:]
+    if how == 2:
+        return raw[:-1] + b',"host_id":"dup"}'  # a duplicate key
+    if how == 3:
+        return raw.replace(b'"host_id"', b'"host\\u005fid"')  # an escaped key
+    if how == 4:
+        number = _NUMBERS[what % len(_NUMBERS)]
+        return raw.replace(b'"latency_ms": 1.5', b'"latency_ms": ' + number).replace(
+            b'"manifest_version": 2', b'"manifest_version": ' + number
+        )
+    return _WHOLE[what % len(_WHOLE)]
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    damage=st.lists(
+        st.tuples(
+            st.integers(0, len(MUTATIONS) - 1),
+            st.sampled_from([0, 0, 0, 1, 2, 3, 4, 5]),
+            st.integers(0, 10_000),
+            st.integers(0, 100),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    crlf=st.booleans(),
+    bom=st.booleans(),
+    block=st.sampled_from([256, 1024, 1 << 20]),
+)
+def test_the_fast_path_reads_damaged_bytes_exactly_as_the_line_by_line_path(
+    damage: list[tuple[int, int, int, int]],
+    crlf: bool,
+    bom: bool,
+    block: int,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lines = [
+        _damaged(line(**{"host_id": f"h{i}", **MUTATIONS[m]}).encode(), how, where, what)
+        for i, (m, how, where, what) in enumerate(damage)
+    ]
+    data = (b"\xef\xbb\xbf" if bom else b"") + b"".join(
+        raw + (b"\r\n" if crlf else b"\n") for raw in lines
+    )
+    monkeypatch.setattr(mt, "BLOCK_BYTES", block)
+
+    def ingested(slow: bool) -> tuple[Any, ...]:
+        folder = tmp_path_factory.mktemp("slow" if slow else "fast")
+        path = folder / "t.jsonl"
+        path.write_bytes(data)
+        with monkeypatch.context() as patch:
+            if slow:
+                patch.setattr(mt, "_fast", lambda *_: False)
+            with Store.open(folder / "m.duckdb") as db:
+                done = ingest_telemetry(db, [path], now=NOW).files[0]
+                rows = db.connection.execute(
+                    "SELECT * EXCLUDE (file_sha256) FROM telemetry ORDER BY line"
+                ).fetchall()
+        return done.events, sorted((b.line, b.message) for b in done.bad), rows
+
+    fast = ingested(slow=False)
+    assert fast == ingested(slow=True)
+    assert fast[0] + len(fast[1]) <= len(lines)
+
+
 def test_the_profile_groups_events_and_counts_hosts(store: Store, tmp_path: Path) -> None:
     path = write(
         tmp_path / "t.jsonl",
