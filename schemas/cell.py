@@ -65,9 +65,11 @@ class Reason(Document):
     @classmethod
     def of(cls, code: str, message: str) -> Reason:
         """A reason the code makes itself (the policy and the gates, several per class of a
-        fleet), built without validation (``Document.trusted``): ``code`` is a literal of the
-        table, which a test checks at every call site, and ``message`` a string made there.
-        Bytes from outside go through ``model_validate``, which refuses an unknown code."""
+        fleet), built without validation (``Document.trusted``): ``code`` is a code of the
+        table: a literal (a test holds each call site's to the table), a gate's ``<budget>_missing``
+        or ``<budget>_over_budget`` (its row of ``GATES`` lists them) or a validated reason's
+        own code passed on; ``message`` is a string made there. Bytes from outside go through
+        ``model_validate``, which refuses an unknown code."""
         return cls.trusted({"code": code, "message": message})
 
     @field_validator("code")
