@@ -73,6 +73,7 @@ __all__ = [
     "FORMAT",
     "MANIFEST_TYPE",
     "MAX_BYTES",
+    "MAX_MANIFEST_BYTES",
     "MAX_SIGNATURES",
     "MAX_VERSION",
     "POINTER_RE",
@@ -112,7 +113,15 @@ CLASS_TYPE = "qualify-class-manifest"
 """``signed.type`` of a per-class document: one class's entry, signed on its own."""
 
 MAX_BYTES = 64 * 1024 * 1024
-"""Largest document a reader accepts by default (a 100,000-class manifest is ~40 MB)."""
+"""Largest document a host reads by default (``resolve-artifact --max-bytes``): a whole manifest
+of about 37,000 classes at the ~1.8 KB an entry takes (10,000 classes: 17.7 MB). A larger fleet
+serves its hosts per-class documents (``manifest generate --per-class``), each a few KB."""
+
+MAX_MANIFEST_BYTES = 512 * 1024 * 1024
+"""Largest manifest qualify itself publishes and reads back (the previous manifest a generation
+reads from the matrix, a draft, ``manifest show|verify|diff``, the report, the telemetry check):
+about 290,000 classes. Bounded like every input, but above `MAX_BYTES`, so that a fleet past what
+hosts read whole can still generate release after release."""
 
 _PATTERNS = {
     "TIME_RE": r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z",

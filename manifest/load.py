@@ -31,7 +31,8 @@ def load_manifest(raw: bytes | Path, *, source: str | None = None) -> Manifest:
     """Parse and validate a manifest (its signature is not checked here: ``signing.verify``).
 
     Only the canonical layout is read (``envelope.split_envelope``), with the same parser as
-    ``resolve-artifact``.
+    ``resolve-artifact``, and at most ``envelope.MAX_MANIFEST_BYTES`` of it (a path is read no
+    further): qualify reads back what it publishes, whole manifests larger than hosts read.
 
     Args:
         raw: the file's bytes, or its path.
@@ -44,11 +45,13 @@ def load_manifest(raw: bytes | Path, *, source: str | None = None) -> Manifest:
         MalformedError: unreadable, not JSON, or not a manifest (the message names the field).
     """
     if isinstance(raw, Path):
+        from schemas.atomic import read_bounded
+
         source = source or str(raw)
         try:
-            raw = raw.read_bytes()
+            raw = read_bounded(raw, envelope.MAX_MANIFEST_BYTES)  # a larger file: refused below
         except OSError as exc:
-            raise MalformedError(f"{source}: cannot read ({exc.strerror})") from exc
+            raise MalformedError(f"{source}: cannot read ({exc.strerror or exc})") from exc
     source = source or "manifest"
     signatures, signed = _parse(raw, source)
     return _validate(Manifest, {"signed": signed, "signatures": signatures}, source)
@@ -90,8 +93,9 @@ def validate_entry(entry: Any, *, name: str, source: str) -> Any:
 
 
 def _parse(raw: bytes, source: str) -> tuple[list[dict[str, str]], dict[str, Any]]:
-    if len(raw) > envelope.MAX_BYTES:
-        raise MalformedError(f"{source}: larger than the {envelope.MAX_BYTES}-byte limit")
+    limit = envelope.MAX_MANIFEST_BYTES  # qualify's own reading; hosts keep MAX_BYTES
+    if len(raw) > limit:
+        raise MalformedError(f"{source}: larger than the {limit}-byte limit")
     # The layout and the parser every reader uses (resolve-artifact included), so that a file
     # cannot read one way here and another way on a host.
     signatures, signed_bytes = envelope.split_envelope(raw, source)

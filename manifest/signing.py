@@ -178,9 +178,14 @@ def verify(
             "signatures": [...]}`` already in memory (encoded canonically first).
         public_key: the trusted key.
         now: reference time; when given, the type, format and expiry are checked too.
+        source: where the bytes came from, for messages.
+
+    A document is read up to ``envelope.MAX_MANIFEST_BYTES``, the bound of qualify's own
+    reading (``resolve-artifact`` on a host keeps ``envelope.MAX_BYTES`` unless told).
 
     Raises:
-        MalformedError: not an envelope, or ``signed`` is not canonical-JSON content.
+        MalformedError: not an envelope, larger than that bound, or ``signed`` is not
+            canonical-JSON content.
         SignatureError: no signature by this key, or it does not verify.
         ExpiredError: ``now`` is given and the document expired.
     """
@@ -191,7 +196,9 @@ def verify(
             raw = envelope.encode_canonical(dict(doc))
         except CanonicalError as exc:
             raise MalformedError(f"manifest: {exc}") from exc
-    signed = envelope.check_envelope(raw, public_raw(public_key), source=source)
+    signed = envelope.check_envelope(
+        raw, public_raw(public_key), source=source, max_bytes=envelope.MAX_MANIFEST_BYTES
+    )
     if now is not None:
         envelope.check_signed(signed, now=envelope.format_time(now), source=source)
 
@@ -225,10 +232,19 @@ def check_publishable(
         source: where it will be written, for messages.
 
     Raises:
-        MalformedError: not the canonical layout, or a field a host reads is missing or wrong.
+        MalformedError: larger than `envelope.MAX_MANIFEST_BYTES`, not the canonical layout, or
+            a field a host reads is missing or wrong.
         SignatureError: no signature by this key verifies over the signed bytes.
         ExpiredError: already expired at ``now``.
     """
+    if len(raw) > envelope.MAX_MANIFEST_BYTES:
+        # What qualify could not read back (the next generation, show, verify, the report) is
+        # not published.
+        raise MalformedError(
+            f"{source}: {len(raw):,} bytes for {len(signed.get('entries') or ())} classes, over "
+            f"the {envelope.MAX_MANIFEST_BYTES:,}-byte limit of a manifest; nothing was "
+            "published. Split the fleet across projects, one manifest each"
+        )
     signatures, signed_bytes = envelope.split_envelope(raw, source)
     if private_key is not None:
         public = public_raw(private_key.public_key())

@@ -802,6 +802,17 @@ def _echo_published(result: Any, out: Path, per_class_dir: Path | None) -> None:
         )
     if per_class_dir is not None:
         click.echo(f"per-class documents: {per_class_dir}")
+    from manifest import envelope
+
+    size = len(result.canonical)
+    if size > envelope.MAX_BYTES:  # a fleet past ~37,000 classes
+        served = "written above" if per_class_dir is not None else "(--per-class DIR)"
+        click.echo(
+            f"warning: {out} is {size:,} bytes, over the {envelope.MAX_BYTES:,} that "
+            f"resolve-artifact reads by default: serve hosts the per-class documents {served}, "
+            f"or run them with --max-bytes {size}",
+            err=True,
+        )
 
 
 @manifest_group.command("generate")
@@ -954,10 +965,10 @@ def manifest_publish(
 
 def _read_manifest(path: Path) -> bytes:
     """A manifest file's bytes, read bounded (a larger file is refused by the reader)."""
-    from manifest.envelope import MAX_BYTES
+    from manifest import envelope
     from schemas.atomic import read_bounded
 
-    return read_bounded(path, MAX_BYTES)
+    return read_bounded(path, envelope.MAX_MANIFEST_BYTES)
 
 
 @manifest_group.command("verify")

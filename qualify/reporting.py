@@ -56,7 +56,10 @@ def write_qualification_report(
     previous: Manifest | None = None
     status: str | None = None
     if manifest_path is not None:
-        raw = manifest_path.read_bytes()
+        from manifest import envelope
+        from schemas.atomic import read_bounded
+
+        raw = read_bounded(manifest_path, envelope.MAX_MANIFEST_BYTES)  # larger: refused
         current = load_manifest(raw, source=str(manifest_path))
     else:
         latest = db.latest_manifest()

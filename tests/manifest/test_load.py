@@ -52,3 +52,27 @@ def test_an_entry_carried_over_verbatim_is_validated_whole() -> None:
     entry["evidence"]["p99_us"] = "fast"  # a field generation does not read otherwise
     with pytest.raises(MalformedError, match=r"^v1: signed\.entries\.x86-vnni\.evidence\.p99_us"):
         validate_entry(entry, name="x86-vnni", source="v1")
+
+
+def test_a_manifest_larger_than_qualify_reads_is_refused_without_reading_it_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    raw = envelope.encode_canonical(signed_manifest(scenario(), fixed_key()))
+    path = tmp_path / "m.json"
+    path.write_bytes(raw + b" " * (1 << 20))  # 1 MiB of padding past the limit below
+    monkeypatch.setattr(envelope, "MAX_MANIFEST_BYTES", len(raw))
+    read: list[int] = []
+    real = __import__("schemas.atomic", fromlist=["read_bounded"]).read_bounded
+
+    def bounded(p: Path, limit: int) -> bytes:
+        data = real(p, limit)
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr("schemas.atomic.read_bounded", bounded)
+    with pytest.raises(MalformedError, match=rf"larger than the {len(raw)}-byte limit"):
+        load_manifest(path)
+    assert read == [len(raw) + 1]  # one byte past the limit, not the file's 1 MiB
+    with pytest.raises(MalformedError, match="larger than"):
+        load_previous(raw + b" ", source="matrix manifest v1")
+    assert load_manifest(raw).signed.version == 1  # at the limit: read

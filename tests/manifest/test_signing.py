@@ -210,6 +210,25 @@ def test_a_manifest_is_checked_as_a_host_will_on_the_bytes_about_to_be_published
         check_publishable(raw, signed, key, now=CLOCK + timedelta(days=31))
 
 
+def test_a_manifest_larger_than_qualify_reads_back_is_not_published(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    key = fixed_key()
+    signed = signed_manifest(scenario(), key)["signed"]
+    _, raw = sign_encoded(signed, key)
+    monkeypatch.setattr(envelope, "MAX_MANIFEST_BYTES", len(raw))
+    check_publishable(raw, signed, key, now=CLOCK)  # at the limit
+    monkeypatch.setattr(envelope, "MAX_MANIFEST_BYTES", len(raw) - 1)
+    classes = len(signed["entries"])
+    with pytest.raises(MalformedError) as refused:
+        check_publishable(raw, signed, key, now=CLOCK, source="out.json")
+    assert str(refused.value) == (
+        f"out.json: {len(raw):,} bytes for {classes} classes, over the {len(raw) - 1:,}-byte "
+        "limit of a manifest; nothing was published. Split the fleet across projects, one "
+        "manifest each"
+    )
+
+
 def test_an_entry_filed_under_another_class_or_without_a_decision_is_not_published() -> None:
     key = fixed_key()
     signed = copy.deepcopy(signed_manifest(scenario(), key)["signed"])

@@ -281,3 +281,59 @@ def test_a_published_generate_records_the_signed_document_once_and_checks_kept_e
     assert refused.exit_code == 2, refused.output
     assert "signed.entries.here-cpu.evidence.p99_us" in refused.output
     assert not (tmp / "v2.json").exists()
+
+
+def test_a_fleet_past_what_hosts_read_whole_still_publishes_release_after_release(
+    matrix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from manifest import envelope
+
+    tmp = tmp_path / "m"
+    shutil.copytree(matrix, tmp)
+    # As a fleet of ~40,000 classes is: its whole manifest over what hosts read by default.
+    monkeypatch.setattr(envelope, "MAX_BYTES", 2000)
+    key = ["--key", str(tmp / "rel.key")]
+    first = generate(tmp, "v1.json", *key)
+    assert first.exit_code == 0, first.output
+    assert "warning: " in first.output and "per-class documents (--per-class DIR)" in first.output
+    assert "--max-bytes" in first.output
+    second = generate(tmp, "v2.json", *key, "--per-class", str(tmp / "classes"))
+    assert second.exit_code == 0, second.output  # the first read back from the matrix
+    assert "per-class documents written above" in second.output
+    v1 = json.loads((tmp / "v1.json").read_text())["signed"]["version"]
+    assert json.loads((tmp / "v2.json").read_text())["signed"]["version"] == v1 + 1
+    v1_path, v2_path = str(tmp / "v1.json"), str(tmp / "v2.json")
+    for args in (
+        ["manifest", "show", v2_path],
+        ["manifest", "verify", v2_path, "--pubkey", str(tmp / "rel.pub")],
+        ["manifest", "diff", v1_path, v2_path],
+    ):
+        done = invoke(*args)
+        assert done.exit_code == 0, (args, done.output)
+
+
+def test_a_manifest_qualify_could_not_read_back_is_not_published(
+    matrix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from manifest import envelope
+    from matrix.store import Store
+
+    tmp = tmp_path / "m"
+    shutil.copytree(matrix, tmp)
+    with Store.open(tmp / "qualify.duckdb") as store:
+        before = (store.latest_manifest(), store.highest_manifest_version())
+    monkeypatch.setattr(envelope, "MAX_MANIFEST_BYTES", 2000)
+    for publish in (["--key", str(tmp / "rel.key")], []):  # publishing, and a draft
+        refused = generate(tmp, "big.json", *publish)
+        assert refused.exit_code != 0
+        # Refused by the check of what is published, or before, reading back a previous
+        # manifest (other tests of this module publish into the shared matrix): either way
+        # nothing is recorded or written.
+        assert "-byte limit" in refused.output
+        assert not (tmp / "big.json").exists()
+    with Store.open(tmp / "qualify.duckdb") as store:
+        assert (store.latest_manifest(), store.highest_manifest_version()) == before
