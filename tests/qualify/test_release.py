@@ -27,6 +27,16 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp
 
 
+def own_copy(matrix: Path, tmp_path: Path) -> Path:
+    """The module's matrix (project, key, DuckDB file) copied, for a test that publishes into it
+    or breaks it: the others keep theirs."""
+    import shutil
+
+    tmp = tmp_path / "m"
+    shutil.copytree(matrix, tmp)
+    return tmp
+
+
 def generate(tmp: Path, out: str, *extra: str) -> Result:
     """``manifest generate``, published at once when given a key or --unsigned."""
     publish = ["--publish"] if {"--key", "--unsigned"} & set(extra) else []
@@ -217,13 +227,10 @@ def test_report_is_written_for_the_matrix_and_its_manifest(matrix: Path) -> None
 def test_a_generate_that_dies_before_writing_its_file_publishes_nothing(
     matrix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import shutil
-
     import qualify.release as release
     from matrix.store import Store
 
-    tmp = tmp_path / "m"
-    shutil.copytree(matrix, tmp)
+    tmp = own_copy(matrix, tmp_path)
     with Store.open(tmp / "qualify.duckdb") as store:
         before = store.latest_manifest()
         reserved = store.highest_manifest_version() + 1
@@ -250,14 +257,12 @@ def test_a_generate_that_dies_before_writing_its_file_publishes_nothing(
 def test_a_published_generate_records_the_signed_document_once_and_checks_kept_entries(
     matrix: Path, tmp_path: Path
 ) -> None:
-    import shutil
     from datetime import UTC, datetime
 
     from manifest.envelope import encode_canonical
     from matrix.store import Store
 
-    tmp = tmp_path / "m"
-    shutil.copytree(matrix, tmp)
+    tmp = own_copy(matrix, tmp_path)
     key = ["--key", str(tmp / "rel.key")]
     first = generate(tmp, "v1.json", *key)
     assert first.exit_code == 0, first.output
@@ -286,12 +291,9 @@ def test_a_published_generate_records_the_signed_document_once_and_checks_kept_e
 def test_a_fleet_past_what_hosts_read_whole_still_publishes_release_after_release(
     matrix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import shutil
-
     from manifest import envelope
 
-    tmp = tmp_path / "m"
-    shutil.copytree(matrix, tmp)
+    tmp = own_copy(matrix, tmp_path)
     # As a fleet of ~40,000 classes is: its whole manifest over what hosts read by default.
     monkeypatch.setattr(envelope, "MAX_BYTES", 2000)
     key = ["--key", str(tmp / "rel.key")]
@@ -317,13 +319,10 @@ def test_a_fleet_past_what_hosts_read_whole_still_publishes_release_after_releas
 def test_a_manifest_qualify_could_not_read_back_is_not_published(
     matrix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import shutil
-
     from manifest import envelope
     from matrix.store import Store
 
-    tmp = tmp_path / "m"
-    shutil.copytree(matrix, tmp)
+    tmp = own_copy(matrix, tmp_path)
     with Store.open(tmp / "qualify.duckdb") as store:
         before = (store.latest_manifest(), store.highest_manifest_version())
     monkeypatch.setattr(envelope, "MAX_MANIFEST_BYTES", 2000)
