@@ -336,3 +336,21 @@ def test_a_manifest_qualify_could_not_read_back_is_not_published(
         assert not (tmp / "big.json").exists()
     with Store.open(tmp / "qualify.duckdb") as store:
         assert (store.latest_manifest(), store.highest_manifest_version()) == before
+
+
+def test_a_draft_file_larger_than_a_manifest_is_refused_unread(
+    matrix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from manifest import envelope
+
+    tmp = own_copy(matrix, tmp_path)
+    assert generate(tmp, "draft.json").exit_code == 0
+    before = _published_version(tmp)
+    size = (tmp / "draft.json").stat().st_size
+    monkeypatch.setattr(envelope, "MAX_MANIFEST_BYTES", size - 1)
+    key = ["--key", str(tmp / "rel.key"), "--db", str(tmp / "qualify.duckdb")]
+    out = ["--out", str(tmp / "p.json")]
+    refused = invoke("manifest", "publish", str(tmp / "draft.json"), *key, *out)
+    assert refused.exit_code == 2, refused.output
+    assert f"draft.json: larger than the {size - 1}-byte limit of a manifest" in refused.output
+    assert not (tmp / "p.json").exists() and _published_version(tmp) == before
