@@ -802,10 +802,21 @@ def _echo_published(result: Any, out: Path, per_class_dir: Path | None) -> None:
         )
     if per_class_dir is not None:
         click.echo(f"per-class documents: {per_class_dir}")
+    _warn_if_hosts_refuse(len(result.canonical), out, per_class_dir)
+
+
+def _warn_if_hosts_refuse(size: int | None, out: Path, per_class_dir: Path | None) -> None:
+    """Say so on stderr when the whole manifest just published is larger than hosts'
+    ``resolve-artifact`` reads by default (a fleet past ~37,000 classes), and what serves them.
+    ``size`` None: the written file's."""
     from manifest import envelope
 
-    size = len(result.canonical)
-    if size > envelope.MAX_BYTES:  # a fleet past ~37,000 classes
+    if size is None:
+        try:
+            size = out.stat().st_size
+        except OSError:
+            return
+    if size > envelope.MAX_BYTES:
         served = "written above" if per_class_dir is not None else "(--per-class DIR)"
         click.echo(
             f"warning: {out} is {size:,} bytes, over the {envelope.MAX_BYTES:,} that "
@@ -1333,6 +1344,7 @@ def rollout_start(
             **when,
         )
     click.echo(f"{done.summary}; wrote {done.path}")
+    _warn_if_hosts_refuse(None, done.path, per_class_dir)
 
 
 @rollout_group.command("abort")
@@ -1369,6 +1381,7 @@ def rollout_abort(
             **when,
         )
     click.echo(f"{done.summary}; wrote {done.path}")
+    _warn_if_hosts_refuse(None, done.path, per_class_dir)
 
 
 @rollout_group.command("advance")
@@ -1421,6 +1434,7 @@ def rollout_advance(
             click.echo(f"halted: {problem}")
         sys.exit(1)
     click.echo(f"{done.summary}; wrote {done.path}")
+    _warn_if_hosts_refuse(None, done.path, per_class_dir)
 
 
 @rollout_group.command("hold")
@@ -1446,6 +1460,7 @@ def rollout_hold(
             db, host_class, per_class_dir=per_class_dir, key_path=key_path, out=out, why=why, **when
         )
     click.echo(f"{done.summary}; wrote {done.path}")
+    _warn_if_hosts_refuse(None, done.path, per_class_dir)
 
 
 @rollout_group.command("pin")
@@ -1485,6 +1500,7 @@ def rollout_pin(
             **when,
         )
     click.echo(f"{done.summary}; wrote {done.path}")
+    _warn_if_hosts_refuse(None, done.path, per_class_dir)
 
 
 @rollout_group.command("clear")

@@ -355,7 +355,7 @@ def _entry(manifest: Path) -> dict[str, object]:
 
 @pytest.mark.quiet  # its candidate must pass a timed A/B (`_released_then_requalified`)
 def test_a_release_keeps_a_class_in_rollout_held_or_pinned_until_it_is_cleared(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db, common, key = _released_then_requalified(tmp_path)
     manifest = tmp_path / "manifest.json"
@@ -365,10 +365,13 @@ def test_a_release_keeps_a_class_in_rollout_held_or_pinned_until_it_is_cleared(
     assert _entry(manifest).get("rollout") is not None
 
     per_class = ["--per-class", str(tmp_path / "manifest.d")]
-    said = _cli(
-        "rollout", "hold", "here-cpu", "--why", "incident 42", *key, *per_class, "--db", str(db)
-    )
+    with monkeypatch.context() as patch:  # as if the fleet were past what hosts read whole
+        patch.setattr("manifest.envelope.MAX_BYTES", 2000)
+        said = _cli(
+            "rollout", "hold", "here-cpu", "--why", "incident 42", *key, *per_class, "--db", str(db)
+        )
     assert "held (rollout here-cpu-" in said and "stopped at 10%" in said
+    assert "resolve-artifact reads by default: serve hosts the per-class documents written" in said
     held = _entry(manifest)
     assert held["decision"] == "hold" and held.get("rollout") is None
     assert [r["code"] for r in held["reasons"]] == ["held"]  # type: ignore[attr-defined]
