@@ -120,7 +120,7 @@ serves its hosts per-class documents (``manifest generate --per-class``), each a
 MAX_MANIFEST_BYTES = 512 * 1024 * 1024
 """Largest manifest qualify itself publishes and reads back (the previous manifest a generation
 reads from the matrix, a draft, ``manifest show|verify|diff``, the report, the telemetry check):
-about 290,000 classes. Bounded like every input, but above `MAX_BYTES`, so that a fleet past what
+about 300,000 classes. Bounded like every input, but above `MAX_BYTES`, so that a fleet past what
 hosts read whole can still generate release after release."""
 
 _PATTERNS = {
