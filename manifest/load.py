@@ -22,7 +22,13 @@ from manifest import envelope
 from manifest.errors import MalformedError
 from schemas.manifest import Manifest, ManifestEntry, PreviousManifest
 
-__all__ = ["load_manifest", "load_previous", "validate_entry"]
+__all__ = [
+    "load_manifest",
+    "load_previous",
+    "parse_manifest",
+    "read_manifest_file",
+    "validate_entry",
+]
 
 _Model = TypeVar("_Model", bound=BaseModel)
 
@@ -45,16 +51,26 @@ def load_manifest(raw: bytes | Path, *, source: str | None = None) -> Manifest:
         MalformedError: unreadable, not JSON, or not a manifest (the message names the field).
     """
     if isinstance(raw, Path):
-        from schemas.atomic import read_bounded
-
         source = source or str(raw)
         try:
-            raw = read_bounded(raw, envelope.MAX_MANIFEST_BYTES)  # a larger file: refused below
+            raw = read_manifest_file(raw)
         except OSError as exc:
             raise MalformedError(f"{source}: cannot read ({exc.strerror or exc})") from exc
     source = source or "manifest"
-    signatures, signed = _parse(raw, source)
+    signatures, signed = parse_manifest(raw, source=source)
     return _validate(Manifest, {"signed": signed, "signatures": signatures}, source)
+
+
+def read_manifest_file(path: Path) -> bytes:
+    """A manifest file's bytes, at most one past ``envelope.MAX_MANIFEST_BYTES``: a larger file
+    is refused by `parse_manifest` without being read whole.
+
+    Raises:
+        OSError: as ``schemas.atomic.read_bounded`` (a device or a pipe included).
+    """
+    from schemas.atomic import read_bounded
+
+    return read_bounded(path, envelope.MAX_MANIFEST_BYTES)
 
 
 def load_previous(raw: bytes, *, source: str) -> tuple[PreviousManifest, dict[str, Any]]:
@@ -77,7 +93,7 @@ def load_previous(raw: bytes, *, source: str) -> tuple[PreviousManifest, dict[st
         MalformedError: too large, not the canonical layout, not JSON, or a field read is invalid
             (the message names it).
     """
-    signatures, signed = _parse(raw, source)
+    signatures, signed = parse_manifest(raw, source=source)
     return _validate(PreviousManifest, {"signed": signed, "signatures": signatures}, source), signed
 
 
@@ -92,10 +108,17 @@ def validate_entry(entry: Any, *, name: str, source: str) -> Any:
     return entry
 
 
-def _parse(raw: bytes, source: str) -> tuple[list[dict[str, str]], dict[str, Any]]:
+def parse_manifest(raw: bytes, *, source: str) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    """A manifest's signatures and ``signed`` object, not validated (a draft being published is
+    compared with what the matrix recorded instead).
+
+    Raises:
+        MalformedError: larger than ``envelope.MAX_MANIFEST_BYTES``, not the canonical layout,
+            or not JSON.
+    """
     limit = envelope.MAX_MANIFEST_BYTES  # qualify's own reading; hosts keep MAX_BYTES
     if len(raw) > limit:
-        raise MalformedError(f"{source}: larger than the {limit}-byte limit")
+        raise MalformedError(f"{source}: larger than the {limit}-byte limit of a manifest")
     # The layout and the parser every reader uses (resolve-artifact included), so that a file
     # cannot read one way here and another way on a host.
     signatures, signed_bytes = envelope.split_envelope(raw, source)

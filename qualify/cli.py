@@ -802,20 +802,18 @@ def _echo_published(result: Any, out: Path, per_class_dir: Path | None) -> None:
         )
     if per_class_dir is not None:
         click.echo(f"per-class documents: {per_class_dir}")
-    _warn_if_hosts_refuse(len(result.canonical), out, per_class_dir)
+    _warn_if_hosts_refuse(out, per_class_dir)
 
 
-def _warn_if_hosts_refuse(size: int | None, out: Path, per_class_dir: Path | None) -> None:
-    """Say so on stderr when the whole manifest just published is larger than hosts'
-    ``resolve-artifact`` reads by default (a fleet past ~37,000 classes), and what serves them.
-    ``size`` None: the written file's."""
+def _warn_if_hosts_refuse(out: Path, per_class_dir: Path | None) -> None:
+    """Say so on stderr when the whole manifest just written to ``out`` is larger than hosts'
+    ``resolve-artifact`` reads by default (a fleet past ~37,000 classes), and what serves them."""
     from manifest import envelope
 
-    if size is None:
-        try:
-            size = out.stat().st_size
-        except OSError:
-            return
+    try:
+        size = out.stat().st_size
+    except OSError:
+        return
     if size > envelope.MAX_BYTES:
         served = "written above" if per_class_dir is not None else "(--per-class DIR)"
         click.echo(
@@ -974,14 +972,6 @@ def manifest_publish(
     _echo_published(result, out, per_class_dir)
 
 
-def _read_manifest(path: Path) -> bytes:
-    """A manifest file's bytes, read bounded (a larger file is refused by the reader)."""
-    from manifest import envelope
-    from schemas.atomic import read_bounded
-
-    return read_bounded(path, envelope.MAX_MANIFEST_BYTES)
-
-
 @manifest_group.command("verify")
 @click.argument("path", type=click.Path(path_type=Path, dir_okay=False, exists=True))
 @click.option(
@@ -994,10 +984,10 @@ def manifest_verify(path: Path, pubkey: Path) -> None:
     """Check a manifest's signature, format and expiry."""
     from datetime import UTC, datetime
 
-    from manifest.load import load_manifest
+    from manifest.load import load_manifest, read_manifest_file
     from manifest.signing import load_public_key, verify
 
-    raw = _read_manifest(path)
+    raw = read_manifest_file(path)
     verify(raw, load_public_key(pubkey), now=datetime.now(UTC), source=str(path))
     manifest = load_manifest(raw, source=str(path))
     click.echo(
@@ -1012,10 +1002,10 @@ def manifest_verify(path: Path, pubkey: Path) -> None:
 def manifest_diff(old: Path, new: Path) -> None:
     """Say which host class changes from what to what between two manifests, and why."""
     from manifest.diff import diff_manifests, render_changes
-    from manifest.load import load_manifest
+    from manifest.load import load_manifest, read_manifest_file
 
-    a = load_manifest(_read_manifest(old), source=str(old))
-    b = load_manifest(_read_manifest(new), source=str(new))
+    a = load_manifest(read_manifest_file(old), source=str(old))
+    b = load_manifest(read_manifest_file(new), source=str(new))
     click.echo(render_changes(diff_manifests(a, b), a, b))
 
 
@@ -1027,10 +1017,10 @@ def manifest_diff(old: Path, new: Path) -> None:
 )
 def manifest_show(path: Path) -> None:
     """Print a manifest for people: per class, the decision, the artifact and why."""
-    from manifest.load import load_manifest
+    from manifest.load import load_manifest, read_manifest_file
     from manifest.show import render_manifest
 
-    click.echo(render_manifest(load_manifest(_read_manifest(path), source=str(path))))
+    click.echo(render_manifest(load_manifest(read_manifest_file(path), source=str(path))))
 
 
 @cli.command("report")
@@ -1344,7 +1334,7 @@ def rollout_start(
             **when,
         )
     click.echo(f"{done.summary}; wrote {done.path}")
-    _warn_if_hosts_refuse(None, done.path, per_class_dir)
+    _warn_if_hosts_refuse(done.path, per_class_dir)
 
 
 @rollout_group.command("abort")
@@ -1381,7 +1371,7 @@ def rollout_abort(
             **when,
         )
     click.echo(f"{done.summary}; wrote {done.path}")
-    _warn_if_hosts_refuse(None, done.path, per_class_dir)
+    _warn_if_hosts_refuse(done.path, per_class_dir)
 
 
 @rollout_group.command("advance")
@@ -1434,7 +1424,7 @@ def rollout_advance(
             click.echo(f"halted: {problem}")
         sys.exit(1)
     click.echo(f"{done.summary}; wrote {done.path}")
-    _warn_if_hosts_refuse(None, done.path, per_class_dir)
+    _warn_if_hosts_refuse(done.path, per_class_dir)
 
 
 @rollout_group.command("hold")
@@ -1460,7 +1450,7 @@ def rollout_hold(
             db, host_class, per_class_dir=per_class_dir, key_path=key_path, out=out, why=why, **when
         )
     click.echo(f"{done.summary}; wrote {done.path}")
-    _warn_if_hosts_refuse(None, done.path, per_class_dir)
+    _warn_if_hosts_refuse(done.path, per_class_dir)
 
 
 @rollout_group.command("pin")
@@ -1500,7 +1490,7 @@ def rollout_pin(
             **when,
         )
     click.echo(f"{done.summary}; wrote {done.path}")
-    _warn_if_hosts_refuse(None, done.path, per_class_dir)
+    _warn_if_hosts_refuse(done.path, per_class_dir)
 
 
 @rollout_group.command("clear")

@@ -303,17 +303,9 @@ def read_draft(db: Store, draft_path: Path | None) -> tuple[int, dict[str, Any]]
                 "than a published one): run qualify manifest generate first"
             )
         return latest[0], json.loads(latest[1])["signed"]
-    from manifest import envelope
-    from schemas.atomic import read_bounded
+    from manifest.load import parse_manifest, read_manifest_file
 
-    raw = read_bounded(draft_path, envelope.MAX_MANIFEST_BYTES)
-    if len(raw) > envelope.MAX_MANIFEST_BYTES:
-        raise QualifyError(
-            f"{draft_path}: larger than the {envelope.MAX_MANIFEST_BYTES}-byte limit of a "
-            "manifest; publish drafts generated from this matrix (qualify manifest generate)"
-        )
-    _, body = envelope.split_envelope(raw, source=str(draft_path))
-    signed = envelope.parse_signed(body, source=str(draft_path))
+    _, signed = parse_manifest(read_manifest_file(draft_path), source=str(draft_path))
     version = signed.get("version")
     recorded = db.manifest(version) if isinstance(version, int) else None
     if recorded is None or not isinstance(version, int):

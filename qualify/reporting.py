@@ -56,10 +56,9 @@ def write_qualification_report(
     previous: Manifest | None = None
     status: str | None = None
     if manifest_path is not None:
-        from manifest import envelope
-        from schemas.atomic import read_bounded
+        from manifest.load import read_manifest_file
 
-        raw = read_bounded(manifest_path, envelope.MAX_MANIFEST_BYTES)  # larger: refused
+        raw = read_manifest_file(manifest_path)
         current = load_manifest(raw, source=str(manifest_path))
     else:
         latest = db.latest_manifest()
