@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from json.encoder import encode_basestring as _q
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from manifest import envelope
 from manifest._batch import paused_gc
-from manifest.errors import BuildError
+from manifest.encoded import EncodedEntries, EntryText
+from manifest.envelope import canonical_text
+from manifest.errors import BuildError, CanonicalError
 from manifest.signing import key_id, sign_document, sign_encoded
 from schemas.atomic import remove_leftovers, temp_prefix, write_atomic
 from schemas.manifest import ArtifactRef, ClassDecision, Evidence, Manifest, PreviousManifest
-from schemas.project import MatchRules, Project, ProviderSpec, RuntimeSpec
+from schemas.project import HostClass, MatchRules, Project, ProviderSpec, RuntimeSpec
 
 __all__ = [
     "build_manifest",
@@ -101,6 +104,7 @@ def build_manifest(
     snapshot: str,
     artifacts: Mapping[str, ArtifactRef],
     previous: Manifest | PreviousManifest | None = None,
+    encoded: bool = False,
 ) -> dict[str, Any]:
     """The ``signed`` part of a manifest.
 
@@ -114,6 +118,9 @@ def build_manifest(
         snapshot: the matrix snapshot the decisions were read from.
         artifacts: digest -> where hosts fetch it.
         previous: the previous manifest (version check, locations of old rollback artifacts).
+        encoded: hold ``entries`` as an `EncodedEntries`, each entry's canonical text as it was
+            written (what generating a release signs, writes and splits without encoding the
+            entries again), rather than as parsed JSON objects.
 
     Returns:
         The ``signed`` mapping: canonical-JSON content with no floats, ready for
@@ -137,7 +144,8 @@ def build_manifest(
         raise BuildError(f"expires: {expires_s} must be after created {created_s}")
 
     with paused_gc():
-        entries = _entries(project, decisions, artifacts, previous)
+        written = _entries(project, decisions, artifacts, previous)
+        entries = written if encoded else {name: written[name] for name in written}
     return {
         "type": envelope.MANIFEST_TYPE,
         "format": envelope.FORMAT,
@@ -157,55 +165,95 @@ def _entries(
     decisions: Sequence[ClassDecision],
     artifacts: Mapping[str, ArtifactRef],
     previous: Manifest | PreviousManifest | None,
-) -> dict[str, Any]:
-    entries: dict[str, Any] = {}
-    known = _Locations(previous)
-    # The serializers themselves: ``model_dump`` less its wrapper, once per part of each class.
-    match_json = MatchRules.__pydantic_serializer__.to_python
-    runtime_json = RuntimeSpec.__pydantic_serializer__.to_python
-    provider_json = ProviderSpec.__pydantic_serializer__.to_python
+) -> EncodedEntries:
+    """Every decision's entry as its canonical text, in the decisions' order."""
+    items: dict[str, EntryText] = {}
+    write = _EntryWriter(artifacts, _Locations(previous))
     for d in decisions:
         cls = project.host_classes.get(d.host_class)
         if cls is None:
             raise BuildError(
                 f"decision for class '{d.host_class}', which the project file does not define"
             )
-        if d.host_class in entries:
+        if d.host_class in items:
             raise BuildError(f"two decisions for class '{d.host_class}'")
+        items[d.host_class] = EntryText(write.entry(d, cls), d.host_class, d.decision)
+    return EncodedEntries(items)
+
+
+class _EntryWriter:
+    """Each class's entry as canonical JSON text, written straight from its decision: the one
+    place that lays an entry out.
+
+    Building a dict per class and encoding it (a walk for floats, then ``json.dumps`` with
+    sorted keys) cost twice what writing the text does: here the members are written in sorted
+    order, strings escaped by ``json.dumps``'s own escaper and integers checked to be integers,
+    so the text is what ``envelope.encode_canonical`` makes of that dict
+    (``tests/manifest/test_build.py`` holds every entry of its fleets equal to the generic
+    encoding of the decision's ``model_dump``). Artifacts and runtime and provider settings,
+    which classes share, are encoded once each."""
+
+    def __init__(self, artifacts: Mapping[str, ArtifactRef], previous: _Locations) -> None:
+        self._artifacts = artifacts
+        self._previous = previous
+        self._located: dict[str, tuple[str, str]] = {}
+        self._specs: dict[tuple[type, bytes], str] = {}
+
+    def _artifact(self, digest: str, host_class: str, role: str) -> tuple[str, str]:
+        """An artifact object's members before ``proven_to_load``, and its ``uri`` member."""
+        found = self._located.get(digest)
+        if found is None:
+            where = _artifact(digest, self._artifacts, self._previous, host_class, role)
+            uri = where.pop("uri")
+            found = self._located[digest] = (
+                canonical_text(where)[1:-1],
+                canonical_text({"uri": uri})[1:-1],
+            )
+        return found
+
+    def _spec(self, spec: RuntimeSpec | ProviderSpec) -> str:
+        """``model_dump(mode="json", exclude_none=True)``'s canonical text, once per distinct
+        settings (their serialised JSON is the key)."""
+        serializer = type(spec).__pydantic_serializer__
+        key = (type(spec), serializer.to_json(spec))
+        text = self._specs.get(key)
+        if text is None:
+            text = self._specs[key] = canonical_text(
+                serializer.to_python(spec, mode="json", exclude_none=True)
+            )
+        return text
+
+    def entry(self, d: ClassDecision, cls: HostClass) -> str:
+        """The entry of ``d``'s class (``cls``: its settings in the project file now)."""
         key = cls.key
-        rollback = None
+        artifact = "null"
+        if d.artifact_digest is not None:
+            head, uri = self._artifact(d.artifact_digest, d.host_class, d.decision)
+            artifact = f"{{{head},{uri}}}"
+        rollback = "null"
         if d.rollback_digest is not None:
-            rollback = _artifact(d.rollback_digest, artifacts, known, d.host_class, "rollback")
-            rollback["proven_to_load"] = d.rollback_proven
+            head, uri = self._artifact(d.rollback_digest, d.host_class, "rollback")
             # null: the same requirements as the entry's (most classes; keeps entries small)
-            rollback["runtime"] = (
-                None
-                if _same(d.rollback_runtime, cls.runtime)
-                else runtime_json(d.rollback_runtime, mode="json", exclude_none=True)
+            same_runtime = _same(d.rollback_runtime, cls.runtime)
+            same_provider = _same(d.rollback_provider, cls.provider)
+            rollback = (
+                f'{{{head},"proven_to_load":{_bool(d.rollback_proven)},"provider":'
+                f"{'null' if same_provider else self._spec(d.rollback_provider)},"
+                f'"runtime":{"null" if same_runtime else self._spec(d.rollback_runtime)},{uri}}}'
             )
-            rollback["provider"] = (
-                None
-                if _same(d.rollback_provider, cls.provider)
-                else provider_json(d.rollback_provider, mode="json", exclude_none=True)
-            )
-        entries[d.host_class] = {
-            "host_class": d.host_class,
-            # key and reasons are plain strings: their model_dump, without the serializer
-            "key": {"hardware": key.hardware, "runtime": key.runtime, "provider": key.provider},
-            "match": match_json(cls.match, mode="json", exclude_defaults=True),
-            "decision": d.decision,
-            "artifact": None
-            if d.artifact_digest is None
-            else _artifact(d.artifact_digest, artifacts, known, d.host_class, d.decision),
-            "runtime": runtime_json(cls.runtime, mode="json", exclude_none=True),
-            "provider": provider_json(cls.provider, mode="json", exclude_none=True),
-            "rollback": rollback,
-            "evidence": None if d.evidence is None else _evidence_json(d.evidence),
-            "reasons": [{"code": r.code, "message": r.message} for r in d.reasons],
-            "summary": d.summary,
-            "run_ids": list(d.run_ids),
-        }
-    return entries
+        evidence = "null" if d.evidence is None else _evidence_text(d.evidence)
+        reasons = ",".join(
+            [f'{{"code":{_q(r.code)},"message":{_q(r.message)}}}' for r in d.reasons]
+        )
+        match = canonical_text(_match_json(cls.match, mode="json", exclude_defaults=True))
+        return (
+            f'{{"artifact":{artifact},"decision":{_q(d.decision)},"evidence":{evidence},'
+            f'"host_class":{_q(d.host_class)},"key":{{"hardware":{_q(key.hardware)},'
+            f'"provider":{_q(key.provider)},"runtime":{_q(key.runtime)}}},"match":{match},'
+            f'"provider":{self._spec(cls.provider)},"reasons":[{reasons}],'
+            f'"rollback":{rollback},"run_ids":[{",".join(map(_q, d.run_ids))}],'
+            f'"runtime":{self._spec(cls.runtime)},"summary":{_q(d.summary)}}}'
+        )
 
 
 def _same(a: RuntimeSpec | ProviderSpec, b: RuntimeSpec | ProviderSpec) -> bool:
@@ -216,19 +264,63 @@ def _same(a: RuntimeSpec | ProviderSpec, b: RuntimeSpec | ProviderSpec) -> bool:
     return a is b or (type(a) is type(b) and a.__dict__ == b.__dict__) or a == b
 
 
-def _evidence_json(evidence: Evidence) -> dict[str, Any]:
-    """``evidence.model_dump(mode="json")``, from its fields: every field of an `Evidence` is
-    already a JSON value (strings, integers, booleans, null, a list of strings) but ``parity``,
-    whose models hold JSON values too, so the dump is a copy (a test holds them equal)."""
-    found = dict(evidence.__dict__)
-    found["isa_mismatch"] = list(evidence.isa_mismatch)
-    parity = evidence.parity
-    if parity is not None:
-        found["parity"] = {
-            **parity.__dict__,
-            "outputs": {name: dict(out.__dict__) for name, out in parity.outputs.items()},
-        }
-    return found
+_match_json = MatchRules.__pydantic_serializer__.to_python
+"""``MatchRules.model_dump`` less its wrapper."""
+
+
+def _evidence_text(e: Evidence) -> str:
+    """``encode_canonical(e.model_dump(mode="json"))``, decoded, from the fields: every field
+    of an `Evidence` is a JSON value already (its ratios are strings); written in sorted
+    order."""
+    parity = e.parity
+    if parity is None:
+        parity_text = "null"
+    else:
+        outputs = ",".join(
+            [
+                f'{_q(name)}:{{"cosine_min":{_str(o.cosine_min)},"max_abs":{_str(o.max_abs)},'
+                f'"passed":{_bool(o.passed)},"top1_agreement":{_str(o.top1_agreement)}}}'
+                for name, o in sorted(parity.outputs.items())
+            ]
+        )
+        parity_text = (
+            f'{{"outputs":{{{outputs}}},"passed":{_bool(parity.passed)},'
+            f'"samples":{_int(parity.samples)}}}'
+        )
+    return (
+        f'{{"artifact_digest":{_q(e.artifact_digest)},"artifact_name":{_q(e.artifact_name)},'
+        f'"batch_size":{_int(e.batch_size)},"cold_init_us":{_int(e.cold_init_us)},'
+        f'"concurrency":{_int(e.concurrency)},"emulated":{_bool(e.emulated)},'
+        f'"fallback_nodes":{_int(e.fallback_nodes)},'
+        f'"isa_mismatch":[{",".join(map(_q, e.isa_mismatch))}],'
+        f'"measured_at":{_q(e.measured_at)},"p99_budget_us":{_int(e.p99_budget_us)},'
+        f'"p99_upper_us":{_int(e.p99_upper_us)},"p99_us":{_int(e.p99_us)},'
+        f'"parity":{parity_text},"peak_rss_kb":{_int(e.peak_rss_kb)},"role":{_q(e.role)},'
+        f'"run_id":{_q(e.run_id)},"samples":{_int(e.samples)},"verdict":{_q(e.verdict)}}}'
+    )
+
+
+def _int(value: int | None) -> str:
+    """An integer's JSON, or null; anything else (a float above all) is refused."""
+    if value is None:
+        return "null"
+    if type(value) is not int:
+        raise CanonicalError(
+            f"{value!r} is not an integer; canonical JSON here holds integers and strings only"
+        )
+    return int.__repr__(value)
+
+
+def _str(value: str | None) -> str:
+    return "null" if value is None else _q(value)
+
+
+def _bool(value: bool) -> str:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    raise CanonicalError(f"{value!r} is not a boolean")
 
 
 def _signed_part(doc: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -253,15 +345,18 @@ def per_class_documents(signed: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         k: signed[k] for k in ("release", "version", "created", "expires", "model", "snapshot")
     }
     common["policy"] = signed["policy"]
+    entries = signed["entries"]
+    # An entry still held as its canonical text is not parsed to be encoded again.
+    entry_of = entries.encoded if isinstance(entries, EncodedEntries) else entries.__getitem__
     return {
         name: {
             **common,
             "type": envelope.CLASS_TYPE,
             "format": envelope.FORMAT,
             "host_class": name,
-            "entry": entry,
+            "entry": entry_of(name),
         }
-        for name, entry in signed["entries"].items()
+        for name in entries
     }
 
 

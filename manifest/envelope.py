@@ -78,8 +78,11 @@ __all__ = [
     "MAX_VERSION",
     "POINTER_RE",
     "TIME_RE",
+    "Encoded",
     "LightNamedTuple",
+    "RawJSON",
     "Verified",
+    "canonical_text",
     "check_envelope",
     "check_signed",
     "class_filename",
@@ -270,8 +273,35 @@ def seconds_of(text: str) -> int:
     return days * 86400 + hour * 3600 + minute * 60 + second
 
 
-def _has_float(value: Any) -> bool:
-    """Whether a float or a non-string key hides anywhere in ``value`` (fast: no paths)."""
+class Encoded:
+    """A JSON value whose canonical text is made already: ``encode_canonical`` puts that text
+    where the value stands instead of encoding the value again. A manifest's entries are one
+    (``manifest.encoded.EncodedEntries``): the builder writes each entry's canonical text once,
+    straight from the policy's decisions, and signing, writing and splitting per class reuse it.
+    The text must be canonical JSON of one value (``encode_canonical``'s output, decoded)."""
+
+    __slots__ = ()
+
+    def canonical_text(self) -> str:
+        """The value's canonical JSON text."""
+        raise NotImplementedError
+
+
+class RawJSON(Encoded):
+    """Canonical JSON text, held as it is (see `Encoded`)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def canonical_text(self) -> str:
+        return self.text
+
+
+def _unusual(value: Any) -> bool:
+    """Whether a float, a non-string key or an `Encoded` value hides anywhere in ``value``
+    (fast: no paths; `_spliced` encodes such a value, or names the float)."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -285,7 +315,7 @@ def _has_float(value: Any) -> bool:
             stack.extend(item.values())
         elif kind is list or kind is tuple or isinstance(item, list | tuple):
             stack.extend(item)
-        elif isinstance(item, float):
+        elif isinstance(item, float | Encoded):
             return True
     return False
 
@@ -293,33 +323,43 @@ def _has_float(value: Any) -> bool:
 _PLAIN = frozenset({str, int, bool, type(None)})
 
 
-def _float_path(value: Any, path: str) -> CanonicalError | None:
-    """The error naming the first float or non-string key (slow: only after _has_float)."""
+def _spliced(value: Any, path: str) -> str:
+    """``value``'s canonical text, member by member: `Encoded` values as their text, the rest
+    as ``json.dumps`` writes it (the same sorted keys, separators and escapes). Slow for a large
+    plain value: only for those `_unusual` finds (a float is refused here, by its path)."""
+    import json
+    from json.encoder import encode_basestring
+
+    if isinstance(value, Encoded):
+        return value.canonical_text()
     if isinstance(value, float):
-        return CanonicalError(
+        raise CanonicalError(
             f"{path}: {value!r} is a float; canonical JSON here holds integers and strings only "
             "(render durations as integer microseconds, ratios as strings)"
         )
     if isinstance(value, dict):
-        for key, item in value.items():
+        for key in value:
             if not isinstance(key, str):
-                return CanonicalError(f"{path}: key {key!r} is not a string")
-            found = _float_path(item, f"{path}.{key}")
-            if found is not None:
-                return found
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            found = _float_path(item, f"{path}[{i}]")
-            if found is not None:
-                return found
-    return None
+                raise CanonicalError(f"{path}: key {key!r} is not a string")
+        members = (
+            f"{encode_basestring(key)}:{_spliced(value[key], f'{path}.{key}')}"
+            for key in sorted(value)
+        )
+        return "{" + ",".join(members) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_spliced(v, f"{path}[{i}]") for i, v in enumerate(value)) + "]"
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise CanonicalError(f"{path}: not a JSON value: {exc}") from exc
 
 
 def encode_canonical(value: Any) -> bytes:
     """The canonical bytes of a JSON value.
 
     Args:
-        value: dicts with string keys, lists, strings, integers, booleans and ``None``.
+        value: dicts with string keys, lists, strings, integers, booleans and ``None``; and
+            `Encoded` values, whose text is used as it is.
 
     Returns:
         UTF-8 bytes: sorted keys, ``,``/``:`` separators, no whitespace, non-ASCII kept as is.
@@ -327,20 +367,33 @@ def encode_canonical(value: Any) -> bytes:
     Raises:
         CanonicalError: the value holds a float or a non-string key (the message gives its path).
     """
-    import json
+    return canonical_text(value).encode("utf-8")
 
+
+def canonical_text(value: Any, path: str = "$") -> str:
+    """`encode_canonical` before its UTF-8 encoding (for a text to splice into a larger one);
+    ``path`` names ``value`` in messages."""
+    import gc
+
+    if not gc.isenabled():  # a batch that paused it already (entries of a fleet, one by one)
+        return _text(value, path)
     from manifest._batch import paused_gc
 
     # Encoding makes no cycles; a collection triggered mid-way would walk every live object of
     # the caller (the whole matrix when generating a manifest): up to 0.5 s for 10,000 classes.
     with paused_gc():
-        if _has_float(value):
-            raise _float_path(value, "$") or CanonicalError("$: holds a float or a non-string key")
-        try:
-            text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        except (TypeError, ValueError) as exc:
-            raise CanonicalError(f"$: not a JSON value: {exc}") from exc
-        return text.encode("utf-8")
+        return _text(value, path)
+
+
+def _text(value: Any, path: str) -> str:
+    import json
+
+    if _unusual(value):
+        return _spliced(value, path)
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise CanonicalError(f"{path}: not a JSON value: {exc}") from exc
 
 
 def encode_envelope(signatures: list[dict[str, str]], signed_bytes: bytes) -> bytes:

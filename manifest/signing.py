@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from manifest import envelope
+from manifest.encoded import EncodedEntries
 from manifest.errors import CanonicalError, KeyFileError, MalformedError, SignatureError
 from schemas.atomic import write_atomic
 
@@ -258,15 +259,28 @@ def check_publishable(
                 f"{source}: the signature by key {trusted[:16]} does not verify over the bytes "
                 "to be published; nothing was published"
             )
-    envelope.check_signed(signed, now=envelope.format_time(now), source=source)
+    entries: Any = signed.get("entries")
+    # The host's checks of the document's fields; the entries are checked one by one below
+    # (without parsing those still held as their canonical text).
+    envelope.check_signed(
+        {**signed, "entries": {}} if isinstance(entries, EncodedEntries) else signed,
+        now=envelope.format_time(now),
+        source=source,
+    )
     if signed.get("type") != envelope.MANIFEST_TYPE:
         raise MalformedError(f"{source}: signed.type is {signed.get('type')!r}, not a manifest")
-    for name, entry in signed["entries"].items():
-        if (
-            not isinstance(entry, dict)
-            or entry.get("host_class") != name
-            or entry.get("decision") not in _DECISIONS
-        ):
+    heads = (
+        entries.heads()
+        if isinstance(entries, EncodedEntries)
+        else (
+            (name, e.get("host_class"), e.get("decision"))
+            if isinstance(e, dict)
+            else (name, None, None)
+            for name, e in entries.items()
+        )
+    )
+    for name, host_class, decision in heads:
+        if host_class != name or decision not in _DECISIONS:
             raise MalformedError(
                 f"{source}: signed.entries.{name}: not the entry of class {name!r} with a "
                 "decision; nothing was published"

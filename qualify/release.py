@@ -202,19 +202,16 @@ def _decide_and_build(
         snapshot=db.snapshot_id(),
         artifacts=refs,
         previous=previous,
+        encoded=True,
     )
     kept = _kept_classes(db, previous)
     if kept:
         # Carried over verbatim from the matrix, so validated whole first.
         entries = published["entries"]
-        signed["entries"] = {
-            **signed["entries"],
-            **{
-                name: validate_entry(entries[name], name=name, source=source)
-                for name in kept
-                if name in signed["entries"]
-            },
-        }
+        mine = signed["entries"]
+        for name in kept:
+            if name in mine:
+                mine[name] = validate_entry(entries[name], name=name, source=source)
     return signed, decisions, kept
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from manifest import envelope
 from manifest.build import (
-    _evidence_json,
+    _evidence_text,
     build_manifest,
     next_version,
     per_class_documents,
@@ -183,4 +183,4 @@ def test_an_entrys_evidence_is_the_evidence_models_json_dump() -> None:
     assert sum(d.evidence is not None and d.evidence.parity is not None for d in decisions) >= 1
     for d in decisions:
         if d.evidence is not None:
-            assert _evidence_json(d.evidence) == d.evidence.model_dump(mode="json")
+            assert json.loads(_evidence_text(d.evidence)) == d.evidence.model_dump(mode="json")
