@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from json.encoder import encode_basestring as _q
 from pathlib import Path
@@ -95,7 +95,7 @@ def _artifact(
 
 def build_manifest(
     project: Project,
-    decisions: Sequence[ClassDecision],
+    decisions: Iterable[ClassDecision],
     *,
     release: str,
     version: int,
@@ -110,7 +110,8 @@ def build_manifest(
 
     Args:
         project: the project file (match rules, runtime and provider requirements per class).
-        decisions: ``manifest.policy.decide``'s output, one per class.
+        decisions: ``manifest.policy.decide``'s output, one per class; or
+            ``decide_each``'s, each entry then written as soon as its class is decided.
         release: release name.
         version: this manifest's version; must be above ``previous``'s.
         created: when it is generated (aware datetime; seconds kept).
@@ -162,7 +163,7 @@ def build_manifest(
 
 def _entries(
     project: Project,
-    decisions: Sequence[ClassDecision],
+    decisions: Iterable[ClassDecision],
     artifacts: Mapping[str, ArtifactRef],
     previous: Manifest | PreviousManifest | None,
 ) -> EncodedEntries:
@@ -197,7 +198,7 @@ class _EntryWriter:
         self._artifacts = artifacts
         self._previous = previous
         self._located: dict[str, tuple[str, str]] = {}
-        self._specs: dict[tuple[type, bytes], str] = {}
+        self._specs: dict[tuple[type, bytes], str] = {}  # settings -> their text
 
     def _artifact(self, digest: str, host_class: str, role: str) -> tuple[str, str]:
         """An artifact object's members before ``proven_to_load``, and its ``uri`` member."""
@@ -211,16 +212,22 @@ class _EntryWriter:
             )
         return found
 
-    def _spec(self, spec: RuntimeSpec | ProviderSpec) -> str:
-        """``model_dump(mode="json", exclude_none=True)``'s canonical text, once per distinct
-        settings (their serialised JSON is the key)."""
+    def _spec(self, spec: MatchRules | RuntimeSpec | ProviderSpec) -> str:
+        """The canonical text of the settings' dump as an entry holds it (match rules less
+        their defaults, runtime and provider less their nulls), once per distinct settings:
+        classes share them (those of one hardware share its match rules, of one runtime build
+        its runtime), and a serialiser's JSON of the whole model is a cheaper key than the dump
+        is to encode."""
         serializer = type(spec).__pydantic_serializer__
         key = (type(spec), serializer.to_json(spec))
         text = self._specs.get(key)
         if text is None:
-            text = self._specs[key] = canonical_text(
-                serializer.to_python(spec, mode="json", exclude_none=True)
+            dump = (
+                serializer.to_python(spec, mode="json", exclude_defaults=True)
+                if type(spec) is MatchRules
+                else serializer.to_python(spec, mode="json", exclude_none=True)
             )
+            text = self._specs[key] = canonical_text(dump)
         return text
 
     def entry(self, d: ClassDecision, cls: HostClass) -> str:
@@ -245,11 +252,11 @@ class _EntryWriter:
         reasons = ",".join(
             [f'{{"code":{_q(r.code)},"message":{_q(r.message)}}}' for r in d.reasons]
         )
-        match = canonical_text(_match_json(cls.match, mode="json", exclude_defaults=True))
         return (
             f'{{"artifact":{artifact},"decision":{_q(d.decision)},"evidence":{evidence},'
             f'"host_class":{_q(d.host_class)},"key":{{"hardware":{_q(key.hardware)},'
-            f'"provider":{_q(key.provider)},"runtime":{_q(key.runtime)}}},"match":{match},'
+            f'"provider":{_q(key.provider)},"runtime":{_q(key.runtime)}}},'
+            f'"match":{self._spec(cls.match)},'
             f'"provider":{self._spec(cls.provider)},"reasons":[{reasons}],'
             f'"rollback":{rollback},"run_ids":[{",".join(map(_q, d.run_ids))}],'
             f'"runtime":{self._spec(cls.runtime)},"summary":{_q(d.summary)}}}'
@@ -262,10 +269,6 @@ def _same(a: RuntimeSpec | ProviderSpec, b: RuntimeSpec | ProviderSpec) -> bool:
     there too, after type, extra and private checks these frozen, extra-free models pass; a
     rollback read from the previous manifest is a twin object), else pydantic's own answer."""
     return a is b or (type(a) is type(b) and a.__dict__ == b.__dict__) or a == b
-
-
-_match_json = MatchRules.__pydantic_serializer__.to_python
-"""``MatchRules.model_dump`` less its wrapper."""
 
 
 def _evidence_text(e: Evidence) -> str:

@@ -36,7 +36,7 @@ current evidence on the key (a run's rollback check, or a cell of that digest) s
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -66,7 +66,7 @@ from schemas.project import (
 )
 from schemas.rules import fallback_count, resolve_tolerance, tolerance_failures
 
-__all__ = ["RollbackTarget", "artifact_digests", "decide", "rollback_target"]
+__all__ = ["RollbackTarget", "artifact_digests", "decide", "decide_each", "rollback_target"]
 
 _Key = tuple[str, str, str]
 _key_of: Callable[[HostClassKey], _Key] = attrgetter("hardware", "runtime", "provider")
@@ -730,7 +730,7 @@ def _decide_class(
 
 def decide(
     project: Project,
-    cells: Sequence[Cell],
+    cells: Sequence[Cell] | Mapping[_Key, Sequence[Cell]],
     runs: Mapping[str, RunRecord],
     *,
     previous: Manifest | PreviousManifest | None = None,
@@ -743,7 +743,9 @@ def decide(
         project: the project file; its classes, budgets, tolerances and policy are the current
             ones every cell is judged against.
         cells: cells from the matrix (the latest per key and digest, or more); cells of keys no
-            class of the project has are ignored.
+            class of the project has are ignored. Or those cells grouped by their key's
+            (hardware, runtime, provider), as ``Store.decision_cells_by_key`` reads them: each
+            group's cells must be on that key.
         runs: run records by run id (emulation and the rollback check).
         previous: the previous manifest, for each class's rollback artifact.
         current_settings: class name -> settings digest to treat as current, overriding
@@ -757,46 +759,81 @@ def decide(
     Raises:
         PolicyError: a class must get the baseline but the baseline's digest is unknown.
     """
+    return list(
+        decide_each(
+            project,
+            cells,
+            runs,
+            previous=previous,
+            current_settings=current_settings,
+            digests=digests,
+        )
+    )
+
+
+def decide_each(
+    project: Project,
+    cells: Sequence[Cell] | Mapping[_Key, Sequence[Cell]],
+    runs: Mapping[str, RunRecord],
+    *,
+    previous: Manifest | PreviousManifest | None = None,
+    current_settings: Mapping[str, str] | None = None,
+    digests: Mapping[str, str] | None = None,
+) -> Iterator[ClassDecision]:
+    """`decide`, one class at a time: each decision is made when the next is asked for, so a
+    consumer that writes a class's entry at once (``manifest.build``, generating a release)
+    finds the class's cells, settings and decision still in the processor's caches (deciding
+    all 10,000 classes of a fleet first, then writing them all, read each from memory twice).
+    The same arguments, decisions and errors as `decide`.
+    """
     labels = {project.artifacts.baseline.label, *(c.label for c in project.artifacts.candidates)}
     given = dict(digests or {})
-    known = given if labels <= set(given) else {**artifact_digests(project, cells), **given}
+    if labels <= set(given):
+        known = given
+    else:
+        every = [c for g in cells.values() for c in g] if isinstance(cells, Mapping) else cells
+        known = {**artifact_digests(project, every), **given}
     overrides = current_settings or {}
     with paused_gc():  # the grouping too: its lists are as many as the cells and runs
-        by_key: dict[_Key, list[Cell]] = {}
-        for cell in cells:
-            by_key.setdefault(_key_of(cell.key), []).append(cell)
+        by_key: Mapping[_Key, Sequence[Cell]]
+        if isinstance(cells, Mapping):
+            by_key = cells
+        else:
+            grouping: dict[_Key, list[Cell]] = {}
+            for cell in cells:
+                grouping.setdefault(_key_of(cell.key), []).append(cell)
+            by_key = grouping
         runs_by_key: dict[_Key, list[RunRecord]] = {}
         for run in runs.values():
             runs_by_key.setdefault(_key_of(run.key), []).append(run)
-        return _decide_all(project, by_key, runs_by_key, runs, known, previous, overrides)
+        yield from _decide_all(project, by_key, runs_by_key, runs, known, previous, overrides)
 
 
 def _decide_all(
     project: Project,
-    by_key: Mapping[_Key, list[Cell]],
+    by_key: Mapping[_Key, Sequence[Cell]],
     runs_by_key: Mapping[_Key, list[RunRecord]],
     runs: Mapping[str, RunRecord],
     known: Mapping[str, str],
     previous: Manifest | PreviousManifest | None,
     overrides: Mapping[str, str],
-) -> list[ClassDecision]:
+) -> Iterator[ClassDecision]:
     tolerances = _Tolerances(project)
     settings = _SettingsDigests()
-    return [
-        _decide_class(
+    for name, cls in project.host_classes.items():
+        key = _key_of(cls.key)
+        yield _decide_class(
             name,
             cls,
             project,
-            by_key.get(key := _key_of(cls.key), []),
-            runs_by_key.get(key, []),
+            by_key.get(key, ()),
+            runs_by_key.get(key, ()),
             runs,
             known,
             previous,
             overrides.get(name) or settings.of(cls),
             tolerances,
         )
-        for name, cls in project.host_classes.items()
-    ]
 
 
 class _SettingsDigests:

@@ -258,6 +258,8 @@ _DECISION_CELLS = (
 )
 """The newest cell of each (key, digest, settings, emulated) group: the cells
 `Store.decision_cells` reads (a ``SELECT`` list goes before it)."""
+_CELL_ORDER = "ORDER BY c.measured_at, c.run_id, c.role, c.artifact_name, c.artifact_digest"
+"""How `Store.decision_cells` orders them."""
 
 
 class Store:
@@ -638,11 +640,29 @@ class Store:
         """
         from schemas.cell import Cell
 
-        rows = self._conn.execute(
-            f"SELECT c.cell {_DECISION_CELLS} "
-            "ORDER BY c.measured_at, c.run_id, c.role, c.artifact_name, c.artifact_digest"
-        ).fetchall()
+        rows = self._conn.execute(f"SELECT c.cell {_DECISION_CELLS} {_CELL_ORDER}").fetchall()
         return [Cell.model_validate_json(row[0]) for row in rows]
+
+    def decision_cells_by_key(self) -> dict[tuple[str, str, str], list[Cell]]:
+        """`decision_cells`, grouped by (hardware, runtime, provider), the key its row was
+        stored under (``write_run`` takes it from the cell's own key): what
+        ``manifest.policy.decide`` takes instead of grouping a fleet's cells itself, a pass
+        that touched every cell again once a matrix's cells were read (a tenth of deciding
+        10,000 classes).
+
+        Returns:
+            key -> its cells, each group ordered as `decision_cells` orders them.
+        """
+        from schemas.cell import Cell
+
+        rows = self._conn.execute(
+            f"SELECT c.hardware, c.runtime, c.provider, c.cell {_DECISION_CELLS} {_CELL_ORDER}"
+        ).fetchall()
+        grouped: dict[tuple[str, str, str], list[Cell]] = {}
+        validate = Cell.model_validate_json
+        for hardware, runtime, provider, text in rows:
+            grouped.setdefault((hardware, runtime, provider), []).append(validate(text))
+        return grouped
 
     def decision_runs(self) -> list[RunRecord]:
         """The runs a release decision on `decision_cells` reads: those cells' runs, and per

@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -25,7 +25,7 @@ from manifest._batch import paused_gc
 from manifest.build import build_manifest, next_version, write_manifest, write_per_class
 from manifest.envelope import encode_canonical, encode_envelope, format_time
 from manifest.load import load_manifest, load_previous, validate_entry
-from manifest.policy import decide
+from manifest.policy import decide, decide_each
 from manifest.signing import check_publishable, load_private_key, sign_encoded
 from matrix.store import Store
 from qualify.artifacts import ArtifactStore, digest_file
@@ -189,12 +189,13 @@ def _decide_and_build(
     digests, refs = artifact_refs(loaded, store, artifact_base_uri)
     # What the policy needs of the matrix, not its whole history (`Store.decision_cells`).
     runs = {r.run_id: r for r in db.decision_runs()}
-    decisions = decide(
-        loaded.project, db.decision_cells(), runs, previous=previous, digests=digests
+    decisions: list[ClassDecision] = []
+    each = decide_each(
+        loaded.project, db.decision_cells_by_key(), runs, previous=previous, digests=digests
     )
     signed = build_manifest(
         loaded.project,
-        decisions,
+        _kept_in(decisions, each),  # each class's entry written as soon as it is decided
         release=release,
         version=max(next_version(previous), db.highest_manifest_version() + 1),
         created=now,
@@ -213,6 +214,15 @@ def _decide_and_build(
             if name in mine:
                 mine[name] = validate_entry(entries[name], name=name, source=source)
     return signed, decisions, kept
+
+
+def _kept_in(
+    into: list[ClassDecision], decisions: Iterator[ClassDecision]
+) -> Iterator[ClassDecision]:
+    """``decisions``, each also appended to ``into`` as it passes."""
+    for decision in decisions:
+        into.append(decision)
+        yield decision
 
 
 def _read_previous(db: Store) -> tuple[PreviousManifest | None, dict[str, Any], str]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from hypothesis import given, settings
 
+from manifest.errors import PolicyError
 from manifest.policy import decide
 from matrix.samples import empty_samples
 from matrix.store import Store
@@ -64,6 +65,32 @@ def test_deciding_on_the_decision_cells_equals_deciding_on_every_cell(spec: dict
     assert decide(fleet.project, chosen, needed, digests=digests) == decide(
         fleet.project, every, runs, digests=digests
     )
+
+
+@settings(max_examples=30, deadline=None)
+@given(fleet_strategy)
+def test_the_decision_cells_grouped_by_key_decide_as_the_cells_do(spec: dict[str, Any]) -> None:
+    fleet = build_fleet(spec)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "m.duckdb"
+        _, chosen, _, needed = _read_back(fleet, path)
+        with Store.open(path, read_only=True) as db:
+            grouped = db.decision_cells_by_key()
+    # each group is that key's decision cells, in decision_cells' order
+    expected: dict[tuple[str, str, str], list[Cell]] = {}
+    for cell in chosen:
+        expected.setdefault(cell.key.as_tuple(), []).append(cell)
+    assert grouped == expected
+    for digests in (_digests(fleet), None):  # labels from the cells themselves too
+        assert _outcome(fleet, grouped, needed, digests) == _outcome(fleet, chosen, needed, digests)
+
+
+def _outcome(fleet: Fleet, cells: Any, runs: dict[str, RunRecord], digests: Any) -> Any:
+    """The decisions, or the refusal when a class needs a baseline whose digest is unknown."""
+    try:
+        return decide(fleet.project, cells, runs, digests=digests)
+    except PolicyError as exc:
+        return str(exc)
 
 
 def test_a_class_requalified_again_and_again_is_decided_on_its_latest_cells(
