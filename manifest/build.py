@@ -167,7 +167,7 @@ def _entries(
     artifacts: Mapping[str, ArtifactRef],
     previous: Manifest | PreviousManifest | None,
 ) -> EncodedEntries:
-    """Every decision's entry as its canonical text, in the decisions' order."""
+    """Every decision's entry as its canonical bytes, in the decisions' order."""
     items: dict[str, EntryText] = {}
     write = _EntryWriter(artifacts, _Locations(previous))
     for d in decisions:
@@ -178,7 +178,7 @@ def _entries(
             )
         if d.host_class in items:
             raise BuildError(f"two decisions for class '{d.host_class}'")
-        items[d.host_class] = EntryText(write.entry(d, cls), d.host_class, d.decision)
+        items[d.host_class] = EntryText((write.entry(d, cls).encode(), d.host_class, d.decision))
     return EncodedEntries(items)
 
 

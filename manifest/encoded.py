@@ -1,8 +1,8 @@
-"""A manifest's entries held as their canonical JSON text.
+"""A manifest's entries held as their canonical JSON bytes.
 
 Owns `EncodedEntries`: what ``manifest.build`` returns as a manifest's ``entries``, each entry's
-canonical text written once from the policy's decisions. Encoding (``envelope.encode_canonical``)
-splices those texts instead of building a dict per class and encoding it again; everyone else
+canonical bytes written once from the policy's decisions. Encoding (``envelope.encode_canonical``)
+splices those bytes instead of building a dict per class and encoding it again; everyone else
 reads the entries as the JSON objects they are (parsed on first read, then kept, so a change made
 to one is what gets encoded). Does not own the entry's layout (``manifest.build``) nor the
 canonical form (``manifest.envelope``).
@@ -15,22 +15,30 @@ from collections.abc import Iterator, MutableMapping
 from json.encoder import encode_basestring as quote
 from typing import Any
 
-from manifest.envelope import Encoded, RawJSON, canonical_text
+from manifest.envelope import Encoded, RawJSON, canonical_parts
 from manifest.errors import CanonicalError
 
 __all__ = ["EncodedEntries", "EntryText"]
 
 
-class EntryText:
-    """One entry's canonical text, with the two fields a publisher checks before anything is
-    published (``signing.check_publishable``) read without parsing it."""
+class EntryText(tuple[bytes, str, str]):
+    """One entry's canonical bytes, with the two fields a publisher checks before anything is
+    published (``signing.check_publishable``) read without parsing them:
+    ``EntryText((data, host_class, decision))`` (a tuple: made once per class of a fleet)."""
 
-    __slots__ = ("decision", "host_class", "text")
+    __slots__ = ()
 
-    def __init__(self, text: str, host_class: str, decision: str) -> None:
-        self.text = text
-        self.host_class = host_class
-        self.decision = decision
+    @property
+    def data(self) -> bytes:
+        return self[0]
+
+    @property
+    def host_class(self) -> str:
+        return self[1]
+
+    @property
+    def decision(self) -> str:
+        return self[2]
 
 
 class EncodedEntries(Encoded, MutableMapping[str, Any]):
@@ -48,7 +56,7 @@ class EncodedEntries(Encoded, MutableMapping[str, Any]):
     def __getitem__(self, name: str) -> Any:
         item = self._items[name]
         if type(item) is EntryText:
-            item = self._items[name] = json.loads(item.text)
+            item = self._items[name] = json.loads(item[0])
         return item
 
     def __setitem__(self, name: str, entry: Any) -> None:
@@ -71,10 +79,10 @@ class EncodedEntries(Encoded, MutableMapping[str, Any]):
 
     def heads(self) -> Iterator[tuple[str, Any, Any]]:
         """``(name, entry's host_class, entry's decision)`` per entry, without parsing the ones
-        still held as text (a publisher checks these of every entry)."""
+        still held as bytes (a publisher checks these of every entry)."""
         for name, item in self._items.items():
             if type(item) is EntryText:
-                yield name, item.host_class, item.decision
+                yield name, item[1], item[2]
             elif isinstance(item, dict):
                 yield name, item.get("host_class"), item.get("decision")
             else:
@@ -82,23 +90,23 @@ class EncodedEntries(Encoded, MutableMapping[str, Any]):
 
     def encoded(self, name: str) -> Any:
         """The entry of ``name`` as ``encode_canonical`` takes it without encoding again what
-        is still text (a per-class document holds one entry)."""
+        is still bytes (a per-class document holds one entry)."""
         item = self._items[name]
-        return RawJSON(item.text) if type(item) is EntryText else item
+        return RawJSON(item[0]) if type(item) is EntryText else item
 
-    def canonical_text(self) -> str:
+    def canonical_parts(self) -> list[bytes]:
         items = self._items
         for name in items:
             if type(name) is not str:
                 raise CanonicalError(f"$.entries: key {name!r} is not a string")
-        members = []
+        parts = [b"{"]
         for name in sorted(items):
             item = items[name]
-            text = (
-                item.text
-                if type(item) is EntryText
-                # an entry that was read (and may have been changed since) or set
-                else canonical_text(item, f"$.entries.{name}")
-            )
-            members.append(f"{quote(name)}:{text}")
-        return "{" + ",".join(members) + "}"
+            parts += (quote(name).encode("utf-8"), b":")
+            if type(item) is EntryText:
+                parts.append(item[0])
+            else:  # an entry that was read (and may have been changed since) or set
+                parts += canonical_parts(item, f"$.entries.{name}")
+            parts.append(b",")
+        parts[-1] = b"}" if len(parts) > 1 else b"{}"
+        return parts

@@ -82,6 +82,7 @@ __all__ = [
     "LightNamedTuple",
     "RawJSON",
     "Verified",
+    "canonical_parts",
     "canonical_text",
     "check_envelope",
     "check_signed",
@@ -274,34 +275,35 @@ def seconds_of(text: str) -> int:
 
 
 class Encoded:
-    """A JSON value whose canonical text is made already: ``encode_canonical`` puts that text
-    where the value stands instead of encoding the value again. A manifest's entries are one
-    (``manifest.encoded.EncodedEntries``): the builder writes each entry's canonical text once,
-    straight from the policy's decisions, and signing, writing and splitting per class reuse it.
-    The text must be canonical JSON of one value (``encode_canonical``'s output, decoded)."""
+    """A JSON value whose canonical bytes are made already: ``encode_canonical`` puts them where
+    the value stands instead of encoding the value again. A manifest's entries are one
+    (``manifest.encoded.EncodedEntries``): the builder writes each entry's canonical bytes once,
+    straight from the policy's decisions, and signing, writing and splitting per class reuse
+    them. The bytes must be the canonical JSON of one value, as ``encode_canonical`` makes it."""
 
     __slots__ = ()
 
-    def canonical_text(self) -> str:
-        """The value's canonical JSON text."""
+    def canonical_parts(self) -> list[bytes]:
+        """The value's canonical bytes, in pieces to be joined (a manifest's entries are as large
+        as the manifest: joined once, with the rest of the document, not first on their own)."""
         raise NotImplementedError
 
 
 class RawJSON(Encoded):
-    """Canonical JSON text, held as it is (see `Encoded`)."""
+    """Canonical JSON bytes, held as they are (see `Encoded`)."""
 
-    __slots__ = ("text",)
+    __slots__ = ("data",)
 
-    def __init__(self, text: str) -> None:
-        self.text = text
+    def __init__(self, data: bytes) -> None:
+        self.data = data
 
-    def canonical_text(self) -> str:
-        return self.text
+    def canonical_parts(self) -> list[bytes]:
+        return [self.data]
 
 
 def _unusual(value: Any) -> bool:
     """Whether a float, a non-string key or an `Encoded` value hides anywhere in ``value``
-    (fast: no paths; `_spliced` encodes such a value, or names the float)."""
+    (fast: no paths; `_collect` encodes such a value, or names the float)."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -323,35 +325,51 @@ def _unusual(value: Any) -> bool:
 _PLAIN = frozenset({str, int, bool, type(None)})
 
 
-def _spliced(value: Any, path: str) -> str:
-    """``value``'s canonical text, member by member: `Encoded` values as their text, the rest
-    as ``json.dumps`` writes it (the same sorted keys, separators and escapes). Slow for a large
-    plain value: only for those `_unusual` finds (a float is refused here, by its path)."""
+def canonical_parts(value: Any, path: str = "$") -> list[bytes]:
+    """``encode_canonical(value)`` in pieces, member by member: `Encoded` values as their bytes,
+    the rest as ``json.dumps`` writes it (the same sorted keys, separators and escapes). Slow for
+    a large plain value: for those holding an `Encoded` one (a float is refused, by its path).
+
+    Raises:
+        CanonicalError: a float or a non-string key (the message gives its path).
+    """
+    parts: list[bytes] = []
+    _collect(value, path, parts)
+    return parts
+
+
+def _collect(value: Any, path: str, parts: list[bytes]) -> None:
     import json
     from json.encoder import encode_basestring
 
     if isinstance(value, Encoded):
-        return value.canonical_text()
-    if isinstance(value, float):
+        parts += value.canonical_parts()
+    elif isinstance(value, float):
         raise CanonicalError(
             f"{path}: {value!r} is a float; canonical JSON here holds integers and strings only "
             "(render durations as integer microseconds, ratios as strings)"
         )
-    if isinstance(value, dict):
+    elif isinstance(value, dict):
         for key in value:
             if not isinstance(key, str):
                 raise CanonicalError(f"{path}: key {key!r} is not a string")
-        members = (
-            f"{encode_basestring(key)}:{_spliced(value[key], f'{path}.{key}')}"
-            for key in sorted(value)
-        )
-        return "{" + ",".join(members) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(_spliced(v, f"{path}[{i}]") for i, v in enumerate(value)) + "]"
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
-        raise CanonicalError(f"{path}: not a JSON value: {exc}") from exc
+        parts.append(b"{")
+        for key in sorted(value):
+            parts += (encode_basestring(key).encode("utf-8"), b":")
+            _collect(value[key], f"{path}.{key}", parts)
+            parts.append(b",")
+        parts[-1] = b"}" if parts[-1] == b"," else b"{}"
+    elif isinstance(value, list | tuple):
+        parts.append(b"[")
+        for i, item in enumerate(value):
+            _collect(item, f"{path}[{i}]", parts)
+            parts.append(b",")
+        parts[-1] = b"]" if parts[-1] == b"," else b"[]"
+    else:
+        try:
+            parts.append(json.dumps(value, ensure_ascii=False).encode("utf-8"))
+        except (TypeError, ValueError) as exc:
+            raise CanonicalError(f"{path}: not a JSON value: {exc}") from exc
 
 
 def encode_canonical(value: Any) -> bytes:
@@ -359,7 +377,7 @@ def encode_canonical(value: Any) -> bytes:
 
     Args:
         value: dicts with string keys, lists, strings, integers, booleans and ``None``; and
-            `Encoded` values, whose text is used as it is.
+            `Encoded` values, whose bytes are used as they are.
 
     Returns:
         UTF-8 bytes: sorted keys, ``,``/``:`` separators, no whitespace, non-ASCII kept as is.
@@ -367,33 +385,53 @@ def encode_canonical(value: Any) -> bytes:
     Raises:
         CanonicalError: the value holds a float or a non-string key (the message gives its path).
     """
-    return canonical_text(value).encode("utf-8")
+    with _batch():
+        if _unusual(value):
+            return b"".join(canonical_parts(value))
+        return _dumps(value, "$").encode("utf-8")
 
 
 def canonical_text(value: Any, path: str = "$") -> str:
-    """`encode_canonical` before its UTF-8 encoding (for a text to splice into a larger one);
-    ``path`` names ``value`` in messages."""
-    import gc
-
-    if not gc.isenabled():  # a batch that paused it already (entries of a fleet, one by one)
-        return _text(value, path)
-    from manifest._batch import paused_gc
-
-    # Encoding makes no cycles; a collection triggered mid-way would walk every live object of
-    # the caller (the whole matrix when generating a manifest): up to 0.5 s for 10,000 classes.
-    with paused_gc():
-        return _text(value, path)
+    """`encode_canonical` as text (for a text to splice into a larger one); ``path`` names
+    ``value`` in messages."""
+    with _batch():
+        if _unusual(value):
+            return b"".join(canonical_parts(value, path)).decode("utf-8")
+        return _dumps(value, path)
 
 
-def _text(value: Any, path: str) -> str:
+def _dumps(value: Any, path: str) -> str:
     import json
 
-    if _unusual(value):
-        return _spliced(value, path)
     try:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise CanonicalError(f"{path}: not a JSON value: {exc}") from exc
+
+
+class _NoPause:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_PAUSE = _NoPause()
+
+
+def _batch() -> Any:
+    """``paused_gc()``, unless a batch paused the collector already (a fleet's entries, one by
+    one): encoding makes no cycles, and a collection triggered mid-way would walk every live
+    object of the caller (the whole matrix when generating a manifest, up to 0.5 s for 10,000
+    classes)."""
+    import gc
+
+    if not gc.isenabled():
+        return _NO_PAUSE
+    from manifest._batch import paused_gc
+
+    return paused_gc()
 
 
 def encode_envelope(signatures: list[dict[str, str]], signed_bytes: bytes) -> bytes:

@@ -638,20 +638,20 @@ def _decide_class(
     if passing:
         passing.sort(key=lambda c: (_upper(c), c.artifact_name, c.artifact_digest))
         chosen = passing[0]
-        upper = _upper(chosen)
+        upper, budget = _ms(_upper(chosen)), _ms(cls.budgets.p99_ms)
         reasons.insert(
             0,
             Reason.of(
                 code="candidate_passed",
                 message=f"candidate {chosen.artifact_name} passed every gate on {key_text} in run "
-                f"{chosen.run_id}: p99 upper bound {_ms(upper)} <= {_ms(cls.budgets.p99_ms)}",
+                f"{chosen.run_id}: p99 upper bound {upper} <= {budget}",
             ),
         )
         reasons.extend(
             Reason.of(
                 code="candidate_not_chosen",
                 message=f"candidate {other.artifact_name} also passed, with p99 upper bound "
-                f"{_ms(_upper(other))} > {_ms(upper)}",
+                f"{_ms(_upper(other))} > {upper}",
             )
             for other in passing[1:]
         )
@@ -660,7 +660,7 @@ def _decide_class(
             (chosen.artifact_digest, chosen.artifact_name),
             _evidence(chosen, cls, _emulated(chosen, runs)),
             f"{name} gets candidate {chosen.artifact_name}: it passed every gate on {key_text} in "
-            f"run {chosen.run_id} (p99 upper bound {_ms(upper)}, budget {_ms(cls.budgets.p99_ms)}).",
+            f"run {chosen.run_id} (p99 upper bound {upper}, budget {budget}).",
         )
 
     failed_codes = sorted({r.code for r in reasons if r.code not in ("no_candidates",)})

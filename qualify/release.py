@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -32,7 +32,7 @@ from qualify.artifacts import ArtifactStore, digest_file
 from qualify.coverage import CoverageItem, ReleaseGate, coverage, release_gate
 from qualify.errors import QualifyError
 from qualify.project import LoadedProject
-from schemas.manifest import ArtifactRef, ClassDecision, Manifest, PreviousManifest
+from schemas.manifest import ArtifactRef, Manifest, PreviousManifest
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -93,7 +93,6 @@ class GeneratedManifest:
     document: dict[str, Any]
     canonical: bytes
     """The bytes written (and recorded)."""
-    decisions: list[ClassDecision]
     path: Path
     per_class_dir: Path | None
     signed: bool
@@ -152,7 +151,6 @@ class Draft:
 
     version: int
     signed: dict[str, Any]
-    decisions: list[ClassDecision]
     kept: dict[str, str]
     """Classes whose published entry was carried over unchanged, and why (a rollout in progress,
     a hold or a pin): a draft never undoes what a person is steering by hand."""
@@ -181,21 +179,22 @@ def _decide_and_build(
     expires_in: timedelta,
     artifact_base_uri: str | None,
     store_dir: Path | None,
-) -> tuple[dict[str, Any], list[ClassDecision], dict[str, str]]:
-    """The ``signed`` part a draft records, the decisions and the kept classes; nothing is
-    recorded or written."""
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The ``signed`` part a draft records and the kept classes; nothing is recorded or
+    written. Each class's entry is written as soon as it is decided, and its decision is not
+    kept: the entry holds all of it, and a fleet's decisions kept until the end were as many
+    objects again to hold and free."""
     previous, published, source = _read_previous(db)
     store = ArtifactStore(store_dir or Path(db.path).resolve().parent / "artifacts")
     digests, refs = artifact_refs(loaded, store, artifact_base_uri)
     # What the policy needs of the matrix, not its whole history (`Store.decision_cells`).
     runs = {r.run_id: r for r in db.decision_runs()}
-    decisions: list[ClassDecision] = []
-    each = decide_each(
+    decisions = decide_each(
         loaded.project, db.decision_cells_by_key(), runs, previous=previous, digests=digests
     )
     signed = build_manifest(
         loaded.project,
-        _kept_in(decisions, each),  # each class's entry written as soon as it is decided
+        decisions,
         release=release,
         version=max(next_version(previous), db.highest_manifest_version() + 1),
         created=now,
@@ -213,16 +212,7 @@ def _decide_and_build(
         for name in kept:
             if name in mine:
                 mine[name] = validate_entry(entries[name], name=name, source=source)
-    return signed, decisions, kept
-
-
-def _kept_in(
-    into: list[ClassDecision], decisions: Iterator[ClassDecision]
-) -> Iterator[ClassDecision]:
-    """``decisions``, each also appended to ``into`` as it passes."""
-    for decision in decisions:
-        into.append(decision)
-        yield decision
+    return signed, kept
 
 
 def _read_previous(db: Store) -> tuple[PreviousManifest | None, dict[str, Any], str]:
@@ -259,7 +249,7 @@ def draft_manifest(
     """
     # No cycles are made here; a collection mid-way would walk every cell of the matrix.
     with paused_gc():
-        signed, decisions, kept = _decide_and_build(
+        signed, kept = _decide_and_build(
             loaded,
             db,
             release=release,
@@ -277,7 +267,7 @@ def draft_manifest(
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
             write_manifest(canonical, out)
-    return Draft(signed["version"], signed, decisions, kept, out)
+    return Draft(signed["version"], signed, kept, out)
 
 
 def previous_document(db: Store) -> str:
@@ -413,7 +403,6 @@ def _sign_and_publish(
     return GeneratedManifest(
         document=document,
         canonical=canonical,
-        decisions=[],
         path=out,
         per_class_dir=per_class_dir,
         signed=key is not None,
@@ -462,7 +451,7 @@ def generate_manifest(
     # automatic collections walked them all, again and again, for nothing (a third of the
     # time at 10,000 classes). Reference counting still frees everything.
     with paused_gc():
-        signed, decisions, kept = _decide_and_build(
+        signed, kept = _decide_and_build(
             loaded,
             db,
             release=release,
@@ -485,7 +474,7 @@ def generate_manifest(
             per_class_dir=per_class_dir,
             draft_release=release,
         )
-    return dataclasses.replace(published, decisions=decisions, kept=kept)
+    return dataclasses.replace(published, kept=kept)
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ def test_a_float_set_into_encoded_entries_is_refused_by_its_path() -> None:
 
 
 def test_a_non_string_class_name_is_refused() -> None:
-    entries = EncodedEntries({"a": EntryText("{}", "a", "hold")})
+    entries = EncodedEntries({"a": EntryText((b"{}", "a", "hold"))})
     entries[2] = {}  # type: ignore[index]
     with pytest.raises(CanonicalError, match=r"\$\.entries: key 2 is not a string"):
         envelope.encode_canonical({"entries": entries})
@@ -85,7 +85,7 @@ def test_publishing_checks_every_entry_held_as_text_without_parsing_it() -> None
     check_publishable(sign_encoded(signed, key)[1], signed, key, now=CLOCK)
     assert all(type(item) is EntryText for item in entries._items.values())  # none parsed
     name = next(iter(entries))
-    entries._items[name] = EntryText(entries._items[name].text, name, "maybe")
+    entries._items[name] = EntryText((entries._items[name].data, name, "maybe"))
     with pytest.raises(MalformedError, match=f"signed.entries.{name}: not the entry"):
         check_publishable(sign_encoded(signed, key)[1], signed, key, now=CLOCK)
     entries[name] = {"host_class": "someone-else", "decision": "hold"}
@@ -187,8 +187,8 @@ def test_an_entry_with_hostile_reasons_and_summary_is_the_generic_encoding(
         encoded=True,
     )
     for d in decisions:
-        expected = envelope.canonical_text(generic_entry(fleet.project, d, refs))
-        assert signed["entries"].encoded(d.host_class).canonical_text() == expected
+        expected = envelope.encode_canonical(generic_entry(fleet.project, d, refs))
+        assert b"".join(signed["entries"].encoded(d.host_class).canonical_parts()) == expected
         assert signed["entries"][d.host_class] == json.loads(expected)
 
 
@@ -196,3 +196,15 @@ def test_an_entry_with_hostile_reasons_and_summary_is_the_generic_encoding(
 def test_an_evidence_number_that_is_not_an_integer_is_refused(value: Any) -> None:
     with pytest.raises(CanonicalError, match="not an integer"):
         _int(value)
+
+
+def test_encoded_values_splice_anywhere_as_their_plain_twins_encode() -> None:
+    value = {
+        "z": {},
+        "a": envelope.RawJSON(b'{"x":1}'),
+        "l": [1, {"k": envelope.RawJSON('"é"'.encode()), "e": []}, "é"],
+        "n": None,
+    }
+    twin = {"z": {}, "a": {"x": 1}, "l": [1, {"k": "\u00e9", "e": []}, "é"], "n": None}
+    assert envelope.encode_canonical(value) == envelope.encode_canonical(twin)
+    assert envelope.encode_canonical({"e": EncodedEntries({})}) == b'{"e":{}}'
