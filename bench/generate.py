@@ -20,7 +20,7 @@ medians, their ratio, the load average and the command.
 
 Usage::
 
-    .venv/bin/python bench/generate.py [--classes 10000] [--repeats 5]
+    .venv/bin/python bench/generate.py [--classes 10000] [--repeats 7]
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and print its markdown section."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--classes", type=int, default=10_000, help="host classes in the fleet")
-    parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds (medians)")
+    parser.add_argument("--repeats", type=int, default=7, help="interleaved rounds (medians)")
     args = parser.parse_args(argv)
     if args.classes < 1 or args.repeats < 1:
         parser.error("--classes and --repeats must be at least 1")
