@@ -261,7 +261,7 @@ def check_publishable(
             )
     entries: Any = signed.get("entries")
     # The host's checks of the document's fields; the entries are checked one by one below
-    # (without parsing those still held as their canonical text).
+    # (without parsing those still held as their canonical bytes).
     envelope.check_signed(
         {**signed, "entries": {}} if isinstance(entries, EncodedEntries) else signed,
         now=envelope.format_time(now),

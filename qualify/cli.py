@@ -912,10 +912,12 @@ def manifest_generate(
             artifact_base_uri=artifact_base_uri,
         )
     click.echo(f"draft {target}: release {release} version {draft.version}, not published")
+    from qualify.text import one_line
+
     for name, entry in draft.signed["entries"].items():
         kept = draft.kept.get(name)
         click.echo(
-            f"  {name}: {entry['decision']} — {entry['summary']}"
+            f"  {one_line(name)}: {entry['decision']} — {one_line(entry['summary'])}"
             + (f" [kept: {kept}]" if kept else "")
         )
     click.echo(
