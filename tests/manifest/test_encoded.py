@@ -18,23 +18,28 @@ from manifest.errors import CanonicalError, MalformedError
 from manifest.signing import check_publishable, sign_encoded
 from schemas.cell import Reason
 from schemas.manifest import ClassDecision, Evidence, OutputParitySummary, ParitySummary
+from schemas.project import Project
 from tests.manifest.factories import CLOCK, artifact_refs, fixed_key, generic_entry, scenario
 
 
-def _built(encoded: bool) -> dict[str, Any]:
-    fleet = scenario()
-    fleet.qualify("arm-new", emulated=True)
+def _build(project: Project, decisions: list[ClassDecision], encoded: bool) -> dict[str, Any]:
     return build_manifest(
-        fleet.project,
-        list(fleet.decide().values()),
+        project,
+        decisions,
         release="r",
         version=1,
         created=CLOCK,
         expires=CLOCK + timedelta(days=30),
         snapshot="s",
-        artifacts=artifact_refs(fleet.project),
+        artifacts=artifact_refs(project),
         encoded=encoded,
     )
+
+
+def _built(encoded: bool) -> dict[str, Any]:
+    fleet = scenario()
+    fleet.qualify("arm-new", emulated=True)
+    return _build(fleet.project, list(fleet.decide().values()), encoded)
 
 
 def test_encoded_entries_read_as_the_objects_they_encode() -> None:
@@ -175,17 +180,7 @@ def test_an_entry_with_hostile_reasons_and_summary_is_the_generic_encoding(
         fields["reasons"] = [Reason.of(code=f"x{code}", message=m) for code, m in reasons]
         fields["summary"] = summary
         decisions.append(ClassDecision.trusted(fields))
-    signed = build_manifest(
-        fleet.project,
-        decisions,
-        release="r",
-        version=1,
-        created=CLOCK,
-        expires=CLOCK + timedelta(days=30),
-        snapshot="s",
-        artifacts=refs,
-        encoded=True,
-    )
+    signed = _build(fleet.project, decisions, encoded=True)
     for d in decisions:
         expected = envelope.encode_canonical(generic_entry(fleet.project, d, refs))
         assert b"".join(signed["entries"].encoded(d.host_class).canonical_parts()) == expected
