@@ -91,6 +91,9 @@ class GeneratedManifest:
     """What ``generate_manifest`` wrote."""
 
     document: dict[str, Any]
+    """``{"signed": ..., "signatures": [...]}``; ``signed["entries"]`` is an
+    ``EncodedEntries`` (each entry read as its JSON object on first access; ``canonical`` is
+    the document's bytes)."""
     canonical: bytes
     """The bytes written (and recorded)."""
     path: Path
