@@ -409,17 +409,6 @@ def _dumps(value: Any, path: str) -> str:
         raise CanonicalError(f"{path}: not a JSON value: {exc}") from exc
 
 
-class _NoPause:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_PAUSE = _NoPause()
-
-
 def _batch() -> Any:
     """``paused_gc()``, unless a batch paused the collector already (a fleet's entries, one by
     one): encoding makes no cycles, and a collection triggered mid-way would walk every live
@@ -428,7 +417,9 @@ def _batch() -> Any:
     import gc
 
     if not gc.isenabled():
-        return _NO_PAUSE
+        from contextlib import nullcontext
+
+        return nullcontext()
     from manifest._batch import paused_gc
 
     return paused_gc()
