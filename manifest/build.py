@@ -119,8 +119,8 @@ def build_manifest(
         snapshot: the matrix snapshot the decisions were read from.
         artifacts: digest -> where hosts fetch it.
         previous: the previous manifest (version check, locations of old rollback artifacts).
-        encoded: hold ``entries`` as an `EncodedEntries`, each entry's canonical text as it was
-            written (what generating a release signs, writes and splits without encoding the
+        encoded: hold ``entries`` as an `EncodedEntries`, each entry's canonical bytes as they
+            were written (what generating a release signs, writes and splits without encoding the
             entries again), rather than as parsed JSON objects.
 
     Returns:
@@ -146,7 +146,7 @@ def build_manifest(
 
     with paused_gc():
         written = _entries(project, decisions, artifacts, previous)
-        entries = written if encoded else {name: written[name] for name in written}
+        entries = written if encoded else dict(written)
     return {
         "type": envelope.MANIFEST_TYPE,
         "format": envelope.FORMAT,
@@ -190,8 +190,9 @@ class _EntryWriter:
     sorted keys) cost twice what writing the text does: here the members are written in sorted
     order, strings escaped by ``json.dumps``'s own escaper and integers checked to be integers,
     so the text is what ``envelope.encode_canonical`` makes of that dict
-    (``tests/manifest/test_build.py`` holds every entry of its fleets equal to the generic
-    encoding of the decision's ``model_dump``). Artifacts and runtime and provider settings,
+    (``tests/manifest/test_properties.py`` and ``test_encoded.py`` hold every entry of random
+    fleets, hostile strings included, equal to the generic encoding of the decision's
+    ``model_dump``). Artifacts and runtime and provider settings,
     which classes share, are encoded once each."""
 
     def __init__(self, artifacts: Mapping[str, ArtifactRef], previous: _Locations) -> None:
@@ -362,7 +363,7 @@ def per_class_documents(signed: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     }
     common["policy"] = signed["policy"]
     entries = signed["entries"]
-    # An entry still held as its canonical text is not parsed to be encoded again.
+    # An entry still held as its canonical bytes is not parsed to be encoded again.
     entry_of = entries.encoded if isinstance(entries, EncodedEntries) else entries.__getitem__
     return {
         name: {

@@ -759,16 +759,17 @@ def decide(
     Raises:
         PolicyError: a class must get the baseline but the baseline's digest is unknown.
     """
-    return list(
-        decide_each(
-            project,
-            cells,
-            runs,
-            previous=previous,
-            current_settings=current_settings,
-            digests=digests,
+    with paused_gc():  # its lists, models and strings are as many as the classes
+        return list(
+            decide_each(
+                project,
+                cells,
+                runs,
+                previous=previous,
+                current_settings=current_settings,
+                digests=digests,
+            )
         )
-    )
 
 
 def decide_each(
@@ -784,7 +785,9 @@ def decide_each(
     consumer that writes a class's entry at once (``manifest.build``, generating a release)
     finds the class's cells, settings and decision still in the processor's caches (deciding
     all 10,000 classes of a fleet first, then writing them all, read each from memory twice).
-    The same arguments, decisions and errors as `decide`.
+    The same arguments, decisions and errors as `decide`. The consumer pauses the cyclic
+    collector around a fleet's loop (``build_manifest`` does); a pause held here across the
+    yields would outlive a consumer that stops early.
     """
     labels = {project.artifacts.baseline.label, *(c.label for c in project.artifacts.candidates)}
     given = dict(digests or {})
@@ -794,7 +797,7 @@ def decide_each(
         every = [c for g in cells.values() for c in g] if isinstance(cells, Mapping) else cells
         known = {**artifact_digests(project, every), **given}
     overrides = current_settings or {}
-    with paused_gc():  # the grouping too: its lists are as many as the cells and runs
+    with paused_gc():  # the grouping: its lists are as many as the cells and runs
         by_key: Mapping[_Key, Sequence[Cell]]
         if isinstance(cells, Mapping):
             by_key = cells
@@ -806,7 +809,7 @@ def decide_each(
         runs_by_key: dict[_Key, list[RunRecord]] = {}
         for run in runs.values():
             runs_by_key.setdefault(_key_of(run.key), []).append(run)
-        yield from _decide_all(project, by_key, runs_by_key, runs, known, previous, overrides)
+    yield from _decide_all(project, by_key, runs_by_key, runs, known, previous, overrides)
 
 
 def _decide_all(
