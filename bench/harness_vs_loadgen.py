@@ -307,6 +307,7 @@ def _job(case: Case, work: Path, workdir: Path, queries: int) -> WorkerJob:
         result_path=None,
         parent_pid=None,
         reply_fd=None,
+        command_fd=None,
     )
 
 

@@ -9,14 +9,12 @@ A variant a converter cannot make is reported and the others go on; nothing is a
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -59,49 +57,64 @@ def _known_digests(loaded: LoadedProject, store: ArtifactStore) -> dict[str, str
 _CALIBRATION_ROWS = 256
 
 
-def _pre_hook(loaded: LoadedProject) -> Callable[[Any], Any] | None:
-    """The workload's ``pipeline.pre`` hook, imported from the project's folder."""
-    pipeline = loaded.project.workload.pipeline
-    if pipeline is None or pipeline.pre is None:
-        return None
-    module_name, _, name = pipeline.pre.partition(":")
-    root = str(loaded.root)
-    added = root not in sys.path
-    if added:
-        sys.path.insert(0, root)
-    try:
-        fn = getattr(importlib.import_module(module_name), name)
-    except Exception as exc:
-        raise ProjectError(
-            f"{loaded.path}: workload.pipeline.pre {pipeline.pre} could not be imported "
-            f"({type(exc).__name__}: {str(exc)[:200]}); calibration needs the model's feed"
-        ) from exc
-    finally:
-        if added:
-            sys.path.remove(root)
-    return fn  # type: ignore[no-any-return]
+def _feed_limits(loaded: LoadedProject) -> tuple[float, int]:
+    """The wall-clock and memory limits of the calibration feed's child: the most generous any
+    class gives its measuring children (the same hook runs there, on the same rows)."""
+    budgets = [cls.budgets for cls in loaded.project.host_classes.values()]
+    return max(b.timeout_s for b in budgets), max(b.memory_limit_mb for b in budgets)
 
 
 def _calibration(loaded: LoadedProject) -> dict[str, np.ndarray] | None:
     """The model's feed for the workload's recorded rows (through ``pipeline.pre`` when there
-    is one, one row at a time as serving would), when at least one input is recorded: static
-    quantization calibrates on real samples, never on generated ones. None otherwise."""
+    is one, one row at a time as serving would, in a supervised child: `_fed`), when at least
+    one input is recorded: static quantization calibrates on real samples, never on generated
+    ones. None otherwise.
+
+    Raises:
+        ProjectError: the ``pre`` hook failed, hung, ran out of memory or returned what
+            calibration cannot use (its file and line named where it raised).
+    """
     wl = loaded.project.workload
     if not any(spec.source == "recorded" for spec in wl.inputs.values()):
         return None
     pool = build_pool(wl, loaded.resolve)
     rows = min(_CALIBRATION_ROWS, min(len(v) for v in pool.values()))
-    pre = _pre_hook(loaded)
-    if pre is None:
+    if wl.pipeline is None or wl.pipeline.pre is None:
         return {k: v[:rows] for k, v in pool.items()}
-    feeds = [pre({k: v[i : i + 1] for k, v in pool.items()}) for i in range(rows)]
-    try:
-        return {k: np.concatenate([np.asarray(f[k]) for f in feeds]) for k in feeds[0]}
-    except (TypeError, KeyError, ValueError) as exc:
-        raise ProjectError(
-            f"{loaded.path}: workload.pipeline.pre must return {{input name: array}} with one "
-            f"row per row it was given; calibration could not use it ({exc})"
-        ) from exc
+    return _fed(loaded, wl.pipeline.pre, {k: v[:rows] for k, v in pool.items()}, rows)
+
+
+def _fed(
+    loaded: LoadedProject, hook: str, pool: dict[str, np.ndarray], rows: int
+) -> dict[str, np.ndarray]:
+    """``pool`` through the ``pre`` hook, in a fresh ``python -m qualify.worker --feed`` with
+    the classes' timeout and memory limit; nothing it starts outlives it."""
+    from qualify.job import FeedJob
+    from qualify.runner import run_worker
+
+    timeout_s, memory_mb = _feed_limits(loaded)
+    with tempfile.TemporaryDirectory(prefix="qualify-feed-") as tmp:
+        work = Path(tmp)
+        np.savez(work / "rows.npz", allow_pickle=False, **pool)
+        job = FeedJob(
+            inputs_path=str(work / "rows.npz"),
+            rows=rows,
+            pre_hook=hook,
+            hook_root=str(loaded.root),
+            outputs_path=str(work / "feed.npz"),
+            memory_limit_mb=memory_mb,
+            result_path=None,
+            parent_pid=None,
+        )
+        outcome = run_worker(job, work / "child", timeout_s=timeout_s)
+        if outcome.error_code is not None:
+            raise ProjectError(
+                f"{loaded.path}: workload.pipeline.pre {hook}: calibration could not feed the "
+                f"recorded rows through it ({outcome.error_code}: {outcome.error_message}); "
+                "nothing was made. Fix the hook (budgets.timeout_s and memory_limit_mb bound it)"
+            )
+        with np.load(work / "feed.npz", allow_pickle=False) as fed:
+            return {k: fed[k] for k in fed.files}
 
 
 def make_candidates(

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from schemas.project import HostClass, Workload
 
-__all__ = ["JobError", "JobMode", "ProviderJob", "WorkerJob", "job_for"]
+__all__ = ["FeedJob", "JobError", "JobMode", "ProviderJob", "WorkerJob", "job_for"]
 
 JobMode = Literal["full", "serve", "check"]
 """``full``: measure everything in one go; ``serve``: prepare, then answer interleaved rounds;
@@ -95,6 +95,9 @@ class WorkerJob:
     """Set by `qualify.runner`: the child exits when its parent is gone."""
     reply_fd: int | None
     """Set by `qualify.runner` in ``serve`` mode: the pipe the child answers rounds on."""
+    command_fd: int | None
+    """Set by `qualify.runner` in ``serve`` mode: the pipe the child reads commands from (its
+    own, not stdin, which is ``/dev/null``: a hook that reads stdin must not eat them)."""
 
     def to_json(self) -> str:
         """The job as the JSON document the child reads."""
@@ -124,6 +127,46 @@ class WorkerJob:
             raise JobError(f"job.configs or job.provider.execution_providers: {exc}") from None
         fields["provider"] = ProviderJob(**provider)
         return cls(**fields)
+
+
+@dataclass(frozen=True)
+class FeedJob:
+    """The model's feed for calibration rows, made by the workload's ``pre`` hook in the same
+    supervised child as a measurement (``python -m qualify.worker --feed JOB.json``): the user's
+    code never runs inside qualify's own process."""
+
+    inputs_path: str
+    """The workload's rows as built (``.npz``, rows on axis 0)."""
+    rows: int
+    """How many rows, from the first, to feed one at a time."""
+    pre_hook: str
+    """``workload.pipeline.pre`` (``module:function``)."""
+    hook_root: str
+    """The project file's folder: hooks are imported from there first."""
+    outputs_path: str
+    """Where the child writes the feeds, concatenated per input (``.npz``)."""
+    memory_limit_mb: int | None
+    result_path: str | None
+    """Set by `qualify.runner` when it spawns the child; None until then."""
+    parent_pid: int | None
+    """Set by `qualify.runner`: the child exits when its parent is gone."""
+
+    def to_json(self) -> str:
+        """The job as the JSON document the child reads."""
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> FeedJob:
+        """Read a feed job, refusing one that lacks a field or has one unknown here.
+
+        Raises:
+            JobError: not JSON, not an object, a field missing or unknown.
+        """
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise JobError(f"the job is not JSON: {exc}") from None
+        return cls(**_fields(cls, doc, "feed job"))
 
 
 def _fields(kind: type, doc: object, where: str) -> dict[str, Any]:
@@ -194,4 +237,5 @@ def job_for(
         result_path=None,
         parent_pid=None,
         reply_fd=None,
+        command_fd=None,
     )

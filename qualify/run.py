@@ -647,6 +647,8 @@ def qualify_run(
                 measured_alone=options.measure_alone,
                 cpus=outcome.result.get("cpus"),
                 fleet_node=options.fleet_node,
+                containment=outcome.containment,
+                stray_processes=outcome.stray_processes,
                 soak=outcomes.soaks[index],
                 open_loop=outcomes.open_loops[index],
             )
@@ -654,6 +656,11 @@ def qualify_run(
             cell = cell.model_copy(update={"verdict": verdict, "reasons": why})
             cells.append(cell)
             on_event(f"{spec.label}: {verdict}" + "".join(f"; {r.code}" for r in why))
+            if outcome.stray_processes:
+                on_event(
+                    f"{spec.label}: killed {outcome.stray_processes} process(es) its measuring "
+                    "process left running (a pipeline hook's)"
+                )
             stages = _stages_line(cell)
             if stages:
                 on_event(f"{spec.label}: {stages}")

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from qualify import contain
 from qualify.errors import QualifyError
-from qualify.job import WorkerJob
+from qualify.job import FeedJob, WorkerJob
 from qualify.procfs import hwm_kb
 from schemas.cell import PeakRssSource
 
@@ -44,6 +45,11 @@ __all__ = [
 ]
 
 STDERR_TAIL = 2000
+STDERR_KEPT = 64 * 1024
+"""The most of a child's stderr the parent reads: its end (a hook may write gigabytes)."""
+RESULT_GRACE_S = 10.0
+"""How long a child that has written its result may take to exit before it is killed (a hook's
+thread or process must not turn a finished measurement into a timeout)."""
 
 
 @dataclass
@@ -64,13 +70,19 @@ class WorkerOutcome:
     peak_rss_source: PeakRssSource | None = None
     """How ``peak_rss_mb`` was measured: ``wait4``, ``vmhwm`` or ``vmhwm-before-kill``."""
     stderr: str = ""
+    """The end of the child's stderr (`STDERR_KEPT` bytes at most)."""
     provider_log: list[str] = field(default_factory=list)
     """onnxruntime's own warning/error lines from the child's stderr."""
+    containment: str | None = None
+    """How the child's descendants were contained (`qualify.contain`): what the cell records."""
+    stray_processes: int = 0
+    """Processes the child left running that the parent killed once it had ended."""
 
 
 CHILD_MODULES = (
     "qualify/__init__.py",
     "qualify/worker.py",
+    "qualify/contain.py",
     "qualify/job.py",
     "qualify/procfs.py",
     "qualify/energy.py",
@@ -140,9 +152,11 @@ def _bytecode_current(cached: Path, source: Path) -> bool:
     )
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(tag: str | None = None) -> dict[str, str]:
     cache_child_bytecode()
     env = dict(os.environ)
+    if tag is not None:
+        env[contain.TAG_ENV] = tag
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = (
         root + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else root
@@ -250,52 +264,94 @@ def child_peak_rss_mb(
     return None, None
 
 
+_tags: dict[int, str] = {}
+"""The containment tag of each child spawned and not yet swept, by pid."""
+
+
 def _spawn(
-    job: WorkerJob, workdir: Path, pass_fds: tuple[int, ...] = (), stdin: Any = None
-) -> tuple[subprocess.Popen[bytes], WorkerJob, float]:
+    job: WorkerJob | FeedJob,
+    workdir: Path,
+    pass_fds: tuple[int, ...] = (),
+) -> tuple[subprocess.Popen[bytes], Any, float]:
     workdir.mkdir(parents=True, exist_ok=True)
     job = dataclasses.replace(job, result_path=str(workdir / "result.json"), parent_pid=os.getpid())
     job_path = workdir / "job.json"
     job_path.write_text(job.to_json(), encoding="utf-8")
     out_path, err_path = workdir / "stdout.txt", workdir / "stderr.txt"
+    feed = ["--feed"] if isinstance(job, FeedJob) else []
+    tag = contain.new_tag()
     started = time.monotonic()
     with out_path.open("wb") as out, err_path.open("wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "qualify.worker", str(job_path)],
-            stdin=subprocess.DEVNULL if stdin is None else stdin,
+            [sys.executable, "-m", "qualify.worker", *feed, str(job_path)],
+            stdin=subprocess.DEVNULL,  # the child's channel is its own pipe, never stdin
             stdout=out,
             stderr=err,
-            env=_child_env(),
-            start_new_session=True,
+            env=_child_env(tag),
+            start_new_session=True,  # its own process group and session: see qualify.contain
             pass_fds=pass_fds,
         )
+    _tags[proc.pid] = tag
     return proc, job, started
 
 
+def _contain(pid: int) -> int:
+    """Kill whatever the ended child ``pid`` left running; how many processes that was."""
+    tag = _tags.pop(pid, None)
+    return contain.sweep(pid, tag) if tag is not None else 0
+
+
+_strays: dict[int, int] = {}
+"""Processes each reaped child left behind (killed by `_contain`), until `_outcome` reads it."""
+
+
 def _reap(
-    proc: subprocess.Popen[bytes], deadline: float, *, wait: bool = True
+    proc: subprocess.Popen[bytes],
+    deadline: float,
+    *,
+    wait: bool = True,
+    result_path: str | None = None,
 ) -> tuple[int, Any, bool, int | None] | None:
-    """Wait for the child until ``deadline`` (monotonic), then kill its group. Returns
-    ``(status, rusage, timed_out, hwm read before the kill)``, or None if ``wait`` is False and
-    it is still running."""
+    """Wait for the child until ``deadline`` (monotonic), then kill its group; a child that has
+    written ``result_path`` gets `RESULT_GRACE_S` more at most. Whatever it leaves running is
+    killed once it has ended (`qualify.contain.sweep`). Returns ``(status, rusage, timed_out,
+    hwm read before the kill)``, or None if ``wait`` is False and it is still running."""
+    graced = False
     while True:
         pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
+            _strays[proc.pid] = _contain(proc.pid)
             return status, rusage, False, None
+        if not graced and result_path is not None and os.path.exists(result_path):
+            graced = True
+            deadline = min(deadline, time.monotonic() + RESULT_GRACE_S)
         if time.monotonic() > deadline:
             killed_hwm = hwm_kb(proc.pid)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             pid, status, rusage = os.wait4(proc.pid, 0)
-            return status, rusage, True, killed_hwm
+            _strays[proc.pid] = _contain(proc.pid)
+            return status, rusage, not graced, killed_hwm
         if not wait:
             return None
         time.sleep(0.02)
 
 
+def _stderr_tail(path: Path) -> str:
+    """The last `STDERR_KEPT` bytes of the child's stderr file, as text."""
+    try:
+        with path.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            fh.seek(max(0, size - STDERR_KEPT))
+            data = fh.read(STDERR_KEPT)
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace")
+
+
 def _outcome(
     proc: subprocess.Popen[bytes],
-    job: WorkerJob,
+    job: WorkerJob | FeedJob,
     workdir: Path,
     ended: tuple[int, Any, bool, int | None],
     wall: float,
@@ -304,14 +360,17 @@ def _outcome(
     status, rusage, timed_out, killed_hwm = ended
     # We reaped the child ourselves; tell Popen so it does not warn or wait again.
     proc.returncode = os.waitstatus_to_exitcode(status)
-    stderr = (workdir / "stderr.txt").read_text(encoding="utf-8", errors="replace")
+    stderr = _stderr_tail(workdir / "stderr.txt")
     result: dict[str, Any] = {}
     result_path = Path(job.result_path or workdir / "result.json")
     if result_path.exists():
         try:
-            result = json.loads(result_path.read_text(encoding="utf-8"))
+            loaded = json.loads(result_path.read_text(encoding="utf-8"))
         except ValueError:
-            result = {}
+            loaded = {}
+        result = loaded if isinstance(loaded, dict) else {}
+    if result:  # written atomically by the child: complete, whatever it did after
+        timed_out = False
     # The parent's peak only grows, so read after reaping it bounds the image the child was
     # forked from: a wait4 value above it can only be the child's own.
     parent_hwm = hwm_kb()
@@ -362,11 +421,13 @@ def _outcome(
         wall_s=wall,
         stderr=stderr,
         provider_log=_provider_lines(stderr),
+        containment=contain.SUBREAPER if result.get("subreaper") else contain.PROCESS_GROUP,
+        stray_processes=_strays.pop(proc.pid, 0),
     )
 
 
 def run_worker(
-    job: WorkerJob,
+    job: WorkerJob | FeedJob,
     workdir: Path,
     *,
     timeout_s: float,
@@ -386,7 +447,7 @@ def run_worker(
     proc, job, started = _spawn(job, workdir)
     if on_start is not None:
         on_start(proc.pid)
-    ended = _reap(proc, started + timeout_s)
+    ended = _reap(proc, started + timeout_s, result_path=job.result_path)
     assert ended is not None
     return _outcome(proc, job, workdir, ended, time.monotonic() - started, timeout_s)
 
@@ -415,10 +476,9 @@ class ServedWorker:
         commands_r, commands_w = os.pipe()
         try:
             self._proc, self._job, started = _spawn(
-                dataclasses.replace(job, mode="serve", reply_fd=write_fd),
+                dataclasses.replace(job, mode="serve", reply_fd=write_fd, command_fd=commands_r),
                 workdir,
-                pass_fds=(write_fd,),
-                stdin=commands_r,
+                pass_fds=(write_fd, commands_r),
             )
         finally:
             os.close(write_fd)
@@ -471,7 +531,7 @@ class ServedWorker:
         return doc
 
     def _reap_if_done(self) -> bool:
-        ended = _reap(self._proc, float("inf"), wait=False)
+        ended = _reap(self._proc, float("inf"), wait=False, result_path=self._job.result_path)
         if ended is None:
             return False
         self._ended = ended
@@ -484,7 +544,7 @@ class ServedWorker:
             return
         left = 0.0 if kill else max(0.0, self._timeout_s - self._spent)
         began = time.monotonic()
-        self._ended = _reap(self._proc, time.monotonic() + left)
+        self._ended = _reap(self._proc, time.monotonic() + left, result_path=self._job.result_path)
         self._spent += time.monotonic() - began
         self.alive = False
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from qualify import cpus, energy
-from qualify.job import JobError, WorkerJob
+from qualify import contain, cpus, energy
+from qualify.job import FeedJob, JobError, WorkerJob
 from qualify.procfs import hwm_kb, reset_hwm
 from schemas.rules import batched_on, fallback_count, sample_at, swept_axes
 from schemas.settings import option_text
@@ -61,13 +61,24 @@ def _die_with_parent(parent_pid: int | None) -> None:
         os._exit(3)
 
 
-def _set_memory_limit(limit_mb: int | None) -> None:
+def _set_memory_limit(limit_mb: int | None) -> str | None:
+    """Limit this process's address space to ``limit_mb``; why it could not be, else None (a
+    limit above what the hard limit allows, or one the platform cannot represent)."""
     if not limit_mb:
-        return
+        return None
     import resource
 
     limit = int(limit_mb) * 1024 * 1024
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    except (ValueError, OSError, OverflowError) as exc:
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        most = "unlimited" if hard == resource.RLIM_INFINITY else f"{hard // 2**20} MB"
+        return (
+            f"cannot limit the subprocess's address space to memory_limit_mb {limit_mb} "
+            f"({exc}); this host's hard limit is {most}. Fix: lower budgets.memory_limit_mb"
+        )
+    return None
 
 
 def _distribution() -> str | None:
@@ -398,6 +409,12 @@ class _Hook:
 
         self.stage, self.spec = stage, spec
         module_name, _, name = spec.partition(":")
+        if module_name.partition(".")[0] in sys.stdlib_module_names:
+            raise _Failure(
+                "hook_failed",
+                f"workload.pipeline.{stage} {spec}: {module_name!r} is a module of Python's "
+                "standard library, not a hook of the project's",
+            )
         if root not in sys.path:
             sys.path.insert(0, root)
         try:
@@ -1051,17 +1068,20 @@ def _reply(fd: int, doc: dict[str, Any]) -> None:
 
 def _serve(job: WorkerJob, result: dict[str, Any]) -> None:
     """``serve`` mode: prepare, say ready, then answer the parent's commands one per line on
-    stdin (``round`` -> samples on the reply pipe; ``finish`` -> throughput and the profile, then
-    exit) so that one fresh process per artifact can be measured in rounds interleaved with the
-    others'. Idle between rounds, it blocks on a read and takes no CPU from them."""
-    if job.reply_fd is None:
-        raise _Failure("crashed", "a serve job without a reply pipe (job.reply_fd)")
+    the command pipe (``round`` -> samples on the reply pipe; ``finish`` -> throughput and the
+    profile, then exit) so that one fresh process per artifact can be measured in rounds
+    interleaved with the others'. Idle between rounds, it blocks on a read and takes no CPU from
+    them. Both pipes are the child's own: stdin is ``/dev/null``, so a hook that reads it reads
+    nothing, and cannot eat a command."""
+    if job.reply_fd is None or job.command_fd is None:
+        raise _Failure("crashed", "a serve job without its pipes (job.reply_fd, job.command_fd)")
     fd = job.reply_fd
+    commands = os.fdopen(job.command_fd, "r", encoding="utf-8")
     prepared = _prepare(job, result)
     assert prepared is not None
     _reply(fd, {"ready": True})
     post = _postprocess(job.postprocess)
-    for line in sys.stdin:
+    for line in commands:
         cmd = json.loads(line)
         if "rate" in cmd:  # the open-loop search's buffers are the harness's, not serving's
             result.setdefault("hwm_before_open_loop_kb", hwm_kb())
@@ -1099,28 +1119,59 @@ def _write_json(path: str, doc: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(doc))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the child process."""
-    args = sys.argv[1:] if argv is None else argv
-    if args == ["--probe"]:
-        json.dump(probe(), sys.stdout)
-        return 0
-    if len(args) != 1:
-        print("usage: python -m qualify.worker JOB.json | --probe", file=sys.stderr)
+def _feed(job: FeedJob, result: dict[str, Any]) -> None:
+    """``--feed``: the model's feed for the first ``job.rows`` rows, one row at a time through
+    the ``pre`` hook as serving would, concatenated per input for calibration."""
+    import numpy as np
+
+    pool = dict(np.load(job.inputs_path))
+    pre = _Hook("pre", job.pre_hook, job.hook_root)
+    feeds = [pre({k: v[i : i + 1] for k, v in pool.items()}) for i in range(job.rows)]
+    try:
+        if not feeds or not isinstance(feeds[0], dict):
+            raise TypeError(f"it returned {type(feeds[0]).__name__ if feeds else 'nothing'}")
+        arrays = {str(k): np.concatenate([np.asarray(f[k]) for f in feeds]) for k in feeds[0]}
+        np.savez(job.outputs_path, allow_pickle=False, **arrays)
+    except (TypeError, KeyError, ValueError, IndexError) as exc:
+        raise _Failure(
+            "hook_failed",
+            f"workload.pipeline.pre {job.pre_hook} must return {{input name: array}} with one "
+            f"row per row it was given; calibration could not use it ({type(exc).__name__}: "
+            f"{str(exc)[:200]})",
+        ) from exc
+    result["rows"] = job.rows
+
+
+def _read_job(args: list[str]) -> WorkerJob | FeedJob | int:
+    """The job the command line names, or the exit status of a refusal (said on stderr)."""
+    feed = args[:1] == ["--feed"]
+    if len(args) != 1 + feed:
+        print(
+            "usage: python -m qualify.worker JOB.json | --feed JOB.json | --probe", file=sys.stderr
+        )
         return 2
     try:
-        job = WorkerJob.from_json(Path(args[0]).read_bytes())
-    except (OSError, JobError) as exc:
-        print(f"qualify.worker: {args[0]}: {exc}", file=sys.stderr)
+        data = Path(args[-1]).read_bytes()
+        job: WorkerJob | FeedJob = FeedJob.from_json(data) if feed else WorkerJob.from_json(data)
+    except (OSError, JobError, TypeError) as exc:
+        print(f"qualify.worker: {args[-1]}: {exc}", file=sys.stderr)
         return 2
     if job.result_path is None:
-        print(f"qualify.worker: {args[0]}: job.result_path is not set", file=sys.stderr)
+        print(f"qualify.worker: {args[-1]}: job.result_path is not set", file=sys.stderr)
         return 2
-    _die_with_parent(job.parent_pid)
-    _set_memory_limit(job.memory_limit_mb)
-    result: dict[str, Any] = {"pid": os.getpid()}
+    return job
+
+
+def _run_job(job: WorkerJob | FeedJob, result: dict[str, Any]) -> None:
+    """Run ``job`` and put how it ended into ``result`` (never raises for what it ran)."""
     try:
-        (_serve if job.mode == "serve" else _measure)(job, result)
+        limit_problem = _set_memory_limit(job.memory_limit_mb)
+        if limit_problem is not None:
+            raise _Failure("run_failed", limit_problem)
+        if isinstance(job, FeedJob):
+            _feed(job, result)
+        else:
+            (_serve if job.mode == "serve" else _measure)(job, result)
         result["ok"] = True
     except _Failure as failure:
         result["ok"] = False
@@ -1135,6 +1186,21 @@ def main(argv: list[str] | None = None) -> int:
             "message": f"{type(exc).__name__}: {exc}",
             "traceback": traceback.format_exc(limit=5),
         }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the child process."""
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--probe"]:
+        json.dump(probe(), sys.stdout)
+        return 0
+    job = _read_job(args)
+    if isinstance(job, int):
+        return job
+    _die_with_parent(job.parent_pid)
+    # Before any of the user's code runs: a daemon a hook double-forks is re-parented here.
+    result: dict[str, Any] = {"pid": os.getpid(), "subreaper": contain.make_subreaper()}
+    _run_job(job, result)
     # The peak of serving the model: the high-water mark before the open-loop search (whose
     # request buffers are the harness's) or the profiling session (or now), and before the
     # warm-init session, each a second session only the harness creates. Record
@@ -1144,9 +1210,27 @@ def main(argv: list[str] | None = None) -> int:
     before_warm = result.get("hwm_before_warm_kb")
     result["vm_hwm_kb"] = max(peak, before_warm) if peak is not None and before_warm else peak
     result["imported_at_peak"] = _third_party_modules()
+    assert job.result_path is not None  # _read_job refused a job without one
     _write_json(job.result_path, result)
+    # Nothing the user's code started outlives the measurement.
+    contain.kill_children()
     return 0
 
 
+def _leave(code: int) -> None:
+    """Exit with ``code``; at once when a hook left a thread that is not a daemon, so that the
+    interpreter does not wait for it at shutdown with the result already written."""
+    import contextlib
+
+    main_thread = threading.main_thread()
+    lingering = [t for t in threading.enumerate() if t is not main_thread and not t.daemon]
+    if not lingering:
+        sys.exit(code)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _leave(main())

@@ -461,6 +461,20 @@ class Cell(Document):
         description="The Ray node that measured it (qualify fleet run), with its host name; "
         "null for a run started on the host itself.",
     )
+    containment: str | None = Field(
+        default=None,
+        description="How everything the measuring process started (the pipeline hooks' "
+        "processes) was kept from outliving it: 'process-group+subreaper+tag' (its own process "
+        "group and session, a child subreaper that kills its children before it exits, and an "
+        "environment tag the parent sweeps for once it has ended), 'process-group+tag' where "
+        "the subreaper was not available; null in cells recorded before it was kept.",
+    )
+    stray_processes: int | None = Field(
+        default=None,
+        ge=0,
+        description="Processes the measuring process left running that were killed once it had "
+        "ended (a hook that forked a daemon); null in cells recorded before it was kept.",
+    )
 
     @property
     def gate_latency(self) -> LatencyResult | None:
