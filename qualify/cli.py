@@ -89,6 +89,11 @@ def _settings(model: type[M], values: dict[str, Any], options: dict[str, str]) -
         _fail(f"{option} {values.get(field)!r}: {first['msg'].lower()}", 2)
 
 
+def _say(message: str) -> None:
+    """A line on stderr, whatever stderr is (a wait must be said in a pipe too)."""
+    click.echo(f"qualify: {message}", err=True)
+
+
 def _fail(message: str, code: int = 2) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     sys.exit(code)
@@ -207,6 +212,15 @@ def cli(debug: bool) -> None:
     help="After the interleaved rounds, find each artifact's highest request rate (Poisson "
     "arrivals) whose p99 meets the class's budget (workload.open_loop, or its defaults).",
 )
+@click.option(
+    "--lock-wait",
+    "lock_wait",
+    metavar="DURATION",
+    default="10m",
+    show_default=True,
+    help="How long to wait for another run measuring on this host (the host-wide lock) before "
+    "giving up, e.g. 30s, 1h; who holds it is said every 10 s.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
 @_ci_options
 def run_cmd(
@@ -217,6 +231,7 @@ def run_cmd(
     shared_host: bool,
     soak: str | None,
     open_loop: bool,
+    lock_wait: str,
     as_json: bool,
     junit_xml: Path | None,
     summary_md: Path | None,
@@ -243,16 +258,20 @@ def run_cmd(
         soak_s = parse_duration(soak, what="--soak", most=timedelta(days=7)).total_seconds()
         if soak_s < 10:
             _fail(f"--soak {soak!r}: a soak needs at least 10s to have windows worth comparing")
+    lock_wait_s = parse_duration(
+        lock_wait, what="--lock-wait", most=timedelta(days=1)
+    ).total_seconds()
     loaded = load_project(project_path)
     options = RunOptions(
         db_path=db_path,
         emulate=emulate,
         measure_alone=not shared_host,
+        host_lock_wait_s=lock_wait_s,
         soak_s=soak_s,
         open_loop=open_loop,
     )
     with RunDisplay(enabled=not as_json) as display:
-        waits = display.event if not as_json else lambda m: click.echo(f"qualify: {m}", err=True)
+        waits = display.event if display.console.is_terminal and not as_json else _say
         outcome = qualify_run(
             loaded,
             host_class,

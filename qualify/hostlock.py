@@ -7,16 +7,26 @@ measurement phase of a run (its workers' whole lives) holds an exclusive ``flock
 per host; another run waits, and says whom it waits for, unless its user opts out
 (``qualify run --shared-host``). The cell records whether it measured alone.
 
-The lock file is ``$QUALIFY_HOST_LOCK``, else ``/run/lock/qualify-measure.lock`` (a tmpfs that
-no temp cleaner touches), else ``/var/lock/...``, else ``~/.cache/qualify/measure.lock``. The
-holder writes its pid, command line and start time into it, for the waiters' messages; the
-kernel releases the lock when the holder dies, however it dies.
+The lock file is ``$QUALIFY_HOST_LOCK``, else one in a directory only its user can write:
+``/run/qualify/measure.lock`` for root (the directory made 0755), else
+``$XDG_RUNTIME_DIR/qualify-measure.lock``, else ``~/.cache/qualify/measure.lock``. Never a
+world-writable directory such as ``/run/lock``, where another user could plant a link: runs of
+several users on one host share a lock only through ``QUALIFY_HOST_LOCK`` naming a file in a
+directory they trust. The file is opened without following a symbolic link, must be a regular
+file with no other name (hard link), and is never truncated: the holder writes its pid, command
+line and start time as one fixed-size record at its start, and only into a file that is empty
+or holds such a record (a file of someone else's is refused, never written). The kernel
+releases the lock when the holder dies, however it dies. A run waits `DEFAULT_WAIT_S` for it
+by default (``qualify run --lock-wait``), saying who holds it every 10 s.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,11 +40,29 @@ from qualify.text import one_line
 if TYPE_CHECKING:
     from matrix.store import LockWait
 
-__all__ = ["LOCK_NAME", "host_lock_path", "lock_wait_message", "measuring_alone"]
+__all__ = [
+    "DEFAULT_WAIT_S",
+    "LOCK_NAME",
+    "host_lock_path",
+    "lock_wait_message",
+    "measuring_alone",
+]
 
 LOCK_NAME = "qualify-measure.lock"
+DEFAULT_WAIT_S = 600.0
+"""How long a run waits for the host's measurement lock by default (``--lock-wait``)."""
 _ANNOUNCE_EVERY_S = 10.0
 _POLL_S = 0.2
+_RECORD_BYTES = 512
+"""The holder's record: one line, padded with spaces, so that a record written over a longer
+one leaves nothing of it behind without truncating the file."""
+_MAGIC = b"qualify host lock: "
+_LEGACY = b"PID "
+"""How the record of a qualify before ``_MAGIC`` began (left by a holder that was killed)."""
+_HOW = (
+    "set QUALIFY_HOST_LOCK to a file of its own in a directory only you (or root) can write, "
+    "or pass --shared-host to measure without it"
+)
 
 
 def host_lock_path() -> Path:
@@ -42,18 +70,90 @@ def host_lock_path() -> Path:
     env = os.environ.get("QUALIFY_HOST_LOCK")
     if env:
         return Path(env)
-    for folder in ("/run/lock", "/var/lock"):
-        if os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK):
-            return Path(folder) / LOCK_NAME
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and os.path.isdir("/run"):
+        return Path("/run/qualify/measure.lock")
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and _private_dir(runtime):
+        return Path(runtime) / LOCK_NAME
     return Path.home() / ".cache" / "qualify" / "measure.lock"
+
+
+def _private_dir(folder: str) -> bool:
+    """Whether ``folder`` is a directory of this user's that nobody else may write."""
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022
+
+
+def _refused(target: Path, why: str) -> QualifyError:
+    return QualifyError(f"{target}: cannot use it as the host's measurement lock: {why}; {_HOW}")
+
+
+def _open_lock(target: Path) -> tuple[int, bool]:
+    """A descriptor of the lock file, and whether the holder's record may be written into it.
+
+    Raises:
+        QualifyError: a link, not a regular file, a file with other names or of other content,
+            or one that cannot be opened; the message names the path.
+    """
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        try:
+            fd = os.open(target, os.O_RDWR | os.O_CREAT | flags, 0o644)
+            writable = True
+        except PermissionError:  # another user's lock: taking it needs no write access
+            fd = os.open(target, os.O_RDONLY | flags)
+            writable = False
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _refused(target, "it is a symbolic link, which qualify does not follow") from None
+        raise _refused(target, exc.strerror or str(exc)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _refused(target, "not a regular file (a device, a pipe or a socket)")
+        if st.st_dev in _pseudo_devices():
+            raise _refused(target, "a file of the kernel's (/proc, /sys), not a file of its own")
+        if st.st_nlink > 1:
+            raise _refused(target, f"the file has {st.st_nlink} names (hard links)")
+        head = os.pread(fd, len(_MAGIC), 0)
+        ours = head == _MAGIC or head.startswith(_LEGACY)
+        if st.st_size and (not ours or st.st_size > _RECORD_BYTES):
+            raise _refused(target, "the file holds data that is not a qualify lock's")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, writable and st.st_uid == os.geteuid()
+
+
+def _pseudo_devices() -> set[int]:
+    """The devices of the kernel's own file systems, where no file is a lock of ours."""
+    found = set()
+    for folder in ("/proc", "/sys", "/dev"):
+        with contextlib.suppress(OSError):
+            found.add(os.stat(folder).st_dev)
+    return found
 
 
 def _holder(fd: int) -> str:
     try:
-        text = os.pread(fd, 1024, 0).decode("utf-8", "replace").strip()
+        raw = os.pread(fd, _RECORD_BYTES, 0)
     except OSError:
-        text = ""
+        raw = b""
+    if raw.startswith(_MAGIC):
+        raw = raw[len(_MAGIC) :]
+    text = raw.decode("utf-8", "replace").strip() if raw.startswith(_LEGACY) else ""
     return one_line(text) or "another process (it did not say which)"
+
+
+def _record(fd: int, text: str) -> None:
+    """Write the holder's record over the old one, in place (the file is never truncated)."""
+    line = _MAGIC + one_line(text).encode("utf-8", "replace")[: _RECORD_BYTES - len(_MAGIC) - 1]
+    with contextlib.suppress(OSError):
+        os.pwrite(fd, line.ljust(_RECORD_BYTES - 1) + b"\n", 0)
 
 
 @contextmanager
@@ -74,50 +174,56 @@ def measuring_alone(
         sleep: Sleeps between tries (a parameter so tests need not wait).
 
     Raises:
-        QualifyError: still held after ``wait_s``, or the lock file cannot be opened.
+        QualifyError: still held after ``wait_s``, or the lock file cannot be used (named).
     """
     target = path or host_lock_path()
+    fd, writable = _open_lock(target)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as exc:
-        raise QualifyError(
-            f"{target}: cannot open the host's measurement lock ({exc.strerror}); set "
-            "QUALIFY_HOST_LOCK to a writable file, or pass --shared-host to measure without it"
-        ) from exc
-    try:
-        started = time.monotonic()
-        announced = -_ANNOUNCE_EVERY_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                waited = time.monotonic() - started
-                if waited >= wait_s:
-                    raise QualifyError(
-                        f"the host is measuring for {_holder(fd)}; gave up after {waited:.0f} s "
-                        "(let it finish, or pass --shared-host to measure alongside it, "
-                        "knowing both tails suffer)"
-                    ) from None
-                if waited - announced >= _ANNOUNCE_EVERY_S:
-                    announced = waited
-                    on_wait(
-                        f"waiting for the host's measurement lock ({target}), held by "
-                        f"{_holder(fd)}: {waited:.0f} s so far"
-                    )
-                sleep(_POLL_S)
-        me = " ".join(sys.argv) or "python"
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"PID {os.getpid()} ({one_line(me)[:300]}) since {stamp}\n".encode(), 0)
+        _acquire(fd, target, wait_s, on_wait, sleep)
+        if writable:
+            me = " ".join(sys.argv) or "python"
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            _record(fd, f"PID {os.getpid()} ({one_line(me)[:300]}) since {stamp}")
         try:
             yield
         finally:
-            os.ftruncate(fd, 0)
+            if writable:
+                _record(fd, "")
             fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def _acquire(
+    fd: int,
+    target: Path,
+    wait_s: float,
+    on_wait: Callable[[str], None],
+    sleep: Callable[[float], None],
+) -> None:
+    started = time.monotonic()
+    announced = -_ANNOUNCE_EVERY_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            waited = time.monotonic() - started
+            if waited >= wait_s:
+                raise QualifyError(
+                    f"the host is measuring for {_holder(fd)} (lock {target}); gave up after "
+                    f"{waited:.0f} s (let it finish, wait longer with --lock-wait, or pass "
+                    "--shared-host to measure alongside it, knowing both tails suffer)"
+                ) from None
+            if waited - announced >= _ANNOUNCE_EVERY_S:
+                announced = waited
+                on_wait(
+                    f"waiting for the host's measurement lock ({target}), held by "
+                    f"{_holder(fd)}: {waited:.0f} s so far, giving up after {wait_s:.0f} s"
+                )
+            sleep(_POLL_S)
+        except OSError as exc:
+            raise _refused(target, exc.strerror or str(exc)) from None
 
 
 def _command_of(pid: int) -> str | None:

@@ -16,6 +16,7 @@ import difflib
 import hashlib
 import os
 import re
+import sys
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -798,6 +799,15 @@ def hook_problem(root: Path, hook: str) -> tuple[str, str] | None:
     import ast
 
     module, _, function = hook.partition(":")
+    if module.partition(".")[0] in sys.stdlib_module_names:
+        # Never advise a file of that name beside the project: imported first from there, it
+        # would shadow the standard library's module for the hook and for everything after it.
+        return (
+            f"hook {hook!r}: {module.partition('.')[0]!r} is a module of Python's standard "
+            "library, not the project's own code",
+            f"put {function}(...) in a module of your own beside the project file, named unlike "
+            f"any standard library module (e.g. prep.py, then 'prep:{function}')",
+        )
     source = hook_source(root, module)
     if source is None:
         return (

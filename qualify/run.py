@@ -34,7 +34,7 @@ from qualify.ab import ConfigEvidence, comparison_confidence, interleave, slowdo
 from qualify.artifacts import ArtifactStore
 from qualify.errors import HostMismatchError, ProjectError
 from qualify.fingerprint import class_cpus, class_mismatches, isa_mismatch, take_fingerprint
-from qualify.hostlock import lock_wait_message, measuring_alone
+from qualify.hostlock import DEFAULT_WAIT_S, lock_wait_message, measuring_alone
 from qualify.job import job_for
 from qualify.openloop import open_loop
 from qualify.parity import compare_outputs
@@ -91,8 +91,8 @@ class RunOptions:
     lock_wait_s: float = 300.0
     measure_alone: bool = True
     """Hold the host-wide measurement lock while measuring (``--shared-host`` turns it off)."""
-    host_lock_wait_s: float = 3600.0
-    """How long to wait for another run's measurement on this host."""
+    host_lock_wait_s: float = DEFAULT_WAIT_S
+    """How long to wait for another run's measurement on this host (``--lock-wait``)."""
     soak_s: float | None = None
     """Soak this long (``--soak``), whatever ``workload.soak_s`` says; None: as the workload."""
     fleet_node: str | None = None

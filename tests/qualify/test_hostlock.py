@@ -105,3 +105,140 @@ def test_a_held_matrix_lock_is_said_with_the_holders_pid_and_command(tmp_path: P
     assert "waiting for the matrix lock" in said[0] and "s so far" in said[0]
     if f"PID {holder.pid}" in said[0]:  # DuckDB names the holder where the OS tells it
         assert "python" in said[0]
+
+
+def _victim(tmp_path: Path) -> tuple[Path, bytes]:
+    victim = tmp_path / "victim.conf"
+    content = b"root:x:0:0:a file of someone else's that a lock must never touch\n" * 4
+    victim.write_bytes(content)
+    return victim, content
+
+
+def _hostile_lock(kind: str, tmp_path: Path, victim: Path) -> Path:
+    lock = tmp_path / "hostile.lock"
+    if kind == "symlink to a victim":
+        lock.symlink_to(victim)
+    elif kind == "dangling symlink":
+        lock.symlink_to(tmp_path / "created-through-the-link")
+    elif kind == "hard link to a victim":
+        os.link(victim, lock)
+    elif kind == "a file of other content":
+        return victim
+    elif kind == "fifo":
+        os.mkfifo(lock)
+    elif kind == "directory":
+        lock.mkdir()
+    elif kind in ("/dev/null", "/proc/self/status", "/dev/zero"):
+        return Path(kind)
+    return lock
+
+
+HOSTILE_LOCKS = {
+    "symlink to a victim": "symbolic link",
+    "dangling symlink": "symbolic link",
+    "hard link to a victim": "hard links",
+    "a file of other content": "not a qualify lock",
+    "fifo": "not a regular file",
+    "directory": "directory",
+    "/dev/null": "not a regular file",
+    "/dev/zero": "not a regular file",
+    "/proc/self/status": "/proc/self/status",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_LOCKS))
+def test_a_lock_path_that_is_not_a_lock_file_of_its_own_is_refused_by_name_and_left_alone(
+    tmp_path: Path, kind: str
+) -> None:
+    victim, content = _victim(tmp_path)
+    lock = _hostile_lock(kind, tmp_path, victim)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with (
+        pytest.raises(QualifyError) as caught,
+        measuring_alone(wait_s=1, on_wait=lambda _m: None, path=lock),
+    ):
+        pytest.fail("measured under a lock that is not one")
+    message = str(caught.value)
+    assert message.startswith(f"{lock}: cannot use it as the host's measurement lock")
+    assert HOSTILE_LOCKS[kind] in message.lower() or HOSTILE_LOCKS[kind] in message
+    assert "QUALIFY_HOST_LOCK" in message
+    assert victim.read_bytes() == content  # never truncated, never written
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing created through it
+
+
+def test_the_lock_file_is_never_truncated_and_its_record_is_replaced_in_place(
+    tmp_path: Path,
+) -> None:
+    lock = tmp_path / "measure.lock"
+    seen: list[bytes] = []
+    with measuring_alone(wait_s=1, on_wait=lambda _m: None, path=lock):
+        seen.append(lock.read_bytes())
+    released = lock.read_bytes()
+    assert (
+        seen[0].startswith(b"qualify host lock: PID ") and f"PID {os.getpid()} ".encode() in seen[0]
+    )
+    assert len(seen[0]) == len(released) == 512  # one fixed-size record, written over
+    assert b"PID" not in released
+    with measuring_alone(wait_s=1, on_wait=lambda _m: None, path=lock):
+        assert len(lock.read_bytes()) == 512
+
+
+def test_the_default_lock_is_in_a_directory_no_other_user_can_write(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from qualify.hostlock import host_lock_path
+
+    monkeypatch.delenv("QUALIFY_HOST_LOCK")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    path = host_lock_path()
+    assert not str(path).startswith(("/run/lock", "/var/lock", "/tmp"))
+    folder = path.parent
+    while not folder.exists():
+        folder = folder.parent
+    assert not folder.stat().st_mode & 0o002, folder  # not world-writable
+
+
+def test_a_run_waiting_for_the_lock_says_who_holds_it_even_in_a_pipe_and_gives_up_in_time(
+    tmp_path: Path,
+) -> None:
+    from tests.qualify.projects import write_project
+
+    lock = tmp_path / "measure.lock"
+    project = write_project(tmp_path / "p", [])
+    holder = _holder(lock, 60)
+    try:
+        started = time.monotonic()
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "qualify",
+                "run",
+                "--host-class",
+                "here-cpu",
+                "--project",
+                str(project),
+                "--db",
+                str(tmp_path / "m.duckdb"),
+                "--lock-wait",
+                "2s",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=dict(os.environ, QUALIFY_HOST_LOCK=str(lock), PYTHONPATH=str(ROOT)),
+            timeout=120,
+        )
+        took = time.monotonic() - started
+    finally:
+        holder.kill()
+        holder.communicate()
+    assert done.returncode == 2, done.stderr
+    assert took < 60
+    assert f"waiting for the host's measurement lock ({lock}), held by PID {holder.pid}" in (
+        done.stderr
+    )
+    assert f"error: the host is measuring for PID {holder.pid}" in done.stderr
+    assert "--lock-wait" in done.stderr
+    assert not (tmp_path / "m.duckdb").exists()
