@@ -41,6 +41,7 @@ __all__ = [
     "kill_children",
     "make_subreaper",
     "new_tag",
+    "subreaper_available",
     "sweep",
 ]
 
@@ -54,6 +55,7 @@ SUBREAPER = "process-group+subreaper+tag"
 """Containment by process group, a subreaper child and parent, and the environment tag."""
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
 _ENVIRON_BYTES = 1 << 20
 """The most of a process's environment block read when looking for the tag."""
 _SWEEP_S = 5.0
@@ -73,10 +75,25 @@ def make_subreaper() -> bool:
 
             try:
                 libc = ctypes.CDLL(None, use_errno=True)
-                _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+                _subreaper = bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
             except (OSError, AttributeError):
                 _subreaper = False
     return _subreaper
+
+
+def subreaper_available() -> bool:
+    """Whether this platform lets a process become a child subreaper (asked without becoming
+    one): what a child that ended before it could say is taken to have done."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        flag = ctypes.c_int(0)
+        return bool(libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
 
 
 def new_tag() -> str:

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -327,6 +328,8 @@ def _reap(
             deadline = min(deadline, time.monotonic() + RESULT_GRACE_S)
         if time.monotonic() > deadline:
             killed_hwm = hwm_kb(proc.pid)
+            if not graced:
+                _ask_for_stacks(proc.pid, result_path)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             pid, status, rusage = os.wait4(proc.pid, 0)
@@ -335,6 +338,49 @@ def _reap(
         if not wait:
             return None
         time.sleep(0.02)
+
+
+STACKS_WAIT_S = 0.5
+"""How long a child past its timeout gets to write its threads' stacks before it is killed."""
+
+
+def _ask_for_stacks(pid: int, result_path: str | None) -> None:
+    """Have the child write every thread's stack to its stderr (``faulthandler`` on SIGUSR1),
+    so that a timeout can say where the user's code was (`_stuck_at`)."""
+    if result_path is None:
+        return
+    err = Path(result_path).with_name("stderr.txt")
+    try:
+        size = err.stat().st_size
+        os.kill(pid, signal.SIGUSR1)
+    except OSError:
+        return
+    deadline, last = time.monotonic() + STACKS_WAIT_S, size
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        try:
+            now = err.stat().st_size
+        except OSError:
+            return
+        if size < now == last:  # written, and no longer growing
+            return
+        last = now
+
+
+_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<fn>\S+)', re.M)
+
+
+def _stuck_at(stderr: str, hook_root: str) -> str | None:
+    """Where the user's code was when the child was killed: the innermost frame in a file of
+    the project's folder in the last stack dump on its stderr; None when there is none."""
+    dump = stderr.rfind("most recent call first")
+    if dump < 0:
+        return None
+    root = os.path.join(os.path.abspath(hook_root), "")
+    for found in _FRAME.finditer(stderr, dump):
+        if os.path.abspath(found["file"]).startswith(root):
+            return f"{os.path.basename(found['file'])}:{found['line']} (in {found['fn']})"
+    return None
 
 
 def _stderr_tail(path: Path) -> str:
@@ -396,6 +442,9 @@ def _outcome(
     if timed_out:
         code = "timeout"
         message = f"no result after {timeout_s:g} s; the subprocess was killed"
+        where = _stuck_at(stderr, job.hook_root)
+        if where is not None:
+            message += f" while the pipeline hook was at {where}"
     elif result.get("error"):
         code = str(result["error"]["code"])
         message = str(result["error"]["message"])
@@ -421,9 +470,17 @@ def _outcome(
         wall_s=wall,
         stderr=stderr,
         provider_log=_provider_lines(stderr),
-        containment=contain.SUBREAPER if result.get("subreaper") else contain.PROCESS_GROUP,
+        containment=_containment(result),
         stray_processes=_strays.pop(proc.pid, 0),
     )
+
+
+def _containment(result: dict[str, Any]) -> str:
+    """Which layers of `qualify.contain` applied: the child says whether it became a subreaper;
+    one that ended before it could say did as this platform allows."""
+    said = result.get("subreaper")
+    subreaper = contain.subreaper_available() if said is None else bool(said)
+    return contain.SUBREAPER if subreaper else contain.PROCESS_GROUP
 
 
 def run_worker(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -1198,6 +1199,11 @@ def main(argv: list[str] | None = None) -> int:
     if isinstance(job, int):
         return job
     _die_with_parent(job.parent_pid)
+    # The parent asks for every thread's stack (SIGUSR1) before it kills a child at its
+    # timeout, so that the error can say where a hung hook was.
+    import faulthandler
+
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     # Before any of the user's code runs: a daemon a hook double-forks is re-parented here.
     result: dict[str, Any] = {"pid": os.getpid(), "subreaper": contain.make_subreaper()}
     _run_job(job, result)
