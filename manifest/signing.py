@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from manifest import envelope
 from manifest.encoded import EncodedEntries
 from manifest.errors import CanonicalError, KeyFileError, MalformedError, SignatureError
-from schemas.atomic import write_atomic
+from schemas.atomic import read_bounded, write_atomic
 
 __all__ = [
     "check_publishable",
@@ -37,6 +37,9 @@ __all__ = [
     "sign_encoded",
     "verify",
 ]
+
+MAX_KEY_BYTES = 64 * 1024
+"""The largest key file read: an Ed25519 PEM key is a few hundred bytes."""
 
 
 def public_raw(public_key: Ed25519PublicKey) -> bytes:
@@ -103,9 +106,11 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
         KeyFileError: missing, unreadable, encrypted, or not an Ed25519 private key.
     """
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, MAX_KEY_BYTES)
     except OSError as exc:
-        raise KeyFileError(f"{path}: cannot read the private key ({exc.strerror})") from exc
+        raise KeyFileError(f"{path}: cannot read the private key ({exc.strerror or exc})") from exc
+    if len(data) > MAX_KEY_BYTES:
+        raise KeyFileError(f"{path}: larger than a key file ({MAX_KEY_BYTES // 1024} KiB)")
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
@@ -124,9 +129,12 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
         KeyFileError: missing, unreadable, or not an Ed25519 public key.
     """
     try:
-        text = path.read_text(encoding="ascii", errors="replace")
+        data = read_bounded(path, MAX_KEY_BYTES)
     except OSError as exc:
-        raise KeyFileError(f"{path}: cannot read the public key ({exc.strerror})") from exc
+        raise KeyFileError(f"{path}: cannot read the public key ({exc.strerror or exc})") from exc
+    if len(data) > MAX_KEY_BYTES:
+        raise KeyFileError(f"{path}: larger than a key file ({MAX_KEY_BYTES // 1024} KiB)")
+    text = data.decode("ascii", errors="replace")
     return Ed25519PublicKey.from_public_bytes(envelope.parse_public_pem(text, source=str(path)))
 
 

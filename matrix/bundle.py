@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from matrix.errors import BundleError
 from matrix.samples import conform_samples
-from schemas.atomic import temp_prefix
+from schemas.atomic import open_binary, read_bounded, temp_prefix
 from schemas.cell import BUNDLE_FORMAT, RunBundle
 
 __all__ = [
@@ -147,16 +147,27 @@ def read_bundle(path: str | Path) -> tuple[RunBundle, pa.Table]:
     return bundle, conformed
 
 
+MAX_RUN_JSON_BYTES = 512 * 2**20
+"""The largest ``run.json`` read (its cells; the samples are in the Parquet file)."""
+
+
 def _read_run_json(run_json: Path) -> RunBundle:
-    if not run_json.is_file():
+    if not run_json.exists():
         raise BundleError(
             f"{run_json}: not found; a run bundle directory holds {RUN_JSON} and {SAMPLES_PARQUET}",
             path=run_json,
         )
     try:
-        text = run_json.read_text(encoding="utf-8")
+        raw = read_bounded(run_json, MAX_RUN_JSON_BYTES)  # a pipe or a device is refused
+        if len(raw) > MAX_RUN_JSON_BYTES:
+            raise BundleError(
+                f"{run_json}: larger than {MAX_RUN_JSON_BYTES // 2**20} MiB; not a run bundle",
+                path=run_json,
+            )
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise BundleError(f"{run_json}: cannot read: {error}", path=run_json) from error
+        why = error.strerror if isinstance(error, OSError) and error.strerror else error
+        raise BundleError(f"{run_json}: cannot read: {why}", path=run_json) from error
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
@@ -197,7 +208,7 @@ def _describe(error: ValidationError) -> str:
 
 
 def _read_samples(samples_path: Path) -> pa.Table:
-    if not samples_path.is_file():
+    if not samples_path.exists():
         raise BundleError(
             f"{samples_path}: not found; a run bundle holds {SAMPLES_PARQUET} beside {RUN_JSON} "
             "(an empty table when nothing was timed)",
@@ -205,7 +216,7 @@ def _read_samples(samples_path: Path) -> pa.Table:
         )
     try:
         # One file, so ParquetFile rather than read_table (whose dataset layer imports pandas).
-        with pq.ParquetFile(samples_path) as parquet:
+        with open_binary(samples_path) as handle, pq.ParquetFile(handle) as parquet:
             table = parquet.read()
     except (OSError, pa.ArrowException) as error:
         raise BundleError(

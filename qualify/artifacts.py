@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from qualify.errors import ArtifactError
+from schemas.atomic import open_binary
 
 __all__ = ["ArtifactStore", "digest_file"]
 
@@ -29,11 +30,11 @@ def digest_file(path: Path) -> str:
     """
     h = hashlib.sha256()
     try:
-        with path.open("rb") as fh:
+        with open_binary(path) as fh:  # a pipe or a device is refused by name
             while chunk := fh.read(CHUNK):
                 h.update(chunk)
     except OSError as exc:
-        raise ArtifactError(f"{path}: cannot read artifact: {exc.strerror}") from exc
+        raise ArtifactError(f"{path}: cannot read artifact: {exc.strerror or exc}") from exc
     return "sha256:" + h.hexdigest()
 
 
@@ -64,7 +65,7 @@ class ArtifactStore:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".incoming-")
         try:
-            with os.fdopen(fd, "wb") as out, source.open("rb") as src:
+            with os.fdopen(fd, "wb") as out, open_binary(source) as src:
                 shutil.copyfileobj(src, out, CHUNK)
                 out.flush()
                 os.fsync(out.fileno())

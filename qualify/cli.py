@@ -1126,19 +1126,15 @@ def init_cmd(model: Path, candidates: tuple[Path, ...], out: Path, force: bool) 
     """
     import platform
 
-    from qualify.init import init_project
-    from qualify.project import load_project
+    from qualify.init import write_initial_project
     from qualify.runner import probe_runtime
-    from schemas.atomic import write_atomic
 
-    if out.exists() and not force:
+    if (out.exists() or out.is_symlink()) and not force:
         _fail(f"{out} exists; pass --force to replace it, or --out another path")
     version = str(probe_runtime()["version"])
-    text = init_project(
+    write_initial_project(
         model, list(candidates), out, arch=platform.machine(), runtime_version=version
     )
-    write_atomic(out, text)
-    load_project(out)  # what was written must load; a failure here is a bug, said as such
     click.echo(
         f"wrote {out}: edit the lines marked CHOOSE and SET, then: qualify run --host-class this-host"
     )

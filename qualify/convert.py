@@ -321,8 +321,11 @@ def _stamp(path: Path) -> dict[str, Any]:
 def _job(baseline: Path, calibration: Mapping[str, np.ndarray] | None, ratio: float) -> _Job:
     import onnx
 
+    from schemas.atomic import open_binary
+
     try:
-        model = onnx.load(str(baseline), load_external_data=False)
+        with open_binary(baseline) as handle:  # a pipe or a device is refused by name
+            model = onnx.load(handle, load_external_data=False)
     except Exception as exc:
         raise ConversionError(
             f"{baseline}: cannot read the baseline model: {_one_line(exc)}. Fix: point the "

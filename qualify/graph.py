@@ -24,6 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from qualify.errors import ArtifactError
+from schemas.atomic import read_bounded
 
 __all__ = ["MAX_PROTO_BYTES", "ModelSignature", "TensorSignature", "read_signature"]
 
@@ -151,7 +152,10 @@ def read_signature(path: Path) -> ModelSignature:
                 f"{path}: {size} bytes is more than one ONNX protobuf can hold (2 GiB); "
                 "save the weights as external data"
             )
-        data = path.read_bytes()
+        data = read_bounded(path, MAX_PROTO_BYTES)  # a pipe or a device is refused by name
+        size = len(data)
+        if size > MAX_PROTO_BYTES:
+            raise ArtifactError(f"{path}: grew past 2 GiB while it was read")
     except OSError as exc:
         raise ArtifactError(f"{path}: cannot read artifact: {exc.strerror or exc}") from exc
     model = _protos().ModelProto()

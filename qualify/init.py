@@ -20,7 +20,7 @@ from qualify.graph import TensorSignature, read_signature
 from schemas.base import NAME_RE
 from schemas.project import DIM_RE, ITEMSIZE
 
-__all__ = ["DYNAMIC_DEFAULT", "SWEEP_DEFAULT", "init_project"]
+__all__ = ["DYNAMIC_DEFAULT", "SWEEP_DEFAULT", "init_project", "write_initial_project"]
 
 DYNAMIC_DEFAULT = 16
 """The value an unnamed dynamic dimension other than the batch axis gets (a width, a length)."""
@@ -184,6 +184,31 @@ def _dims_lines(swept: dict[str, str]) -> list[str]:
     return lines
 
 
+MAX_INPUT_NAME = 1000
+"""The longest input name a project file can key (YAML's implicit keys stop at 1024)."""
+
+
+def _check_names(model: Path, names: Sequence[str]) -> None:
+    """Refuse inputs a workload cannot name: one name twice, or a name YAML cannot key.
+
+    Raises:
+        ArtifactError: naming the input (shortened) and the model.
+    """
+    seen: set[str] = set()
+    for name in names:
+        if len(name) > MAX_INPUT_NAME:
+            raise ArtifactError(
+                f"{model}: input {_shown(name)}... has a name of {len(name)} characters, longer "
+                f"than the {MAX_INPUT_NAME} a project file can key; rename it in the model"
+            )
+        if name in seen:
+            raise ArtifactError(
+                f"{model}: declares two inputs named {_shown(name)} (not a valid ONNX graph); "
+                "fix the model"
+            )
+        seen.add(name)
+
+
 def init_project(
     model: Path,
     candidates: Sequence[Path],
@@ -201,6 +226,7 @@ def init_project(
     """
     base = out.parent
     signature = read_signature(model)
+    _check_names(model, [sig.name for sig in signature.inputs])
     for candidate in candidates:
         read_signature(candidate)  # refuse a non-ONNX candidate now, not at the first run
     inputs: list[str] = []
@@ -256,3 +282,48 @@ def init_project(
         "",
     ]
     return "\n".join(lines)
+
+
+def write_initial_project(
+    model: Path,
+    candidates: Sequence[Path],
+    out: Path,
+    *,
+    arch: str,
+    runtime_version: str,
+) -> str:
+    """Write `init_project`'s text at ``out``, only once it loads as that file would
+    (`qualify.project.load_project_text`): a model whose inputs no workload can describe (a
+    dimension of 2^40, two inputs of one name, a name of 10,000 characters) is refused before
+    anything touches the disk, and a file already at ``out`` is kept unless the new one loads.
+
+    Returns:
+        The text written.
+
+    Raises:
+        ArtifactError: the model or a candidate is not a readable ONNX file (a pipe or a device
+            is refused by name).
+        ProjectError: the project written from the model would not load; nothing was written.
+    """
+    from qualify.project import load_project_text
+    from schemas.atomic import write_atomic
+
+    text = init_project(model, candidates, out, arch=arch, runtime_version=runtime_version)
+    try:
+        load_project_text(text, out)
+    except ProjectError as exc:
+        kept = f"; {out} was left as it was" if out.exists() else ""
+        raise ProjectError(
+            f"{model}: cannot write a project file from this model's inputs that loads{kept}. "
+            f"Write its workload by hand. What the written file would have said: "
+            f"{_first_lines(str(exc))}"
+        ) from exc
+    write_atomic(out, text)
+    return text
+
+
+def _first_lines(message: str, most: int = 3) -> str:
+    lines = [line.strip()[:300] for line in message.splitlines() if line.strip()]
+    return " / ".join(lines[:most]) + (
+        f" (and {len(lines) - most} more)" if len(lines) > most else ""
+    )

@@ -31,7 +31,7 @@ from qualify.errors import ArtifactError, ProjectError
 from qualify.graph import ModelSignature, TensorSignature, read_signature
 from qualify.project_view import MAX_PROJECT_BYTES
 from qualify.text import one_line
-from schemas.atomic import read_bounded, write_atomic
+from schemas.atomic import kind_of, open_binary, read_bounded, write_atomic
 from schemas.project import ArtifactSpec, Budgets, InputSpec, Project, Workload
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "hook_problem",
     "hook_source",
     "load_project",
+    "load_project_text",
     "parse_project",
     "write_project",
 ]
@@ -642,9 +643,10 @@ def _check_file(
     if not target.exists():
         return _Problem(loc, f"file not found: {target}", f"correct the path{relative}", mark)
     if not target.is_file():
-        return _Problem(loc, f"not a file: {target}", "point it at a file, not a folder", mark)
+        kind = kind_of(target.stat().st_mode)
+        return _Problem(loc, f"not a file: {target} is {kind}", "point it at a regular file", mark)
     try:
-        with target.open("rb") as handle:
+        with open_binary(target) as handle:
             head = handle.read(len(_NPY_MAGIC))
     except OSError as exc:
         return _Problem(
@@ -721,6 +723,19 @@ def load_project(path: Path, *, check_models: bool = True) -> LoadedProject:
             "Fix: check the path and its permissions."
         ) from None
 
+    return load_project_text(text, path, check_models=check_models)
+
+
+def load_project_text(text: str, path: Path, *, check_models: bool = True) -> LoadedProject:
+    """Validate and check ``text`` as the project file at ``path`` would be, without reading
+    or writing that file: what a writer checks before it replaces a project file (``qualify
+    init``), so that a file that would not load never reaches the disk.
+
+    Raises:
+        ProjectError: as `load_project`, the messages naming ``path``.
+    """
+    display = str(path)
+    absolute = Path(os.path.abspath(path))
     doc = _compose(text, display)
     project = _validate(doc, display)
     # Strict UTF-8 decoding round-trips: these are the bytes read.

@@ -19,7 +19,8 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from qualify.errors import ProjectError
 from qualify.project import parse_project
-from schemas.atomic import write_atomic
+from qualify.project_view import MAX_PROJECT_BYTES
+from schemas.atomic import read_bounded, write_atomic
 from schemas.project import Project
 
 __all__ = ["add_candidates", "set_class_provider"]
@@ -37,9 +38,13 @@ def _edit(path: Path, change: Callable[[CommentedMap], None]) -> Project:
     """Apply ``change`` to the file's document, validate the result, write it atomically."""
     yaml = _yaml()
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ProjectError(f"{path}: cannot read the project file: {exc.strerror}") from exc
+        data = read_bounded(path, MAX_PROJECT_BYTES)  # a pipe or a device is refused by name
+        if len(data) > MAX_PROJECT_BYTES:
+            raise ProjectError(f"{path}: larger than a project file; nothing was changed")
+        text = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ProjectError(f"{path}: cannot read the project file: {why}") from exc
     doc = yaml.load(text)
     if not isinstance(doc, CommentedMap):
         raise ProjectError(f"{path}: the project file is not a mapping; nothing was changed")

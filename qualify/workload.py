@@ -7,13 +7,15 @@ compares like with like. Randomness comes only from each input's ``seed``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from qualify.errors import ProjectError
-from schemas.project import POOL_ROWS, InputSpec, Workload
+from schemas.atomic import open_binary
+from schemas.project import MAX_INPUT_BYTES, POOL_ROWS, InputSpec, Workload
 from schemas.rules import swept_axes
 
 __all__ = ["POOL_ROWS", "build_pool"]
@@ -63,7 +65,15 @@ def _recorded(
         raise ProjectError(f"{where}.file: a recorded input needs a .npy file")
     path = resolve(spec.file)
     try:
-        data = np.load(path, allow_pickle=False)
+        with open_binary(path) as handle:  # a pipe or a device is refused by name
+            size = os.fstat(handle.fileno()).st_size
+            if size > MAX_INPUT_BYTES:
+                raise ProjectError(
+                    f"{path}: {where}.file: {size / 2**30:.3g} GiB, more than the "
+                    f"{MAX_INPUT_BYTES // 2**30} GiB of input data a run holds per input. Fix: "
+                    "record fewer samples"
+                )
+            data = np.load(handle, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise ProjectError(
             f"{path}: {where}.file: cannot read as .npy ({exc}). "

@@ -22,8 +22,11 @@ import stat
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import BinaryIO
 
 __all__ = [
+    "kind_of",
+    "open_binary",
     "open_regular",
     "pid_alive",
     "read_bounded",
@@ -36,22 +39,56 @@ _LEFTOVER = r"\..+\.p([0-9]{1,10})\.[^/]*\.tmp"
 """A `temp_prefix` name (compiled when first used: resolve-artifact imports this module)."""
 
 
+def kind_of(mode: int) -> str:
+    """What a file of this ``st_mode`` is, for a message: "a folder", "a named pipe (FIFO)"..."""
+    for test, kind in (
+        (stat.S_ISREG, "a regular file"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return "not a regular file"
+
+
+def _not_regular(path: Path | str, mode: int) -> OSError:
+    if stat.S_ISDIR(mode):
+        return IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(path))
+    return OSError(errno.EINVAL, f"not a regular file: it is {kind_of(mode)}", str(path))
+
+
 def open_regular(path: Path | str) -> int:
-    """A read-only descriptor of ``path``, only if it is a regular file: a pipe or a device
-    (``/dev/zero``) is refused without blocking on it or reading it.
+    """A read-only descriptor of ``path``, only if it is a regular file: a pipe, a socket or a
+    device (``/dev/zero``) is refused by name without opening it (opening a device can have
+    effects of its own), blocking on it or reading it.
 
     Raises:
         IsADirectoryError: it is a folder.
-        OSError: it cannot be opened, or is not a regular file (``EINVAL``).
+        OSError: it cannot be opened, or is not a regular file (``EINVAL``, the message saying
+            what it is).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    mode = os.fstat(fd).st_mode
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise _not_regular(path, mode)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    mode = os.fstat(fd).st_mode  # what was opened, should the path have changed since
     if stat.S_ISREG(mode):
         return fd
     os.close(fd)
-    if stat.S_ISDIR(mode):
-        raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
-    raise OSError(errno.EINVAL, "not a regular file (a device or a pipe)", str(path))
+    raise _not_regular(path, mode)
+
+
+def open_binary(path: Path | str) -> BinaryIO:
+    """``open(path, "rb")``, only for a regular file (`open_regular`)."""
+    fd = open_regular(path)
+    try:
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_bounded(path: Path | str, max_bytes: int) -> bytes:

@@ -132,3 +132,54 @@ def test_init_refuses_to_replace_a_project_and_refuses_a_file_that_is_not_onnx(
     code, said = _init(tmp_path, str(junk), "--force")
     assert code == 2 and "notes.onnx" in said and "Traceback" not in said
     assert (tmp_path / "qualify.yaml").read_text() == "model: mine\n"
+
+
+def _odd_model(folder: Path, inputs: list[tuple[str, list[int | str]]]) -> Path:
+    """A model whose inputs are ``inputs`` (name, shape), each summed into one output."""
+    nodes = [
+        helper.make_node("ReduceSum", [name], [f"s{k}"], keepdims=0)
+        for k, (name, _) in enumerate(inputs)
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "odd",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in inputs],
+        [helper.make_tensor_value_info(f"s{k}", TensorProto.FLOAT, []) for k in range(len(inputs))],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", min(OPSET, 13))], ir_version=IR_VERSION
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "odd.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+ODD_INPUTS: dict[str, list[tuple[str, list[int | str]]]] = {
+    "a dimension of 2^40": [("x", ["N", 2**40])],
+    "two inputs of one name": [("x", ["N", 4]), ("x", ["N", 8])],
+    "a name of 10,000 characters": [("x" * 10_000, ["N", 4])],
+}
+
+
+@pytest.mark.parametrize("case", sorted(ODD_INPUTS))
+@pytest.mark.parametrize("existing", [False, True])
+def test_init_from_a_model_no_workload_can_describe_writes_nothing_and_keeps_the_old_file(
+    tmp_path: Path, case: str, existing: bool
+) -> None:
+    model = _odd_model(tmp_path / "models", ODD_INPUTS[case])
+    out = tmp_path / "qualify.yaml"
+    if existing:  # a good project, written first: --force must not replace it with a bad one
+        good = build("identity_mlp", tmp_path / "models")
+        assert _init(tmp_path, str(good))[0] == 0
+    before = out.read_bytes() if existing else None
+    code, said = _init(tmp_path, str(model), *(["--force"] if existing else []))
+    assert code == 2, said
+    assert said.startswith(f"error: {model}: ") and said.count("\n") == 1 and len(said) < 1500
+    assert "Traceback" not in said
+    if existing:
+        assert out.read_bytes() == before
+        load_project(out)
+    else:
+        assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["models", *(["qualify.yaml"] * existing)]
