@@ -34,9 +34,11 @@ it to disk (off by default: telemetry must not slow the serving path).
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -118,12 +120,20 @@ def append_event(
         fsync: Force the line to disk before returning.
 
     Raises:
-        OSError: the file cannot be opened or written.
+        OSError: the file cannot be opened or written, or is not a regular file: a named pipe,
+            a socket or a device is refused without waiting on it (opened non-blocking), so
+            that telemetry never holds up the service start it rides on.
         ValueError: the event holds something JSON cannot (NaN, a non-string key).
     """
     line = encode_event(event)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = stat.S_IFREG  # created below
+    _refuse_unless_regular(path, mode)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+    try:
+        _refuse_unless_regular(path, os.fstat(fd).st_mode)  # what was opened, if it changed
         written = os.write(fd, line)
         if written != len(line):  # a short write on a full disk: say so rather than cut a line
             raise OSError(f"{os.fspath(path)}: wrote {written} of {len(line)} bytes of an event")
@@ -131,6 +141,12 @@ def append_event(
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _refuse_unless_regular(path: str | os.PathLike[str], mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        what = "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a device, a socket or a folder"
+        raise OSError(errno.EINVAL, f"not a regular file: it is {what}", os.fspath(path))
 
 
 def event_from_resolution(

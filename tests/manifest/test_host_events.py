@@ -5,6 +5,7 @@ import, and the same objects through the old ``manifest.telemetry`` path."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -245,6 +246,63 @@ def test_a_telemetry_file_that_cannot_be_written_never_changes_the_exit_code(
     code = resolve_with_telemetry(signed, tmp_path / "missing-dir" / "t.jsonl", "x86-vnni")
     assert code == resolve.EXIT_RESOLVED
     assert "cannot append telemetry" in capsys.readouterr().err
+
+
+def _not_a_file(kind: str, tmp_path: Path) -> Path:
+    path = tmp_path / "telemetry.jsonl"
+    if kind == "/dev/null":
+        return Path("/dev/null")
+    if kind == "folder":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "kind", ["fifo without a reader", "fifo with a reader", "/dev/null", "folder"]
+)
+@pytest.mark.parametrize("how", ["--emit-telemetry", "QUALIFY_TELEMETRY"])
+def test_telemetry_to_what_is_not_a_regular_file_never_blocks_the_service_start(
+    signed: Path, tmp_path: Path, kind: str, how: str
+) -> None:
+    path = _not_a_file(kind, tmp_path)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK) if kind == "fifo with a reader" else None
+    args = [
+        "--manifest",
+        str(signed),
+        "--pubkey",
+        str(GOLDEN / "test.pub"),
+        "--host-class",
+        "x86-vnni",
+        "--runtime",
+        "onnxruntime==1.32.0",
+        "--providers",
+        "CPUExecutionProvider",
+        "--no-state",
+    ]
+    env = dict(os.environ)
+    if how == "--emit-telemetry":
+        args += ["--emit-telemetry", str(path)]
+    else:
+        env["QUALIFY_TELEMETRY"] = str(path)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "manifest.resolve", *args],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+            timeout=60,  # a blocking open would hang here for ever
+        )
+        if reader is not None:
+            assert os.read(reader, 4096) == b""  # not one byte went into the pipe
+    finally:
+        if reader is not None:
+            os.close(reader)
+    assert done.returncode == resolve.EXIT_RESOLVED, done.stderr
+    assert f"warning: cannot append telemetry to {path}" in done.stderr
+    assert "not a regular file" in done.stderr or "No such device" in done.stderr
 
 
 @pytest.mark.parametrize("module", ["manifest.host_events", "manifest.telemetry"])
