@@ -1105,6 +1105,22 @@ class Store:
 
     # -- export ------------------------------------------------------------------------------
 
+    def _write_parquet(self, name: str, temp: Path, final: Path) -> None:
+        """One table into ``temp`` (synced), or a `MatrixError` naming ``final``."""
+        from matrix.bundle import _fsync_path
+
+        try:
+            self._conn.sql(f"SELECT * FROM {name} ORDER BY {_EXPORT_ORDER[name]}").write_parquet(
+                str(temp), compression="zstd"
+            )
+            _fsync_path(temp)
+        except (duckdb.Error, OSError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise MatrixError(
+                f"{final}: cannot write the export ({' '.join(why.split())[:300]}); no file of "
+                "the export was replaced"
+            ) from exc
+
     def export_parquet(
         self, directory: str | Path, *, tables: Sequence[str] = EXPORTED
     ) -> list[Path]:
@@ -1130,21 +1146,23 @@ class Store:
             raise MatrixError(f"cannot export {unknown}: choose from {list(EXPORTED)}")
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
-        written: list[Path] = []
-        for name in tables:
-            final = out / f"{name}.parquet"
-            fd, temp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".parquet.tmp", dir=out)
-            os.close(fd)
-            temp = Path(temp_name)
-            try:
-                self._conn.sql(
-                    f"SELECT * FROM {name} ORDER BY {_EXPORT_ORDER[name]}"
-                ).write_parquet(str(temp), compression="zstd")
-                _fsync_path(temp)
+        # Every file is written to its temp first, and only then are they renamed over the old
+        # ones: a disk that fills up half-way leaves the old set whole, not half replaced.
+        staged: list[tuple[Path, Path]] = []
+        try:
+            for name in tables:
+                final = out / f"{name}.parquet"
+                fd, temp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".parquet.tmp", dir=out)
+                os.close(fd)
+                staged.append((Path(temp_name), final))
+                self._write_parquet(name, Path(temp_name), final)
+            for temp, final in staged:
                 os.replace(temp, final)
-            except BaseException:
+        except BaseException:
+            for temp, _ in staged:
                 temp.unlink(missing_ok=True)
-                raise
-            written.append(final)
+                (temp.parent / f"tmp_{temp.name}").unlink(missing_ok=True)  # DuckDB's own
+            raise
+        written = [final for _, final in staged]
         _fsync_path(out)
         return written

@@ -8,8 +8,10 @@ code here (``--debug`` shows the traceback instead). No SQL, statistics or HTML 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -69,11 +71,31 @@ class _QualifyGroup(click.Group):
         except Exception as exc:  # a bug: one line and a distinct code, never a bare traceback
             if ctx.find_root().params.get("debug"):
                 raise
+            if _disk_full(exc):  # from a library that says so in words (DuckDB, Arrow)
+                _fail(f"the disk is full: {' '.join(str(exc).split())[:400]}", 2)
             _fail(
                 f"internal error ({type(exc).__name__}: {exc}); this is a bug: run again with "
                 "'qualify --debug ...' and report the traceback",
                 EXIT_INTERNAL,
             )
+
+
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+_FULL_WORDS = ("No space left on device", "Disk quota exceeded", "File too large")
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) says the disk, a quota or a file-size limit is full:
+    DuckDB and Arrow say it in their messages, with the file's path, not as an ``OSError``."""
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 8:
+        if isinstance(current, OSError) and current.errno in _FULL_ERRNOS:
+            return True
+        if any(words in str(current) for words in _FULL_WORDS):
+            return True
+        current, seen = current.__cause__ or current.__context__, seen + 1
+    return False
 
 
 def _settings(model: type[M], values: dict[str, Any], options: dict[str, str]) -> M:
@@ -99,11 +121,33 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     sys.exit(code)
 
 
+class _RegularFile(click.Path):
+    """A file option: a path that is a regular file, or (unless ``exists``) nothing yet. A named
+    pipe, a device or a socket is refused by name when the command line is parsed, before
+    anything is read or written (a pipe would block a read; a rename over a device as root
+    would replace it)."""
+
+    def __init__(self, *, exists: bool = False) -> None:
+        super().__init__(path_type=Path, dir_okay=False, exists=exists)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        path = super().convert(value, param, ctx)
+        from schemas.atomic import kind_of
+
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            return path  # absent (a file to write), or said by the command that opens it
+        if not stat.S_ISREG(mode):
+            self.fail(f"{str(path)!r} is {kind_of(mode)}, not a regular file", param, ctx)
+        return path
+
+
 def _project_option(f: F) -> F:
     return click.option(
         "--project",
         "project_path",
-        type=click.Path(path_type=Path, dir_okay=False),
+        type=_RegularFile(),
         default=DEFAULT_PROJECT,
         show_default=True,
         help="Project file.",
@@ -114,7 +158,7 @@ def _db_option(f: F) -> F:
     return click.option(
         "--db",
         "db_path",
-        type=click.Path(path_type=Path, dir_okay=False),
+        type=_RegularFile(),
         default=DEFAULT_DB,
         show_default=True,
         help="Matrix database (DuckDB file).",
@@ -135,13 +179,13 @@ def _ci_options(f: F) -> F:
     f = click.option(
         "--summary-md",
         "summary_md",
-        type=click.Path(path_type=Path, dir_okay=False),
+        type=_RegularFile(),
         help="Write a markdown summary for a CI job (e.g. $GITHUB_STEP_SUMMARY).",
     )(f)
     return click.option(
         "--junit-xml",
         "junit_xml",
-        type=click.Path(path_type=Path, dir_okay=False),
+        type=_RegularFile(),
         help="Write JUnit XML: one test case per class x artifact, and one per class's decision.",
     )(f)
 
@@ -536,13 +580,13 @@ def _require_db(db_path: Path) -> None:
 @click.option(
     "--junit-xml",
     "junit_xml",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=_RegularFile(),
     help="Write JUnit XML: one test case per class x artifact, and one per class's decision.",
 )
 @click.option(
     "--summary-md",
     "summary_md",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=_RegularFile(),
     help="Write a markdown summary for a CI job (e.g. $GITHUB_STEP_SUMMARY).",
 )
 def matrix_gate(
@@ -699,7 +743,7 @@ _min_samples_option = click.option(
 @click.option(
     "--manifest",
     "manifest_path",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    type=_RegularFile(exists=True),
     help="Manifest to compare with; default: the newest in the matrix, else ./manifest.json.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the alerts as JSON.")
@@ -768,7 +812,7 @@ def _key_option(f: F) -> F:
     return click.option(
         "--key",
         "key_path",
-        type=click.Path(path_type=Path, dir_okay=False, exists=True),
+        type=_RegularFile(exists=True),
         help="Ed25519 private key (from 'qualify keygen').",
     )(f)
 
@@ -847,7 +891,7 @@ def _warn_if_hosts_refuse(out: Path, per_class_dir: Path | None) -> None:
 @click.option("--release", required=True, help="Release name, e.g. digits-2026.12.")
 @click.option(
     "--out",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=_RegularFile(),
     help="File to write: the draft (default manifest.draft.json), or with --publish the "
     "published manifest (default manifest.json).",
 )
@@ -946,12 +990,10 @@ def manifest_generate(
 
 
 @manifest_group.command("publish")
-@click.argument(
-    "draft", required=False, type=click.Path(path_type=Path, dir_okay=False, exists=True)
-)
+@click.argument("draft", required=False, type=_RegularFile(exists=True))
 @click.option(
     "--out",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=_RegularFile(),
     default="manifest.json",
     show_default=True,
     help="Manifest file hosts read (replaced atomically).",
@@ -994,11 +1036,11 @@ def manifest_publish(
 
 
 @manifest_group.command("verify")
-@click.argument("path", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("path", type=_RegularFile(exists=True))
 @click.option(
     "--pubkey",
     required=True,
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    type=_RegularFile(exists=True),
     help="Trusted public key (NAME.pub).",
 )
 def manifest_verify(path: Path, pubkey: Path) -> None:
@@ -1018,8 +1060,8 @@ def manifest_verify(path: Path, pubkey: Path) -> None:
 
 
 @manifest_group.command("diff")
-@click.argument("old", type=click.Path(path_type=Path, dir_okay=False, exists=True))
-@click.argument("new", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("old", type=_RegularFile(exists=True))
+@click.argument("new", type=_RegularFile(exists=True))
 def manifest_diff(old: Path, new: Path) -> None:
     """Say which host class changes from what to what between two manifests, and why."""
     from manifest.diff import diff_manifests, render_changes
@@ -1033,7 +1075,7 @@ def manifest_diff(old: Path, new: Path) -> None:
 @manifest_group.command("show")
 @click.argument(
     "path",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    type=_RegularFile(exists=True),
     default="manifest.json",
 )
 def manifest_show(path: Path) -> None:
@@ -1047,7 +1089,7 @@ def manifest_show(path: Path) -> None:
 @cli.command("report")
 @click.option(
     "--out",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=_RegularFile(),
     default="report.html",
     show_default=True,
     help="HTML file to write (self-contained).",
@@ -1055,12 +1097,12 @@ def manifest_show(path: Path) -> None:
 @click.option(
     "--manifest",
     "manifest_path",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    type=_RegularFile(exists=True),
     help="Manifest to report on; default: the newest one recorded in the matrix.",
 )
 @click.option(
     "--pubkey",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    type=_RegularFile(exists=True),
     help="Trusted public key to verify the manifest's signature for the header.",
 )
 @_project_option
@@ -1101,17 +1143,17 @@ def demo_cmd(workdir: Path) -> None:
 
 
 @cli.command("init")
-@click.argument("model", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@click.argument("model", type=_RegularFile(exists=True))
 @click.option(
     "--candidate",
     "candidates",
     multiple=True,
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    type=_RegularFile(exists=True),
     help="A candidate artifact (repeat for several).",
 )
 @click.option(
     "--out",
-    type=click.Path(path_type=Path, dir_okay=False),
+    type=_RegularFile(),
     default=DEFAULT_PROJECT,
     show_default=True,
     help="Project file to write.",
@@ -1278,12 +1320,12 @@ def _rollout_publish_options(f: F) -> F:
         "--key",
         "key_path",
         required=True,
-        type=click.Path(path_type=Path, dir_okay=False, exists=True),
+        type=_RegularFile(exists=True),
         help="Ed25519 private key (from 'qualify keygen'); every step is a signed version.",
     )(f)
     return click.option(
         "--out",
-        type=click.Path(path_type=Path, dir_okay=False),
+        type=_RegularFile(),
         default="manifest.json",
         show_default=True,
         help="Manifest file hosts read (the new version replaces it atomically).",

@@ -180,12 +180,25 @@ def write_atomic(
         sync_dir: also fsync the folder, so the rename itself survives a power cut.
 
     Raises:
-        OSError: the folder does not exist or is not writable; nothing is left behind.
+        OSError: the folder does not exist or is not writable, the disk is full, or ``path``
+            exists and is not a regular file (a device, a pipe, a folder: never replaced);
+            named in the error, and nothing is left behind.
     """
     import tempfile  # here, not at import: resolve-artifact reads with this module at start-up
 
     target = os.fspath(path)
     folder = os.path.dirname(target) or "."
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        mode = stat.S_IFREG
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        # Renaming over it would replace a device or a pipe (``--out /dev/null`` as root).
+        raise OSError(
+            errno.EINVAL,
+            f"exists and is {kind_of(mode)}; qualify replaces only regular files",
+            target,
+        )
     payload = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(
         prefix=temp_prefix(os.path.basename(target)), suffix=".tmp", dir=folder
@@ -198,10 +211,13 @@ def write_atomic(
                 handle.flush()
                 os.fsync(handle.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         from pathlib import Path  # the failing path only
 
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:
+            # A write or fsync on a full disk names no file: name the one that was not written.
+            raise OSError(exc.errno, f"{exc.strerror or exc}; nothing was written", target) from exc
         raise
     if sync_dir:
         dir_fd = os.open(folder, os.O_RDONLY)
