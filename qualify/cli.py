@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import stat
 import sys
@@ -121,6 +122,21 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     sys.exit(code)
 
 
+class _FiniteRange(click.FloatRange):
+    """A float in a range, never NaN or infinity (``click.FloatRange`` lets NaN through: every
+    comparison with it is false)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        low = -math.inf if self.min is None else self.min
+        high = math.inf if self.max is None else self.max
+        if not math.isfinite(number) or not low <= number <= high:
+            span = f"from {low:g} to {high:g}" if self.max is not None else f"of at least {low:g}"
+            # One line, as every other refusal (the group turns it into "error: ..." and 2).
+            raise QualifyError(f"{_named(param)} {value!r}: expected a finite number {span}")
+        return number
+
+
 class _RegularFile(click.Path):
     """A file option: a path that is a regular file, or (unless ``exists``) nothing yet. A named
     pipe, a device or a socket is refused by name when the command line is parsed, before
@@ -131,7 +147,7 @@ class _RegularFile(click.Path):
         super().__init__(path_type=Path, dir_okay=False, exists=exists)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        path = super().convert(value, param, ctx)
+        path = Path(os.fsdecode(super().convert(value, param, ctx)))
         from schemas.atomic import kind_of
 
         try:
@@ -139,8 +155,15 @@ class _RegularFile(click.Path):
         except OSError:
             return path  # absent (a file to write), or said by the command that opens it
         if not stat.S_ISREG(mode):
-            self.fail(f"{str(path)!r} is {kind_of(mode)}, not a regular file", param, ctx)
+            raise QualifyError(f"{path}: {_named(param)}: {kind_of(mode)}, not a regular file")
         return path
+
+
+def _named(param: click.Parameter | None) -> str:
+    """How the user wrote the parameter: ``--db``, or an argument's name."""
+    if param is None:
+        return "value"
+    return param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
 
 
 def _project_option(f: F) -> F:
@@ -354,7 +377,7 @@ def run_cmd(
 )
 @click.option(
     "--prune-ratio",
-    type=click.FloatRange(0.01, 0.9),
+    type=_FiniteRange(0.01, 0.9),
     default=0.25,
     show_default=True,
     help="Share of hidden units the pruned variant removes (by weight magnitude).",
@@ -716,7 +739,7 @@ def _check_defaults() -> Any:
 
 _tolerance_option = click.option(
     "--tolerance",
-    type=float,
+    type=_FiniteRange(0, None),
     default=lambda: _check_defaults().p99_tolerance,
     show_default="0.2",
     help="Observed p99 may exceed the qualified p99 bound (in a rollout step, also the rest "

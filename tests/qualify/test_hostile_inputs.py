@@ -177,3 +177,68 @@ def test_manifest_commands_refuse_what_is_not_a_manifest(tmp_path: Path, content
         code, output = _run(*args)
         assert code == 2, output
         assert "Traceback" not in output and re.match(r"error: .*m\.json", output), output
+
+
+def _numeric_options() -> list[tuple[list[str], str]]:
+    """(command path, option) of every int or float option of the command line, found by
+    walking it: an option added later is covered without editing this test."""
+    import click
+
+    found: list[tuple[list[str], str]] = []
+
+    def walk(command: click.Command, path: list[str]) -> None:
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                walk(sub, [*path, name])
+            return
+        for param in command.params:
+            kind = param.type
+            if isinstance(kind, click.types.FloatParamType | click.types.IntParamType):
+                found.append((path, param.opts[0]))
+
+    walk(cli, [])
+    return found
+
+
+def _required(path: list[str]) -> list[str]:
+    """Values for the command's required arguments and options (parsing stops at the bad one)."""
+    import click
+
+    command: click.Command = cli
+    for name in path:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]
+    args: list[str] = []
+    for param in command.params:
+        if param.required and isinstance(param, click.Argument):
+            args.append("x")
+        elif param.required:
+            args += [param.opts[0], "x"]
+    return args
+
+
+NUMERIC = _numeric_options()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e309", "NaN"])
+@pytest.mark.parametrize(("path", "option"), NUMERIC, ids=[" ".join([*p, o]) for p, o in NUMERIC])
+def test_non_finite_values_at_every_numeric_option_are_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: list[str], option: str, value: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, [*path, f"{option}={value}", *_required(path)])
+    assert result.exit_code == 2, result.output
+    assert option in result.output and "Traceback" not in result.output, result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e309"])
+@pytest.mark.parametrize("option", ["--grace-days", "--max-validity-days", "--max-bytes"])
+def test_non_finite_values_at_resolve_artifacts_numeric_options_are_refused(
+    capsys: pytest.CaptureFixture[str], option: str, value: str
+) -> None:
+    from manifest import resolve
+
+    assert resolve.main(["--manifest", "m.json", option, value]) == 2
+    err = capsys.readouterr().err
+    assert option in err and "Traceback" not in err, err
