@@ -410,10 +410,21 @@ def _out_of_bounds(
     bound_key, phrase = _BOUNDS[kind]
     bound = _number(ctx.get(bound_key))
     message = f"must be {phrase} {bound}, found {_show(found)}"
+    if parent is Budgets and name == "memory_limit_mb" and bound_key == "le":
+        return message, f"set the address space the class's hosts can give ({_host_memory()})"
     if parent is Budgets and bound_key == "gt" and bound == "0":
         unit = next((u for s, u in _UNITS.items() if name.endswith(s)), None)
         return message, f"set a positive budget in {unit}" if unit else "set a positive budget"
     return message, f"set a number {phrase} {bound}"
+
+
+def _host_memory() -> str:
+    """This host's memory, as a message says it: what a memory limit should be measured by."""
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return "this host's memory is unknown"
+    return f"this host has {pages * size // 2**20} MB"
 
 
 def _too_short(

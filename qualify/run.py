@@ -63,7 +63,7 @@ from schemas.cell import (
     dims_text,
 )
 from schemas.host import Fingerprint
-from schemas.project import ArtifactSpec, HostClass, OpenLoop, Tolerance
+from schemas.project import ArtifactSpec, HostClass, OpenLoop, Tolerance, outlasting_timeout
 
 __all__ = [
     "RunOptions",
@@ -487,6 +487,27 @@ def check_host(
     return host_class, fp, mismatches
 
 
+def _check_durations(loaded: LoadedProject, class_name: str, options: RunOptions) -> None:
+    """Refuse a soak (``--soak``) or an open-loop search (``--open-loop``) that alone outlasts
+    the class's ``budgets.timeout_s`` (the project file's own are refused when it loads).
+
+    Raises:
+        ProjectError: naming the option, the field and the fix.
+    """
+    host_class = loaded.project.host_classes.get(class_name)
+    wl = loaded.project.workload
+    asked = OpenLoop() if options.open_loop and wl.open_loop is None else None
+    if host_class is None or (options.soak_s is None and asked is None):
+        return
+    why = outlasting_timeout(wl, host_class, soak_s=options.soak_s, open_loop=asked)
+    if why is not None:
+        given = "--soak" if options.soak_s is not None else "--open-loop"
+        raise ProjectError(
+            f"{loaded.path}: host class {class_name!r} with {given}: "
+            + why.replace("workload.soak_s", "--soak").replace("workload.open_loop", "--open-loop")
+        )
+
+
 def qualify_run(
     loaded: LoadedProject,
     class_name: str,
@@ -528,6 +549,7 @@ def qualify_run(
         ArtifactError: an artifact file is missing.
     """
     project = loaded.project
+    _check_durations(loaded, class_name, options)
     host_class, fp, mismatches = check_host(loaded, class_name, options.emulate, workers.probe)
     emulated = bool(mismatches)
     db_dir = options.db_path.resolve().parent

@@ -27,6 +27,7 @@ __all__ = [
     "ITEMSIZE",
     "KNOWN_PROVIDERS",
     "MAX_INPUT_BYTES",
+    "MAX_MEMORY_LIMIT_MB",
     "POOL_ROWS",
     "ArtifactSpec",
     "Artifacts",
@@ -44,6 +45,8 @@ __all__ = [
     "RuntimeSpec",
     "Tolerance",
     "Workload",
+    "open_loop_seconds",
+    "outlasting_timeout",
 ]
 
 KNOWN_PROVIDERS: frozenset[str] = frozenset(
@@ -605,6 +608,10 @@ _OWN_SESSION_KEYS = {
 }
 
 
+MAX_MEMORY_LIMIT_MB = 16 * 2**20
+"""The largest ``budgets.memory_limit_mb``: 16 TiB of address space, beyond any host's memory
+(a larger number would reach the measuring child only to fail in ``setrlimit``)."""
+
 MAX_CPU = 8191
 """The highest CPU number a class may name (Linux's default NR_CPUS ceiling)."""
 
@@ -736,8 +743,9 @@ class Budgets(_ProjectDocument):
     memory_limit_mb: int = Field(
         default=8192,
         gt=0,
+        le=MAX_MEMORY_LIMIT_MB,
         description="Address-space limit of one artifact's subprocess (RLIMIT_AS); exceeding it "
-        "is an 'out_of_memory' error.",
+        "is an 'out_of_memory' error. At most 16 TiB (16777216), more than any host gives.",
     )
 
 
@@ -765,6 +773,50 @@ class HostClass(_ProjectDocument):
         }
         raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def open_loop_seconds(spec: OpenLoop, p99_budget_ms: float) -> float:
+    """The least time an open-loop search keeps one artifact's subprocess busy: every probe
+    lasts ``probe_s``, and never less than 50 p99 budgets (``qualify.openloop.arrivals``)."""
+    return spec.probes * max(spec.probe_s, 50 * p99_budget_ms / 1000.0)
+
+
+def outlasting_timeout(
+    workload: Workload,
+    host_class: HostClass,
+    *,
+    soak_s: float | None = None,
+    open_loop: OpenLoop | None = None,
+) -> str | None:
+    """Why a class's subprocesses would be killed mid-measurement, with the fields to change;
+    None when they would not: a soak or an open-loop search that alone takes longer than
+    ``budgets.timeout_s`` loses both artifacts' whole measurements to timeouts.
+
+    Args:
+        soak_s, open_loop: what the run does, when not the workload's (``--soak``,
+            ``--open-loop``).
+    """
+    timeout = host_class.budgets.timeout_s
+    soak = soak_s if soak_s is not None else workload.soak_s
+    if soak is not None and soak >= timeout:
+        return (
+            f"workload.soak_s ({soak:g} s) is not shorter than budgets.timeout_s "
+            f"({timeout:g} s), which bounds each artifact's subprocess: every artifact would be "
+            f"killed mid-soak. Raise budgets.timeout_s above the soak plus the measurement "
+            f"(e.g. {math.ceil(soak + 300)}), or soak less"
+        )
+    spec = open_loop if open_loop is not None else workload.open_loop
+    if spec is not None:
+        needs = open_loop_seconds(spec, host_class.budgets.p99_ms)
+        if needs >= timeout:
+            return (
+                f"workload.open_loop ({spec.probes} probes of at least "
+                f"{needs / spec.probes:g} s each: probe_s, or 50 budgets.p99_ms) takes "
+                f"{needs:g} s, not less than budgets.timeout_s ({timeout:g} s): every "
+                "artifact would be killed mid-search. Raise budgets.timeout_s (e.g. "
+                f"{math.ceil(needs + 300)}), or lower open_loop.probes or probe_s"
+            )
+    return None
 
 
 class Project(_ProjectDocument):
@@ -796,6 +848,10 @@ class Project(_ProjectDocument):
                     {"first": seen[key], "second": name, "key": list(key)},
                 )
             seen[key] = name
+        for name, cls in self.host_classes.items():
+            why = outlasting_timeout(self.workload, cls)
+            if why is not None:
+                raise ValueError(f"host class {name!r}: {why}")
         return self
 
     def tolerance(self, precision: str) -> Tolerance:

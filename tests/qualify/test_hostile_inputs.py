@@ -58,6 +58,29 @@ EDITS: dict[str, tuple[Callable[[str], str], str]] = {
     ),
     "not UTF-8": (lambda t: t.replace("ocr-rec", "ocr-\udcff"), "UTF-8"),
     "2 MB of text": (lambda t: t + "# " + "x" * 2_100_000 + "\n", "larger than"),
+    "a memory limit of 10^30 MB": (
+        lambda t: t.replace(
+            "      p99_ms: 40\n", "      p99_ms: 40\n      memory_limit_mb: 1" + "0" * 30 + "\n"
+        ),
+        "budgets.memory_limit_mb: must be at most 16777216",
+    ),
+    "a memory limit of .inf": (
+        lambda t: t.replace(
+            "      p99_ms: 40\n", "      p99_ms: 40\n      memory_limit_mb: .inf\n"
+        ),
+        "memory_limit_mb",
+    ),
+    "a soak longer than the timeout": (
+        lambda t: t.replace("  concurrency: [1, 2]\n", "  concurrency: [1, 2]\n  soak_s: 600\n"),
+        "workload.soak_s (600 s) is not shorter than budgets.timeout_s (300 s)",
+    ),
+    "an open loop longer than the timeout": (
+        lambda t: t.replace(
+            "  concurrency: [1, 2]\n",
+            "  concurrency: [1, 2]\n  open_loop: {probes: 20, probe_s: 30}\n",
+        ),
+        "takes 600 s, not less than budgets.timeout_s (300 s)",
+    ),
 }
 
 
@@ -242,3 +265,33 @@ def test_non_finite_values_at_resolve_artifacts_numeric_options_are_refused(
     assert resolve.main(["--manifest", "m.json", option, value]) == 2
     err = capsys.readouterr().err
     assert option in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        (["--soak", "10m"], "--soak (600 s) is not shorter than budgets.timeout_s (300 s)"),
+        (["--open-loop"], "--open-loop (7 probes of at least 50 s each"),
+    ],
+)
+def test_a_soak_or_open_loop_asked_on_the_command_line_that_outlasts_the_timeout_is_refused(
+    tmp_path: Path, option: list[str], expected: str
+) -> None:
+    text = VALID.replace("      p99_ms: 40\n", "      p99_ms: 1000\n")  # init's placeholder
+    project = write_tree(tmp_path / "p", text)
+    before = sorted(p.name for p in project.parent.iterdir())
+    code, output = _run(
+        "run",
+        "--host-class",
+        "x86-avx2",
+        "--emulate",
+        "--project",
+        str(project),
+        "--db",
+        str(project.parent / "qualify.duckdb"),
+        *option,
+    )
+    assert code == 2, output
+    assert output.startswith(f"error: {project}: host class 'x86-avx2' with {option[0]}")
+    assert expected in output and output.count("\n") == 1, output
+    assert sorted(p.name for p in project.parent.iterdir()) == before

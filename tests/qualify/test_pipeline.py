@@ -109,6 +109,8 @@ def test_a_hook_that_raises_mid_run_is_an_error_cell_naming_the_hook_and_the_lin
         ("{pre: 'nowhere:scale'}", "no module 'nowhere' beside the project file or installed"),
         ("{pre: 'prep:heavvy'}", "did you mean prep:heavy?"),
         ("{post: 'prep.label'}", "is not 'module:function'"),
+        ("{pre: 'os:system'}", "'os' is a module of Python's standard library"),
+        ("{pre: 'json.decoder:scanstring'}", "'json' is a module of Python's standard library"),
     ],
 )
 def test_a_hook_that_cannot_be_found_is_a_load_error_with_its_line(
@@ -120,3 +122,6 @@ def test_a_hook_that_cannot_be_found_is_a_load_error_with_its_line(
     message = str(caught.value)
     assert said in message
     assert "qualify.yaml:" in message and "pipeline" in message
+    # Never the advice to put a file named like a standard module beside the project, which
+    # would shadow the standard library's own for everything imported after it.
+    assert "create os" not in message and "create json" not in message
