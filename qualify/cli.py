@@ -483,7 +483,9 @@ def tune_cmd(
     section. Every trial is stored in the matrix (qualify report shows them).
 
     Exit status: 0 when the tune finished (whether or not anything beat the current settings),
-    1 when the winner's qualification run failed, 2 for a usage or project-file error.
+    1 when the winner's qualification run failed or no trial finished to be compared with the
+    current settings (every one timed out or failed: each is said), 2 for a usage or
+    project-file error.
     """
     from datetime import timedelta
 
@@ -520,9 +522,12 @@ def tune_cmd(
                 else "reference"
             )
             click.echo(f"  {trial.trial:>2} {trial.status:<9} {trial.label:<40} {ratio}")
-        click.echo(f"winner: {record.winner_label}: {record.outcome}")
+        if outcome.measured:
+            click.echo(f"winner: {record.winner_label}: {record.outcome}")
+        else:
+            click.echo(f"no winner: {record.outcome}")
     failed = record.winner != 0 and record.qualification_verdict != "pass"
-    sys.exit(1 if failed else 0)
+    sys.exit(1 if failed or not outcome.measured else 0)
 
 
 def _bound(value: float | None) -> str:

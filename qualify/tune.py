@@ -95,6 +95,9 @@ class TuneOutcome:
 
     record: TuneRecord
     qualification: RunOutcome | None
+    measured: bool = True
+    """False when no trial could be compared with the current settings (the reference, or every
+    challenger, ended before a round finished): the record says why, and nothing was chosen."""
 
 
 def _config_change(provider: ProviderSpec, key: str, value: str) -> dict[str, Any] | None:
@@ -342,6 +345,10 @@ def _race(race: _Race, arms: list[_Arm], config: LatencyConfig, budget_s: float)
     weights = [2**k for k in range(stages)]
     alive = [a for a in arms if a.outcome is None]
     for stage, weight in enumerate(weights, start=1):
+        if len(alive) < 2 or alive[0] is not arms[0]:
+            # Nothing to compare: the current settings, or every challenger, ended already.
+            race.on_event(f"stage {stage}/{stages}: no configuration left to compare; race over")
+            return
         seconds = budget_s * weight / sum(weights)
         race.on_event(
             f"stage {stage}/{stages}: {len(alive)} configuration(s), {seconds:.0f} s: "
@@ -559,6 +566,10 @@ def tune_class(
         False,
         "no configuration was confidently faster",
     )
+    compared = _compared(arms)
+    if not compared:
+        why = _none_finished(arms)
+        on_event(why)
     if winner.index != 0:
         qualification, cell = _qualify_winner(
             loaded, class_name, winner, spec, options, workers, on_event
@@ -595,4 +606,27 @@ def tune_class(
     )
     with Store.open(options.db_path, wait_s=options.lock_wait_s) as db:
         db.write_tune(record)
-    return TuneOutcome(record=record, qualification=qualification)
+    return TuneOutcome(record=record, qualification=qualification, measured=compared)
+
+
+def _compared(arms: list[_Arm]) -> bool:
+    """Whether the current settings and at least one challenger have timed rounds."""
+    return bool(arms[0].evidence) and any(a.evidence for a in arms[1:])
+
+
+def _none_finished(arms: list[_Arm]) -> str:
+    """Why no trial could be compared, trial by trial (each one's error, or that it ran)."""
+    said = []
+    for arm in arms[:8]:
+        outcome = arm.outcome
+        how = (
+            f"{outcome.error_code}: {(outcome.error_message or '')[:160]}"
+            if outcome is not None and outcome.error_code
+            else "measured"
+            if arm.evidence
+            else "not measured"
+        )
+        said.append(f"trial {arm.index} ({arm.label}): {how}")
+    return "no trial finished to compare with the current settings; nothing was chosen (" + (
+        "; ".join(said) + ")"
+    )

@@ -281,3 +281,29 @@ def test_a_flood_on_stderr_is_kept_as_its_bounded_end(tmp_path: Path, marks: Pat
     assert (tmp_path / "w" / "stderr.txt").stat().st_size > 8 * 2**20
     assert len(outcome.stderr.encode()) <= STDERR_KEPT
     assert outcome.stderr.rstrip().endswith("the last line of the flood")
+
+
+def test_a_tune_whose_every_trial_hangs_in_a_hook_says_no_trial_finished(
+    tmp_path: Path, marks: Path
+) -> None:
+    project = _project(tmp_path, "hangs", timeout=3)
+    before = project.read_bytes()
+    code, output = _qualify(
+        "tune",
+        "--host-class",
+        "here-cpu",
+        "--project",
+        str(project),
+        "--db",
+        str(tmp_path / "m.duckdb"),
+        "--budget",
+        "5s",
+        "--max-trials",
+        "2",
+    )
+    assert code == 1, output
+    assert "internal error" not in output and "IndexError" not in output
+    assert "no winner: no trial finished to compare with the current settings" in output
+    assert f"hook was at prep.py:{HANGS_AT} (in hangs)" in output
+    assert project.read_bytes() == before
+    assert _still_running(marks) == []

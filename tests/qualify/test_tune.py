@@ -184,3 +184,28 @@ def test_a_real_tune_on_this_host_is_never_slower_than_the_current_settings(
     for trial in record.trials:
         assert trial.cell.verdict != "error", trial.cell.error
         assert np.isfinite(trial.cell.latency[0].p99_ms)
+
+
+def test_a_tune_in_which_no_trial_finishes_says_so_and_chooses_nothing(tmp_path: Path) -> None:
+    from tests.qualify.scripted import Script, ScriptedWorkers, digest_of
+
+    path = _project(tmp_path)
+    before = path.read_text()
+    candidate = digest_of(tmp_path / "models" / "identity_mlp_perturbed.onnx")
+    workers = ScriptedWorkers(scripts={candidate: Script(dies="ready")})
+    outcome = tune_class(
+        load_project(path),
+        "here-cpu",
+        RunOptions(db_path=tmp_path / "m.duckdb", measure_alone=False),
+        TuneOptions(budget_s=5, max_trials=2),
+        workers=workers.seam(),
+    )
+    record = outcome.record
+    assert not outcome.measured
+    assert record.winner == 0 and not record.applied and outcome.qualification is None
+    assert record.outcome.startswith("no trial finished to compare with the current settings")
+    assert "trial 0 (current): crashed" in record.outcome
+    assert all(t.cell.verdict == "error" for t in record.trials)
+    assert path.read_text() == before
+    with Store.open(tmp_path / "m.duckdb", read_only=True) as db:
+        assert db.tunes("here-cpu") == [record]
