@@ -265,6 +265,7 @@ def _make_one(job: _Job, key: str, out_dir: Path) -> Variant:
             raise
         except Exception as exc:
             raise _converter_failed(name, job, spec, exc) from exc
+        _check_converted(name, job, spec, written)
         _check_runs(name, job, spec, written)
         params.update(_stamp(written))
         _commit(written, target)
@@ -276,6 +277,60 @@ def _make_one(job: _Job, key: str, out_dir: Path) -> Variant:
         tool_version=_version(spec.package),
         params=params,
         note={"fp16": _FP16_NOTE, "pruned": _PRUNED_NOTE}.get(key),
+    )
+
+
+_QUANTIZED_OPS = frozenset(
+    {
+        "QuantizeLinear",
+        "DynamicQuantizeLinear",
+        "MatMulInteger",
+        "ConvInteger",
+        "QLinearMatMul",
+        "QLinearConv",
+        "DynamicQuantizeMatMul",
+        "MatMulIntegerToFloat",
+        "QGemm",
+        "QAttention",
+    }
+)
+"""Ops whose presence says a quantizer quantized something (standard and com.microsoft)."""
+
+
+def _check_converted(name: str, job: _Job, spec: _Spec, written: Path) -> None:
+    """Refuse a precision variant in which the converter changed nothing: a graph of integer
+    tensors only (int64 ids and counts) comes back from the int8 and fp16 converters as the
+    baseline under another name, which must never be offered as a candidate.
+
+    Raises:
+        ConversionError: "nothing to quantize", naming the variant, the baseline and the fix.
+    """
+    if spec.precision not in ("int8", "fp16"):
+        return
+    import onnx
+
+    model = onnx.load(str(written), load_external_data=False)
+    if spec.precision == "int8":
+        changed = any(node.op_type in _QUANTIZED_OPS for node in _nodes(model.graph))
+    else:
+        half = onnx.TensorProto.FLOAT16
+        changed = any(t.data_type == half for t in model.graph.initializer) or any(
+            node.op_type == "Cast" and _attr(node, "to", 0) == half for node in _nodes(model.graph)
+        )
+    if changed:
+        return
+    kinds = sorted(
+        {onnx.TensorProto.DataType.Name(t.data_type).lower() for t in model.graph.initializer}
+        | {
+            onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type).lower()
+            for v in [*model.graph.input, *model.graph.output]
+        }
+    )
+    raise ConversionError(
+        f"{name} of {job.baseline.name}: nothing to quantize: the converter changed no tensor "
+        f"(the model's tensors are {', '.join(kinds) or 'none'}; {spec.precision} applies to "
+        "float weights and activations), so the variant would be the baseline under another "
+        f"name and was not added. Fix: leave {name} out with --variant"
     )
 
 
@@ -321,11 +376,11 @@ def _stamp(path: Path) -> dict[str, Any]:
 def _job(baseline: Path, calibration: Mapping[str, np.ndarray] | None, ratio: float) -> _Job:
     import onnx
 
-    from schemas.atomic import open_binary
+    from schemas.atomic import open_regular
 
     try:
-        with open_binary(baseline) as handle:  # a pipe or a device is refused by name
-            model = onnx.load(handle, load_external_data=False)
+        os.close(open_regular(baseline))  # a pipe or a device is refused by name, not opened
+        model = onnx.load(str(baseline), load_external_data=False)
     except Exception as exc:
         raise ConversionError(
             f"{baseline}: cannot read the baseline model: {_one_line(exc)}. Fix: point the "

@@ -588,3 +588,64 @@ def test_importing_convert_loads_neither_onnx_nor_onnxruntime() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert out.stdout.strip() == ""
+
+
+def _int64_only(tmp_path: Path) -> Path:
+    """Token ids in, ids shifted by a constant out: no float tensor anywhere."""
+    ids = helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 8])
+    out = helper.make_tensor_value_info("shifted", TensorProto.INT64, ["N", 8])
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["ids", "offset"], ["shifted"], name="shift")],
+        "ids",
+        [ids],
+        [out],
+        [numpy_helper.from_array(np.arange(8, dtype=np.int64), "offset")],
+    )
+    return _save(tmp_path, "ids", graph)
+
+
+@pytest.mark.parametrize("variant", ["int8-dynamic", "fp16"])
+def test_a_graph_of_integers_only_has_nothing_to_quantize_and_no_variant_is_written(
+    tmp_path: Path, variant: str
+) -> None:
+    model = _int64_only(tmp_path)
+    out = tmp_path / "out"
+    with pytest.raises(ConversionError) as caught:
+        make_variants(model, out, None, which=[variant])
+    message = str(caught.value)
+    assert message.startswith(f"{variant} of ids.onnx: nothing to quantize")
+    assert "int64" in message and "--variant" in message
+    assert os.listdir(out) == []
+
+
+def test_qualify_candidates_on_a_graph_of_integers_adds_no_candidate(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from qualify.cli import cli
+
+    (tmp_path / "models").mkdir()
+    model = _int64_only(tmp_path / "models")
+    project = tmp_path / "qualify.yaml"
+    assert CliRunner().invoke(cli, ["init", str(model), "--out", str(project)]).exit_code == 0
+    before = project.read_bytes()
+    result = CliRunner().invoke(
+        cli,
+        [
+            "candidates",
+            "--project",
+            str(project),
+            "--db",
+            str(tmp_path / "m.duckdb"),
+            "--variant",
+            "int8-dynamic",
+            "--variant",
+            "fp16",
+        ],
+    )
+    assert result.exit_code == 1, result.output
+    for variant in ("int8-dynamic", "fp16"):
+        assert f"{variant} of ids.onnx: nothing to quantize" in result.output
+    assert project.read_bytes() == before
+    assert not (tmp_path / "models" / "candidates").exists() or not list(
+        (tmp_path / "models" / "candidates").glob("*.onnx")
+    )
