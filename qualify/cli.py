@@ -122,18 +122,22 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     sys.exit(code)
 
 
-class _FiniteRange(click.FloatRange):
-    """A float in a range, never NaN or infinity (``click.FloatRange`` lets NaN through: every
-    comparison with it is false)."""
+class _FiniteRange(click.types.FloatParamType):
+    """A finite float, within ``low``..``high`` where they are given (a bound the settings'
+    model holds is left to it: one source of truth). ``click.FloatRange`` lets NaN through
+    (every comparison with it is false); this refuses NaN and infinity on one line naming the
+    option, as every other refusal (the group turns it into "error: ..." and exit 2)."""
+
+    def __init__(self, low: float | None = None, high: float | None = None) -> None:
+        self.low, self.high = low, high
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         number = super().convert(value, param, ctx)
-        low = -math.inf if self.min is None else self.min
-        high = math.inf if self.max is None else self.max
+        low = -math.inf if self.low is None else self.low
+        high = math.inf if self.high is None else self.high
         if not math.isfinite(number) or not low <= number <= high:
-            span = f"from {low:g} to {high:g}" if self.max is not None else f"of at least {low:g}"
-            # One line, as every other refusal (the group turns it into "error: ..." and 2).
-            raise QualifyError(f"{_named(param)} {value!r}: expected a finite number {span}")
+            span = f" from {low:g} to {high:g}" if self.low is not None else ""
+            raise QualifyError(f"{_named(param)} {value!r}: expected a finite number{span}")
         return number
 
 
@@ -744,7 +748,7 @@ def _check_defaults() -> Any:
 
 _tolerance_option = click.option(
     "--tolerance",
-    type=_FiniteRange(0, None),
+    type=_FiniteRange(),
     default=lambda: _check_defaults().p99_tolerance,
     show_default="0.2",
     help="Observed p99 may exceed the qualified p99 bound (in a rollout step, also the rest "

@@ -24,6 +24,8 @@ from __future__ import annotations
 import getpass
 import itertools
 import json
+import os
+import pwd
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,6 +51,7 @@ __all__ = [
     "RolloutAction",
     "StepVerdict",
     "abort_rollout",
+    "actor",
     "advance_rollout",
     "canary_view",
     "clear_class",
@@ -60,6 +63,24 @@ __all__ = [
 ]
 
 _STEPS = re.compile(r"\s*\d{1,3}\s*(,\s*\d{1,3}\s*)*")
+
+
+def actor() -> str:
+    """Who ran a rollout command, as the log records it: the name the environment claims
+    (``$LOGNAME``/``$USER``, as ``getpass.getuser`` reads them: anyone can set them, so it is a
+    claim, not an identity) and, beside it, the account the process runs as (its effective uid
+    in the password database), which the environment cannot change: ``alice [OS user deploy]``.
+    """
+    try:
+        claimed = getpass.getuser()
+    except (KeyError, OSError):
+        claimed = "unknown"
+    uid = os.geteuid()
+    try:
+        account = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        account = f"uid {uid}"
+    return f"{claimed[:80]} [OS user {account}]"
 
 
 def parse_steps(text: str) -> list[int]:
@@ -156,7 +177,7 @@ def start_rollout(
     artifact: str | None = None,
     why: str = "",
     artifact_base_uri: str | None = None,
-    who: Callable[[], str] = getpass.getuser,
+    who: Callable[[], str] = actor,
 ) -> RolloutAction:
     """Publish a version whose entry for ``host_class`` rolls ``artifact`` (default: the
     candidate the matrix now supports for it) out to ``steps[0]`` percent of its hosts.
@@ -240,7 +261,7 @@ def abort_rollout(
     expires_in: timedelta,
     per_class_dir: Path | None = None,
     why: str,
-    who: Callable[[], str] = getpass.getuser,
+    who: Callable[[], str] = actor,
 ) -> RolloutAction:
     """Publish a sanctioned rollback: a newer version whose entry for ``host_class`` has no
     rollout and runs the class's rollback package, so that every host, canary or not, goes
@@ -430,7 +451,7 @@ def advance_rollout(
     per_class_dir: Path | None = None,
     why: str = "",
     settings: CheckSettings | None = None,
-    who: Callable[[], str] = getpass.getuser,
+    who: Callable[[], str] = actor,
 ) -> tuple[RolloutAction | None, StepVerdict]:
     """Advance ``host_class``'s rollout one step if the cohort's telemetry since the step began
     allows it (`judge_step`); at the last step (100%) the rollout's artifact becomes the entry's
@@ -579,7 +600,7 @@ def hold_class(
     expires_in: timedelta,
     per_class_dir: Path | None = None,
     why: str,
-    who: Callable[[], str] = getpass.getuser,
+    who: Callable[[], str] = actor,
 ) -> RolloutAction:
     """Publish ``host_class`` as held: every host of it keeps what it runs now (a rollout in
     progress stops where it is, its cohort on the new artifact), and later releases keep the
@@ -628,7 +649,7 @@ def pin_class(
     per_class_dir: Path | None = None,
     why: str,
     artifact: str | None = None,
-    who: Callable[[], str] = getpass.getuser,
+    who: Callable[[], str] = actor,
 ) -> RolloutAction:
     """Publish ``host_class`` pinned to ``artifact`` (default: what it runs now): one of the
     artifacts the class runs or returns to, or the approved baseline, for every host of it;
@@ -703,7 +724,7 @@ def clear_class(
     *,
     now: datetime,
     why: str,
-    who: Callable[[], str] = getpass.getuser,
+    who: Callable[[], str] = actor,
 ) -> str:
     """Lift a hold or pin: nothing is published; the next ``manifest generate`` decides the
     class from the matrix again. Returns what happened, for people.

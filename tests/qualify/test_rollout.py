@@ -189,6 +189,7 @@ def test_a_rollout_reaches_its_cohort_and_an_abort_sends_every_host_back(
     assert answer["manifest_version"] == 3  # the floor holds: still the rollback package
     log = _cli("rollout", "log", "--db", str(db))
     assert "start v2 step 1 30%" in log and "abort v3" in log and "fallback in the canary" in log
+    assert "[OS user " in log  # the claimed name, and the account beside it
 
 
 def _events(
@@ -424,3 +425,21 @@ def test_hosts_that_say_they_are_in_the_canary_are_judged_as_the_canary(tmp_path
     _cli("telemetry", "ingest", str(stuck), "--db", str(db))
     halted = CliRunner().invoke(cli, ["rollout", "advance", "here-cpu", *key, "--db", str(db)])
     assert halted.exit_code == 1 and "halted: canary_not_switched" in halted.output, halted.output
+
+
+def test_who_ran_a_rollout_is_recorded_as_a_claim_with_the_os_user_beside_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+    import pwd
+
+    from qualify.rollout import actor
+
+    account = pwd.getpwuid(os.geteuid()).pw_name
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.setenv(name, "the-release-manager")
+    # $USER is whatever the environment says: the account that really ran it stands beside it.
+    assert actor() == f"the-release-manager [OS user {account}]"
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name)
+    assert actor().endswith(f"[OS user {account}]")
