@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from matrix.store import Store
 from qualify.cli import cli
@@ -307,3 +309,31 @@ def test_a_tune_whose_every_trial_hangs_in_a_hook_says_no_trial_finished(
     assert f"hook was at prep.py:{HANGS_AT} (in hangs)" in output
     assert project.read_bytes() == before
     assert _still_running(marks) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    noise=st.text(max_size=300),
+    frames=st.lists(
+        st.tuples(
+            st.sampled_from(["/p/prep.py", "/usr/lib/x.py", "/p/sub/deep.py", "/pp/other.py"]),
+            st.integers(min_value=0, max_value=10**9),
+        ),
+        max_size=5,
+    ),
+)
+def test_where_a_hook_was_stuck_is_read_from_any_stderr_without_failing(
+    noise: str, frames: list[tuple[str, int]]
+) -> None:
+    import re
+
+    from qualify.runner import _stuck_at
+
+    dump = "".join(f'  File "{f}", line {n} in fn\n' for f, n in frames)
+    where = _stuck_at(noise + "\nThread 0x1 (most recent call first):\n" + dump, "/p")
+    ours = [(f, n) for f, n in frames if f.startswith("/p/")]
+    if ours:  # the innermost frame of the project's own code (a dump lists it first)
+        f, n = ours[0]
+        assert where == f"{f.rsplit('/', 1)[1]}:{n} (in fn)"
+    elif where is not None:  # only from the noise, and then in the same form
+        assert re.fullmatch(r".+:\d+ \(in \S+\)", where)

@@ -3,12 +3,15 @@ and its fix, no traceback, and nothing written (no matrix, no bundle, no store).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from qualify.cli import cli
 from tests.qualify.test_project import VALID, write_tree
@@ -295,3 +298,27 @@ def test_a_soak_or_open_loop_asked_on_the_command_line_that_outlasts_the_timeout
     assert output.startswith(f"error: {project}: host class 'x86-avx2' with {option[0]}")
     assert expected in output and output.count("\n") == 1, output
     assert sorted(p.name for p in project.parent.iterdir()) == before
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    case=st.sampled_from(NUMERIC),
+    value=st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True).map(repr),
+        st.text(max_size=40),
+        st.sampled_from(["nan", "-nan", "+inf", "Infinity", "1e999", "0x10", "1_000", " 1"]),
+    ),
+)
+def test_any_value_at_a_numeric_option_is_a_clean_answer_never_a_traceback(
+    tmp_path: Path, case: tuple[list[str], str], value: str
+) -> None:
+    path, option = case
+    with contextlib.chdir(tmp_path):
+        result = CliRunner().invoke(cli, [*path, f"{option}={value}", *_required(path)])
+    # Nothing here can succeed (no project, no matrix, "x" for every required value): whatever
+    # the value, a one-line refusal, never a bug's exit 70.
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and "internal error" not in result.output
+    assert list(tmp_path.iterdir()) == []

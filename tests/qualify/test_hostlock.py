@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from matrix.store import Store
 from qualify.errors import QualifyError
@@ -242,3 +244,28 @@ def test_a_run_waiting_for_the_lock_says_who_holds_it_even_in_a_pipe_and_gives_u
     assert f"error: the host is measuring for PID {holder.pid}" in done.stderr
     assert "--lock-wait" in done.stderr
     assert not (tmp_path / "m.duckdb").exists()
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    content=st.one_of(st.binary(max_size=1024), st.binary(max_size=64).map(lambda b: b"PID " + b))
+)
+def test_whatever_a_lock_file_holds_it_is_used_as_a_lock_or_refused_and_left_as_it_was(
+    tmp_path: Path, content: bytes
+) -> None:
+    lock = tmp_path / "fuzzed.lock"
+    lock.write_bytes(content)
+    try:
+        with measuring_alone(wait_s=1, on_wait=lambda _m: None, path=lock):
+            held = lock.read_bytes()
+    except QualifyError as refused:
+        assert str(refused).startswith(f"{lock}: cannot use it")
+        assert lock.read_bytes() == content  # never written, never truncated
+        return
+    # Accepted only where it held nothing or a lock's record, which is then written over in
+    # place: one fixed-size record, whatever was there before.
+    assert content == b"" or content.startswith((b"qualify host lock: ", b"PID "))
+    assert held.startswith(b"qualify host lock: PID ") and len(held) == 512
+    assert len(lock.read_bytes()) == max(512, len(content))
