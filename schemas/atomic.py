@@ -189,14 +189,14 @@ def write_atomic(
     target = os.fspath(path)
     folder = os.path.dirname(target) or "."
     try:
-        mode = os.lstat(target).st_mode
+        existing = os.lstat(target).st_mode
     except FileNotFoundError:
-        mode = stat.S_IFREG
-    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        existing = stat.S_IFREG
+    if not (stat.S_ISREG(existing) or stat.S_ISLNK(existing)):
         # Renaming over it would replace a device or a pipe (``--out /dev/null`` as root).
         raise OSError(
             errno.EINVAL,
-            f"exists and is {kind_of(mode)}; qualify replaces only regular files",
+            f"exists and is {kind_of(existing)}; qualify replaces only regular files",
             target,
         )
     payload = data.encode("utf-8") if isinstance(data, str) else data
