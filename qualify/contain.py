@@ -6,9 +6,10 @@ threads; none of it may outlive the command. Three layers, each covering what th
 cannot see:
 
 1. **Process group.** The runner starts every child as the leader of its own session and
-   process group (``start_new_session``); once the child has ended, the parent kills that group,
-   which takes every plain ``fork`` the hook made (Linux keeps a group's id from being reused
-   while a member lives).
+   process group (``start_new_session``); once the child has ended, the parent kills every
+   member of that group and session that started before it looked (`sweep`), which takes every
+   plain ``fork`` the hook made (Linux keeps a group's id from being reused while a member
+   lives; the start time keeps a process that got the id afterwards out).
 2. **Subreaper.** The child makes itself a child subreaper (``PR_SET_CHILD_SUBREAPER`` through
    ``prctl``): a daemon that double-forks and leaves the child's group and session is re-parented
    to the child rather than to init, and the child kills all of its children before it exits
@@ -101,8 +102,9 @@ def new_tag() -> str:
     return f"{os.getpid()}-{time.monotonic_ns()}-{os.urandom(6).hex()}"
 
 
-def _stat(pid: int) -> tuple[str, int, int, int] | None:
-    """(state, parent, process group, session) of ``pid`` from /proc; None if it is gone."""
+def _stat(pid: int) -> tuple[str, int, int, int, int] | None:
+    """(state, parent, process group, session, start time in clock ticks after boot) of
+    ``pid`` from /proc; None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             raw = fh.read(4096)
@@ -111,9 +113,15 @@ def _stat(pid: int) -> tuple[str, int, int, int] | None:
     # The command name, in parentheses, may hold anything: the fields start after the last ')'.
     fields = raw[raw.rfind(b")") + 2 :].split()
     try:
-        return fields[0].decode("ascii", "replace"), int(fields[1]), int(fields[2]), int(fields[3])
+        state = fields[0].decode("ascii", "replace")
+        return state, int(fields[1]), int(fields[2]), int(fields[3]), int(fields[19])
     except (IndexError, ValueError):
         return None
+
+
+def _ticks_now() -> float:
+    """Clock ticks since boot, as /proc/<pid>/stat counts a process's start."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK")
 
 
 def _tagged(pid: int, tag: str) -> bool:
@@ -202,15 +210,17 @@ def sweep(group: int, tag: str) -> int:
     Returns:
         How many processes were killed.
     """
-    with contextlib.suppress(OSError):
-        os.killpg(group, signal.SIGKILL)
     me = os.getpid()
+    # The child is reaped, so its id may be reused: a process of its group or session counts
+    # only if it started before now (one that gets the id later is someone else's). Killed
+    # one by one through pidfds rather than with killpg, for the same reason.
+    cutoff = _ticks_now() + 1
 
     def belongs(pid: int) -> bool:
         st = _stat(pid)
         if st is None or st[0] in ("Z", "X") or pid == me:
             return False
-        return st[2] == group or st[3] == group or _tagged(pid, tag)
+        return ((st[2] == group or st[3] == group) and st[4] <= cutoff) or _tagged(pid, tag)
 
     killed = 0
     signalled: set[int] = set()
