@@ -19,6 +19,8 @@ maps these errors to them). Standard library only: ``resolve-artifact`` imports 
         ├── ForkError              the version this host accepted, with different content
         ├── ValidityError          valid for longer than the host's policy allows
         ├── ClassMismatchError     a per-class document read under another class's name
+        ├── LineMismatchError      a document of another model line than the one asked for
+        ├── PointerMismatchError   a per-class set's ``current`` names another version
         └── DigestMismatchError    a local artifact's sha256 is not the manifest's
 """
 
@@ -32,8 +34,10 @@ __all__ = [
     "ExpiredError",
     "ForkError",
     "KeyFileError",
+    "LineMismatchError",
     "MalformedError",
     "ManifestError",
+    "PointerMismatchError",
     "PolicyError",
     "RollbackError",
     "SignatureError",
@@ -109,6 +113,20 @@ class ClassMismatchError(VerificationError):
     """A per-class document names another class than the one it was read for."""
 
     code = "class_mismatch"
+
+
+class LineMismatchError(VerificationError):
+    """A document of another model line than the one this host resolves (``--model``), or than
+    the one whose state was read for it."""
+
+    code = "other_line"
+
+
+class PointerMismatchError(VerificationError):
+    """A per-class document whose version is not the one its directory's ``current`` names:
+    a set and its pointer that disagree (a mixed or tampered directory)."""
+
+    code = "pointer_mismatch"
 
 
 class DigestMismatchError(VerificationError):

@@ -20,14 +20,16 @@ class parses every entry, since it needs their match rules.
 
 Usage::
 
-    resolve-artifact --manifest PATH [--host-class NAME] [--pubkey K] [--state-dir DIR | --no-state]
+    resolve-artifact --manifest PATH [--host-class NAME] [--pubkey K] [--model NAME]
+                     [--state-dir DIR | --no-state]
                      [--verify-file PATH] [--json] [--runtime PKG==VER] [--providers A,B]
                      [--emit-telemetry FILE] [--host-id ID] [--max-bytes N] [--grace-days D]
                      [--max-validity-days D] [--uri-schemes https,s3,...]
 
 ``--manifest`` is a manifest file, one per-class document, or a directory of per-class documents
 (then ``--host-class`` picks ``DIR/<current>/<class>.json``, where the file ``DIR/current`` names
-the published set, or ``DIR/<class>.json`` in the flat layout of earlier releases).
+the published set, and the document must be that version; or ``DIR/<class>.json`` in the flat
+layout of earlier releases).
 ``--pubkey`` defaults to ``$QUALIFY_PUBKEY``. ``--state-dir`` defaults to
 ``$QUALIFY_STATE_DIR``, else ``$XDG_STATE_HOME/qualify/resolve`` (``~/.local/state/...``); when
 none is writable it says so on stderr and runs without rollback protection across runs.
@@ -57,7 +59,11 @@ Exit codes:
 * 6 resolved, from a last-known-good manifest that has expired but is within ``--grace-days``
   (default 7) of its expiry: the URI is printed as for 0; service wrappers should alert.
 
-State: the rollback floor is the highest version among every record the state directory keeps
+State (``manifest.hoststate``): one floor and one last-known-good per model line and signing
+key, so a host serves several models; the line is the verified document's ``model`` (``--model``,
+default ``$QUALIFY_MODEL``, names it and refuses every other), or for a document that cannot be
+verified the line last read from the same ``--manifest`` path. The rollback floor is the
+highest version among every record the line keeps
 (``state.json`` and the last-known-good's own verified version), so deleting, truncating or
 replacing one file does not lower it; both are written atomically, and only a document that was
 verified *and* resolved for this host becomes the last-known-good. A document with the version
@@ -84,10 +90,25 @@ import gc
 import os
 import sys
 import time
-from stat import S_ISDIR, S_ISREG
 
-from manifest import envelope
-from manifest.errors import ForkError, KeyFileError, MalformedError, VerificationError
+from manifest import envelope, hoststate
+from manifest.errors import (
+    ForkError,
+    KeyFileError,
+    LineMismatchError,
+    MalformedError,
+    PointerMismatchError,
+    RollbackError,
+    VerificationError,
+)
+from manifest.hoststate import (
+    LKG_FILE,
+    STATE_FILE,
+    Accepted,
+    encode_state,
+    parse_state,
+)
+from manifest.hoststate import read_bounded as _read_bounded
 
 # What this module imports at run time is what every host pays at every service start, so it is
 # the interpreter's own modules, the ones above and, for the check, cryptography's compiled core;
@@ -114,18 +135,24 @@ __all__ = [
     "EXIT_UNKNOWN",
     "EXIT_USAGE",
     "EXIT_VERIFY",
+    "LKG_FILE",
     "PROVIDER_LIBRARIES",
+    "STATE_FILE",
     "Accepted",
+    "Fresh",
     "HostRuntime",
+    "Line",
     "Outcome",
     "cohort_point",
     "default_state_dir",
     "detect_runtime",
     "encode_state",
     "main",
+    "model_of",
     "parse_state",
     "requirement_failures",
     "resolve",
+    "verify_fresh",
 ]
 
 EXIT_RESOLVED = 0
@@ -135,10 +162,6 @@ EXIT_HOLD = 3
 EXIT_VERIFY = 4
 EXIT_INCOMPATIBLE = 5
 EXIT_STALE = 6
-
-STATE_FILE = "state.json"
-LKG_FILE = "last-known-good.json"
-_STATE_BYTES = 4096
 
 DEFAULT_GRACE_DAYS = 7.0
 """How long after its expiry a last-known-good is still served (exit 6)."""
@@ -341,24 +364,6 @@ def _entries(signed: Mapping[str, Any]) -> dict[str, Any]:
     return entries
 
 
-class Accepted(_NamedTuple):
-    """What this host accepted, as ``state.json`` keeps it: the rollback floor and the identity
-    of the document at that version (two documents of one version must be the same bytes)."""
-
-    version: int
-    kind: str | None
-    """``signed.type``; None in a state written before it was kept."""
-    host_class: str | None
-    """The class of a per-class document; None for a whole manifest."""
-    digest: str | None
-    """Hex sha256 of the signed bytes; None in a state written before it was kept."""
-    signature: str | None = None
-    """``<key id>:<signature>`` of the trusted key's signature that verified the document (hex).
-    Ed25519 signatures are deterministic, so under one key an equal signature means the same
-    signed bytes: a start that finds the document it accepted last knows its digest without
-    hashing it again (1.7 MB of SHA-256 for a 1,000-class manifest). None in an older state."""
-
-
 class _Document:
     """A document whose signature by the trusted key verified: its ``signed`` object (for a
     manifest read for one class, only that class's entry: ``envelope.parse_signed_entry``),
@@ -414,54 +419,6 @@ def _record(document: _Document, *known: Accepted | None) -> Accepted:
         ):
             return Accepted(version, kind, cls, record.digest, document.signature)
     return Accepted(version, kind, cls, document.digest(), document.signature)
-
-
-def parse_state(data: bytes) -> Accepted:
-    """The record in a ``state.json``'s bytes.
-
-    Raises:
-        ValueError: not the object `encode_state` writes (NaN, ``1e400``, a huge or non-integer
-            version, nesting too deep: all refused, never trusted as a floor).
-    """
-    if len(data) > _STATE_BYTES:
-        raise ValueError(f"larger than {_STATE_BYTES} bytes")
-    doc = envelope.loads_strict(data)
-    if not isinstance(doc, dict):
-        raise ValueError("not a JSON object")
-    version = doc.get("version")
-    if type(version) is not int or not 1 <= version <= envelope.MAX_VERSION:
-        raise ValueError(f"version {str(version)[:40]!r} is not an integer from 1 to 2**63-1")
-    kind, cls, digest = doc.get("type"), doc.get("host_class"), doc.get("signed_sha256")
-    signature = doc.get("signature")
-    return Accepted(
-        version,
-        kind if kind in (envelope.MANIFEST_TYPE, envelope.CLASS_TYPE) else None,
-        cls if isinstance(cls, str) else None,
-        digest if isinstance(digest, str) else None,
-        signature if _is_signature(signature) else None,
-    )
-
-
-def _is_signature(text: object) -> bool:
-    """Whether ``text`` is ``<key id>:<signature>`` as `Accepted.signature` keeps it."""
-    if not isinstance(text, str):
-        return False
-    keyid, sep, sig = text.partition(":")
-    return bool(sep) and len(keyid) == 64 and len(sig) == 128 and envelope.is_hex(keyid + sig)
-
-
-def encode_state(record: Accepted) -> bytes:
-    """The bytes of a ``state.json`` for ``record``."""
-    return envelope.encode_canonical(
-        {
-            "format": 1,
-            "version": record.version,
-            "type": record.kind,
-            "host_class": record.host_class,
-            "signed_sha256": record.digest,
-            "signature": record.signature,
-        }
-    )
 
 
 def _floor(records: Sequence[Accepted | None], accepted_version: int) -> Accepted | None:
@@ -725,6 +682,52 @@ def _decide(
         ) from exc
 
 
+class Line(_NamedTuple):
+    """The model line whose state a run was given (``manifest.hoststate``): a document of
+    another line is refused, and a refusal by its floor says where that floor is kept."""
+
+    model: str
+    state_file: str | None = None
+    """The file that keeps the line's floor (for messages)."""
+    pinned: bool = False
+    """``--model`` named the line (else it is the new document's own, or the one its manifest
+    path was last read as)."""
+    unknown_floor: str | None = None
+    """A file of the earlier layout whose floor this line is held to (`hoststate.LineState`)."""
+
+
+class Fresh(_NamedTuple):
+    """The new document, verified before ``resolve`` was called (``resolve-artifact`` reads its
+    model line to know which state to read): the verified document, or why it failed."""
+
+    document: _Document | None
+    failure: VerificationError | None
+
+
+def verify_fresh(
+    raw: bytes | None,
+    public_raw: bytes,
+    host_class: str | None,
+    *,
+    source: str = "manifest",
+    max_bytes: int = envelope.MAX_BYTES,
+) -> Fresh:
+    """The new document's signature check (`resolve`'s first step), for a caller that needs its
+    model line before it reads the state."""
+    if raw is None:
+        return Fresh(None, None)
+    try:
+        return Fresh(_verify(raw, public_raw, host_class, source=source, max_bytes=max_bytes), None)
+    except VerificationError as exc:
+        return Fresh(None, exc)
+
+
+def model_of(document: _Document | None) -> str | None:
+    """The model line a verified document belongs to (None: none, or not a name)."""
+    model = document.signed.get("model") if document is not None else None
+    return model if isinstance(model, str) and model else None
+
+
 def resolve(
     raw: bytes | None,
     *,
@@ -743,15 +746,18 @@ def resolve(
     max_validity_s: float | None = DEFAULT_MAX_VALIDITY_DAYS * 86400,
     uri_schemes: Sequence[str] = DEFAULT_URI_SCHEMES,
     host_id: str | None = None,
+    line: Line | None = None,
+    pointer_version: int | None = None,
+    fresh: Fresh | None = None,
 ) -> Outcome:
     """Decide the answer for this host: the core of ``resolve-artifact``, with no I/O.
 
     The answer comes only from a document whose signature verified, parsed once from the
     verified bytes. The rollback floor is the highest version among every record the host
-    keeps (``accepted`` from ``state.json``, the last-known-good's own version), so deleting or
-    replacing one of them does not lower it; a document at the floor's version must be the
-    same bytes (else `ForkError`). A document is kept as the new last-known-good only when it
-    was verified *and* resolved for this host.
+    keeps for the document's model line (``accepted`` from its ``state.json``, the
+    last-known-good's own version), so deleting or replacing one of them does not lower it; a
+    document at the floor's version must be the same bytes (else `ForkError`). A document is
+    kept as the new last-known-good only when it was verified *and* resolved for this host.
 
     Args:
         raw: the manifest's bytes (``None`` when it could not be read: see ``read_error``).
@@ -761,8 +767,8 @@ def resolve(
         host_class: the class to resolve for; ``None`` detects it with ``facts``.
         facts: returns this host's ``hostmatch.HostFacts`` (called only for detection).
         accepted_version: a version floor given directly (tests, callers without a record).
-        accepted: the record in ``state.json``, if one was readable.
-        last_known_good: the last accepted document's bytes, if kept.
+        accepted: the record in the line's ``state.json``, if one was readable.
+        last_known_good: the line's last accepted document's bytes, if kept.
         max_bytes: largest document accepted.
         source: name of the manifest for messages.
         read_error: why ``raw`` could not be read.
@@ -771,50 +777,34 @@ def resolve(
         uri_schemes: the artifact URI schemes a host may be told to fetch.
         host_id: this host's stable id, which places it in or out of a rollout's cohort
             (`cohort_point`); None keeps it with the rest of its class.
+        line: the model line ``accepted`` and ``last_known_good`` belong to: a new document or
+            a last-known-good of another line is refused (`LineMismatchError`). None: not
+            checked (a caller with one line's state only).
+        pointer_version: the version a per-class directory's ``current`` names: the document
+            read through it must be that version (`PointerMismatchError`).
+        fresh: ``raw`` already verified (`verify_fresh`): not verified again.
 
     Returns:
         The outcome: exit code, answer (for ``--json``), messages for stderr, and what to keep.
     """
     messages: list[str] = []
-    fresh: _Document | None = None
-    failure: VerificationError | None = None
-    if raw is not None:
-        try:
-            fresh = _verify(raw, public_raw, host_class, source=source, max_bytes=max_bytes)
-        except VerificationError as exc:
-            failure = exc
-    kept: _Document | None = None
-    if last_known_good is not None:
-        try:
-            kept = (
-                fresh
-                if fresh is not None and last_known_good == raw
-                else _verify(
-                    last_known_good,
-                    public_raw,
-                    host_class,
-                    source="last-known-good",
-                    max_bytes=max(max_bytes, len(last_known_good)),
-                )
-            )
-            # Its type, format, version and class, whatever its age: it sets the floor.
-            envelope.check_signed(kept.signed, now=None, source="last-known-good")
-        except VerificationError as exc:
-            kept = None
-            messages.append(f"warning: the last-known-good manifest is unusable: {exc}")
+    if fresh is None:
+        fresh = verify_fresh(raw, public_raw, host_class, source=source, max_bytes=max_bytes)
+    document, failure = fresh
+    kept = _kept(last_known_good, raw, document, public_raw, host_class, max_bytes, line, messages)
     floor = _floor([accepted, _record(kept, accepted) if kept else None], accepted_version)
-    if fresh is not None:
+    if document is not None:
         try:
-            envelope.check_signed(
-                fresh.signed,
-                now=now,
-                min_version=floor.version if floor else 0,
-                expected_class=host_class,
-                source=source,
-                max_validity_s=max_validity_s,
+            _check_fresh(document, floor, now, host_class, source, max_validity_s, line)
+            if pointer_version is not None and document.signed["version"] != pointer_version:
+                raise PointerMismatchError(
+                    f"{source}: version {document.signed['version']}, but the directory's "
+                    f"current pointer names v{pointer_version} (a per-class set and its pointer "
+                    "disagree: a mixed or tampered directory); publish again with --per-class"
+                )
+            code, answer, more = _decide(
+                document, host_class, facts, host, [], uri_schemes, host_id
             )
-            _check_fork(fresh, floor, source)
-            code, answer, more = _decide(fresh, host_class, facts, host, [], uri_schemes, host_id)
         except VerificationError as exc:
             failure = exc
         except _Refused as exc:
@@ -823,7 +813,7 @@ def resolve(
             failure = MalformedError(f"{source}: {exc}")
         else:
             answer["source"] = "manifest"
-            mine = _record(fresh, accepted, floor)
+            mine = _record(document, accepted, floor)
             return Outcome(code, answer, messages + more, raw, mine, mine)
     why = read_error if failure is None else str(failure)
     check = "unreadable" if failure is None else failure.code
@@ -841,6 +831,96 @@ def resolve(
         uri_schemes=uri_schemes,
         host_id=host_id,
     )
+
+
+def _kept(
+    last_known_good: bytes | None,
+    raw: bytes | None,
+    fresh: _Document | None,
+    public_raw: bytes,
+    host_class: str | None,
+    max_bytes: int,
+    line: Line | None,
+    messages: list[str],
+) -> _Document | None:
+    """The last-known-good, verified (the new document itself when it holds the same bytes),
+    or None with a warning when it is unusable: another key's, damaged, another line's."""
+    if last_known_good is None:
+        return None
+    try:
+        kept = (
+            fresh
+            if fresh is not None and last_known_good == raw
+            else _verify(
+                last_known_good,
+                public_raw,
+                host_class,
+                source="last-known-good",
+                max_bytes=max(max_bytes, len(last_known_good)),
+            )
+        )
+        # Its type, format, version and class, whatever its age: it sets the floor.
+        envelope.check_signed(kept.signed, now=None, source="last-known-good")
+        if line is not None and model_of(kept) != line.model:
+            raise LineMismatchError(
+                f"last-known-good: a document of model line {_show(model_of(kept))!r}, kept "
+                f"where line {_show(line.model)!r}'s is (moved or copied there?)"
+            )
+    except VerificationError as exc:
+        messages.append(f"warning: the last-known-good manifest is unusable: {exc}")
+        return None
+    return kept
+
+
+def _check_fresh(
+    document: _Document,
+    floor: Accepted | None,
+    now: str,
+    host_class: str | None,
+    source: str,
+    max_validity_s: float | None,
+    line: Line | None,
+) -> None:
+    """`envelope.check_signed` and the fork check, against the floor of the document's own model
+    line; a refusal by that floor says where it is kept.
+
+    Raises:
+        VerificationError: as `envelope.check_signed`; `ForkError`; `LineMismatchError`.
+    """
+    if line is not None and model_of(document) != line.model:
+        asked = "this host resolves" if line.pinned else "the state read for it is"
+        raise LineMismatchError(
+            f"{source}: a document of model line {_show(model_of(document))!r}; {asked} "
+            f"line {_show(line.model)!r}" + (" (--model)" if line.pinned else "")
+        )
+    try:
+        envelope.check_signed(
+            document.signed,
+            now=now,
+            min_version=floor.version if floor else 0,
+            expected_class=host_class,
+            source=source,
+            max_validity_s=max_validity_s,
+        )
+    except RollbackError as exc:
+        raise RollbackError(f"{exc}{_floor_note(line)}") from exc
+    _check_fork(document, floor, source)
+
+
+def _floor_note(line: Line | None) -> str:
+    """Where the floor that refused a document is kept, and how a person finds it."""
+    if line is None or line.state_file is None:
+        return ""
+    note = (
+        f"; that floor is model line {_show(line.model)!r}'s under this key, kept in "
+        f"{line.state_file} (each model line has its own; --state-dir chooses the directory)"
+    )
+    if line.unknown_floor is not None:
+        note += (
+            f"; it includes {line.unknown_floor}, kept by an earlier resolve-artifact for a line "
+            "it cannot name: if that floor is not this model's, remove the file"
+        )
+    return note
 
 
 def _from_last_known_good(
@@ -925,125 +1005,11 @@ def _writable(directory: str) -> bool:
     return os.path.isdir(probe) and os.access(probe, os.W_OK | os.X_OK)
 
 
-def _load_state(
-    state_dir: str, max_bytes: int, say: Callable[[str], None], manifest: bytes | None = None
-) -> tuple[Accepted | None, bytes | None]:
-    """The state record and the last-known-good bytes; what is unreadable is said and skipped
-    (the floor then comes from what is left). A last-known-good holding the same bytes as
-    ``manifest`` (the usual start: nothing new) is ``manifest`` itself."""
-    record: Accepted | None = None
-    state_file, lkg_file = os.path.join(state_dir, STATE_FILE), os.path.join(state_dir, LKG_FILE)
-    try:
-        record = parse_state(_read_bounded(state_file, _STATE_BYTES))
-    except FileNotFoundError:
-        pass
-    except (OSError, ValueError) as exc:
-        say(
-            f"warning: {state_file} is unusable ({exc}); the rollback floor comes "
-            "from the last-known-good"
-        )
-    lkg: bytes | None = None
-    try:
-        lkg = _read_bounded(lkg_file, max_bytes, same_as=manifest)
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        say(f"warning: cannot read {lkg_file} ({exc})")
-    return record, lkg
-
-
-def _save_state(
-    state_dir: str, outcome: Outcome, record: Accepted | None, lkg: bytes | None
-) -> None:
-    """Keep what ``outcome`` accepted: the document first, then the record naming it. With
-    nothing new accepted, a state record behind the floor is brought up to it. No write when
-    nothing changed (the usual service start)."""
-    keep = outcome.accepted is not None and outcome.accepted != lkg
-    floor = outcome.record if outcome.accepted is not None else outcome.floor
-    if not keep and (floor is None or floor == record or floor.digest is None):
-        return
-    # Imported here, on the rare path that writes: keeps it (and tempfile) off start-up.
-    from schemas.atomic import write_atomic
-
-    os.makedirs(state_dir, exist_ok=True)
-    if keep and outcome.accepted is not None:
-        write_atomic(os.path.join(state_dir, LKG_FILE), outcome.accepted)
-    if floor is not None and floor != record:
-        write_atomic(os.path.join(state_dir, STATE_FILE), encode_state(floor))
-
-
-def _open_regular(path: str) -> tuple[int, int]:
-    """``schemas.atomic.open_regular`` (a read-only descriptor, only of a regular file: a pipe or
-    a device is refused without blocking on it), with the file's size.
-
-    Raises:
-        IsADirectoryError: it is a folder.
-        OSError: it cannot be opened, or is not a regular file (``EINVAL``).
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    info = os.fstat(fd)
-    if S_ISREG(info.st_mode):
-        return fd, info.st_size
-    os.close(fd)
-    import errno
-
-    if S_ISDIR(info.st_mode):
-        raise IsADirectoryError(errno.EISDIR, "is a folder", str(path))
-    raise OSError(errno.EINVAL, "not a regular file (a device or a pipe)", str(path))
-
-
-def _read_bounded(path: str, max_bytes: int, same_as: bytes | None = None) -> bytes:
-    """``schemas.atomic.read_bounded``: at most ``max_bytes + 1`` bytes of a regular file (one
-    more than the limit, so that the caller can tell a file that is too large). The first read
-    asks for the size the file has, plus one: a manifest read in 1 MB chunks and joined paid for
-    three buffers the size of the file, each new page of them a fault.
-
-    Args:
-        same_as: bytes the file probably holds (the last-known-good is usually the manifest
-            just read): compared in small reads, and if the file holds exactly them, they are
-            returned, the file never held in memory a second time.
-
-    Raises:
-        OSError: as `_open_regular`.
-    """
-    fd, size = _open_regular(path)
-    try:
-        if same_as is not None and size == len(same_as) and _holds(fd, same_as):
-            return same_as
-        chunks: list[bytes] = []
-        left = max_bytes + 1
-        want = min(left, size + 1)
-        while left > 0 and (chunk := os.read(fd, want)):
-            chunks.append(chunk)
-            left -= len(chunk)
-            want = min(left, 1 << 16)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def _holds(fd: int, data: bytes) -> bool:
-    """Whether the file open at ``fd`` holds exactly ``data``, read in 64 kB pieces; else the
-    descriptor is back at the start."""
-    piece = bytearray(1 << 16)
-    view = memoryview(piece)
-    at = 0
-    while count := os.readv(fd, [piece]):
-        if not data.startswith(view[:count], at):
-            break
-        at += count
-    else:
-        if at == len(data):
-            return True
-    os.lseek(fd, 0, os.SEEK_SET)
-    return False
-
-
 def _file_digest(path: str) -> str:
     import hashlib
 
     h = hashlib.sha256()
-    with os.fdopen(_open_regular(path)[0], "rb") as fh:
+    with os.fdopen(hoststate.open_regular(path)[0], "rb") as fh:
         while chunk := fh.read(1 << 20):
             h.update(chunk)
     return "sha256:" + h.hexdigest()
@@ -1100,7 +1066,7 @@ def _bounded(
 
 _SCHEMES = ",".join(DEFAULT_URI_SCHEMES)
 _HELP = f"""usage: resolve-artifact --manifest PATH [--host-class NAME] [--pubkey FILE]
-                        [--state-dir DIR] [--no-state] [--verify-file PATH] [--json]
+                        [--model NAME] [--state-dir DIR] [--no-state] [--verify-file PATH] [--json]
                         [--runtime PKG==VER] [--providers A,B] [--emit-telemetry FILE]
                         [--host-id ID] [--max-bytes N] [--grace-days D]
                         [--max-validity-days D] [--uri-schemes LIST]
@@ -1114,9 +1080,11 @@ options:
   --manifest PATH       manifest file, per-class document, or directory of per-class documents
   --host-class NAME     class name (default: detect with the match rules)
   --pubkey FILE         trusted Ed25519 public key, PEM (default $QUALIFY_PUBKEY)
-  --state-dir DIR       keeps the rollback floor and the last-known-good manifest (default
-                        $QUALIFY_STATE_DIR, else $XDG_STATE_HOME/qualify/resolve or
-                        ~/.local/state/qualify/resolve)
+  --model NAME          the model line this service runs: a manifest of another is refused
+                        (default $QUALIFY_MODEL; unset: the manifest's own)
+  --state-dir DIR       keeps the rollback floor and the last-known-good manifest, one of
+                        each per model line and signing key (default $QUALIFY_STATE_DIR,
+                        else $XDG_STATE_HOME/qualify/resolve or ~/.local/state/qualify/resolve)
   --no-state            keep no state: no rollback protection across runs and no
                         last-known-good
   --verify-file PATH    check this local file's sha256 against the resolved artifact
@@ -1156,6 +1124,7 @@ class _Args:
         self.manifest: str = ""
         """Required: `_parse_args` refuses a command line without it."""
         self.host_class: str | None = None
+        self.model: str | None = env("QUALIFY_MODEL") or None
         self.pubkey: str | None = env("QUALIFY_PUBKEY") or None
         self.state_dir: str | None = None
         self.no_state = False
@@ -1175,6 +1144,7 @@ _FLAGS = {"--no-state": "no_state", "--json": "json"}
 _VALUES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--manifest": ("manifest", str),
     "--host-class": ("host_class", str),
+    "--model": ("model", str),
     "--pubkey": ("pubkey", str),
     "--state-dir": ("state_dir", str),
     "--verify-file": ("verify_file", str),
@@ -1260,11 +1230,12 @@ def _parse_args(argv: Sequence[str]) -> _Args:
     return args
 
 
-def _manifest_path(path: str, host_class: str | None) -> tuple[str, str | None]:
+def _manifest_path(path: str, host_class: str | None) -> tuple[str, str | None, int | None]:
     """The document to read for ``--manifest``; for a per-class directory, through its
-    ``current`` pointer (or the flat layout without one). Returns (path, why unreadable)."""
+    ``current`` pointer (or the flat layout without one). Returns (path, why unreadable, the
+    version the pointer names: the document must be that one)."""
     if not os.path.isdir(path):
-        return path, None
+        return path, None, None
     if not host_class:
         raise _Usage(f"{path} is a directory of per-class documents; pass --host-class NAME")
     try:
@@ -1275,15 +1246,15 @@ def _manifest_path(path: str, host_class: str | None) -> tuple[str, str | None]:
     try:
         pointer = _read_bounded(pointer_file, 64)
     except FileNotFoundError:
-        return os.path.join(path, filename), None  # the flat layout of earlier releases
+        return os.path.join(path, filename), None, None  # the flat layout of earlier releases
     except OSError as exc:
-        return os.path.join(path, filename), f"cannot read {pointer_file} ({exc.strerror})"
+        return os.path.join(path, filename), f"cannot read {pointer_file} ({exc.strerror})", None
     text = pointer.decode("ascii", "replace")
     if not envelope.is_pointer(text):
-        return os.path.join(path, filename), (
-            f"{pointer_file} holds {_show(text[:40])}, not v<version>"
-        )
-    return os.path.join(path, text.strip(), filename), None
+        why = f"{pointer_file} holds {_show(text[:40])}, not v<version>"
+        return os.path.join(path, filename), why, None
+    name = text.strip()
+    return os.path.join(path, name, filename), None, int(name[1:])
 
 
 def _state_dir(args: _Args, say: Callable[[str], None]) -> str | None:
@@ -1449,7 +1420,7 @@ def _main(argv: Sequence[str], say: Callable[[str], None]) -> int:
         raise _Usage("--uri-schemes is empty; name at least one scheme, e.g. https")
     public_raw, host = _trusted_key_and_host(args)
 
-    path, read_error = _manifest_path(args.manifest, args.host_class)
+    path, read_error, pointer = _manifest_path(args.manifest, args.host_class)
     state_dir = _state_dir(args, say)
     raw: bytes | None = None
     if read_error is None:
@@ -1457,7 +1428,17 @@ def _main(argv: Sequence[str], say: Callable[[str], None]) -> int:
             raw = _read_bounded(path, args.max_bytes)
         except OSError as exc:
             read_error = f"cannot read it ({exc.strerror})"
-    record, lkg = _load_state(state_dir, args.max_bytes, say, raw) if state_dir else (None, None)
+    # Verified first: its model line says which of the host's states judges it.
+    fresh = verify_fresh(raw, public_raw, args.host_class, source=path, max_bytes=args.max_bytes)
+    source = hoststate.source_id(args.manifest)
+    state = _line_state(state_dir, args, public_raw, fresh, source, raw, say)
+    line = (
+        Line(state.model, state.state_file, bool(args.model), state.unknown_floor)
+        if state is not None
+        else Line(args.model, None, True)
+        if args.model
+        else None
+    )
 
     def facts() -> Any:
         from manifest.hostmatch import read_host_facts
@@ -1472,8 +1453,8 @@ def _main(argv: Sequence[str], say: Callable[[str], None]) -> int:
         host=host,
         host_class=args.host_class,
         facts=facts,
-        accepted=record,
-        last_known_good=lkg,
+        accepted=state.record if state is not None else None,
+        last_known_good=state.last_known_good if state is not None else None,
         max_bytes=args.max_bytes,
         source=str(path),
         read_error=read_error,
@@ -1481,10 +1462,16 @@ def _main(argv: Sequence[str], say: Callable[[str], None]) -> int:
         max_validity_s=args.max_validity_days * 86400,
         uri_schemes=schemes,
         host_id=args.host_id or _default_host_id(),
+        line=line,
+        pointer_version=pointer,
+        fresh=fresh,
     )
-    if state_dir is not None:
+    if state_dir is not None and state is not None:
+        floor = outcome.record if outcome.accepted is not None else outcome.floor
         try:
-            _save_state(state_dir, outcome, record, lkg)
+            hoststate.save_line(
+                state_dir, state, accepted=outcome.accepted, floor=floor, source=source
+            )
         except OSError as exc:
             say(f"warning: cannot keep the last-known-good in {state_dir} ({exc.strerror})")
     if args.emit_telemetry is not None and outcome.answer is not None:
@@ -1500,6 +1487,45 @@ def _main(argv: Sequence[str], say: Callable[[str], None]) -> int:
     elif served and answer is not None:
         print(answer["artifact"]["uri"])
     return code
+
+
+def _line_state(
+    state_dir: str | None,
+    args: _Args,
+    public_raw: bytes,
+    fresh: Fresh,
+    source: str,
+    raw: bytes | None,
+    say: Callable[[str], None],
+) -> hoststate.LineState | None:
+    """The state of the model line this run is judged by: ``--model``'s, else the verified
+    document's own, else (a document that cannot say) the line last read from this manifest
+    path. None without a state directory, or when no line can be told."""
+    if state_dir is None:
+        return None
+    keyid = envelope.key_id(public_raw)
+
+    def identify(data: bytes) -> tuple[str, Accepted]:
+        kept = _verify(data, public_raw, None, source="last-known-good", max_bytes=len(data))
+        envelope.check_signed(kept.signed, now=None, source="last-known-good")
+        model = model_of(kept)
+        if model is None:
+            raise ValueError("a last-known-good without a model line")
+        return model, _record(kept)
+
+    hoststate.migrate_legacy(state_dir, keyid, identify=identify, max_bytes=args.max_bytes, say=say)
+    model = args.model or model_of(fresh.document) or hoststate.find_line(state_dir, keyid, source)
+    if model is None:
+        if fresh.document is None:
+            say(
+                f"note: no model line of this key was read from {_show(args.manifest)} on this "
+                "host before, so there is no last-known-good to fall back to (--model NAME "
+                "names the line)"
+            )
+        return None
+    return hoststate.load_line(
+        state_dir, model, keyid, max_bytes=args.max_bytes, say=say, same_as=raw
+    )
 
 
 if __name__ == "__main__":

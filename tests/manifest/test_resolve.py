@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from manifest import envelope, resolve
+from manifest import envelope, hoststate, resolve
 from manifest.build import per_class_documents
 from manifest.errors import ExpiredError
 from manifest.signing import public_raw, sign_document
@@ -36,6 +36,8 @@ from tests.manifest.factories import (
 ROOT = Path(__file__).resolve().parents[2]
 PUB = GOLDEN / "test.pub"
 NOW = datetime.now(UTC).replace(microsecond=0)
+LINE = hoststate.line_name("ocr-rec", envelope.key_id(public_raw(fixed_key().public_key())))
+"""The scenario's model line under the test key: its folder in a state directory."""
 HEAVY = ("pydantic", "duckdb", "pandas", "pyarrow", "onnxruntime", "jinja2", "click", "numpy")
 
 
@@ -61,6 +63,11 @@ class Host:
     def state(self) -> Path:
         return self.tmp / "state"
 
+    @property
+    def line(self) -> Path:
+        """Where the state keeps the scenario's model line under the trusted key."""
+        return self.state / LINE
+
     def run(self, manifest: Path, *args: str, state: bool = True) -> tuple[int, str, str]:
         argv = [
             "--manifest",
@@ -79,10 +86,10 @@ class Host:
         return code, out.out, out.err
 
     def lkg(self) -> bytes:
-        return (self.state / resolve.LKG_FILE).read_bytes()
+        return (self.line / resolve.LKG_FILE).read_bytes()
 
     def accepted_version(self) -> int:
-        return int(json.loads((self.state / resolve.STATE_FILE).read_bytes())["version"])
+        return int(json.loads((self.line / resolve.STATE_FILE).read_bytes())["version"])
 
 
 @pytest.fixture
@@ -346,7 +353,7 @@ def test_attack_byte_changed_in_signed_part_is_refused(host: Host, trusted: byte
     raw = bytearray(trusted)
     at = raw.index(b'"release":"2025.06"') + len(b'"release":"2025.0')
     raw[at : at + 1] = b"7"
-    attack = host.tmp / "attack.json"
+    attack = host.tmp / "good.json"
     attack.write_bytes(bytes(raw))
     assert_refused_and_lkg_kept(host, trusted, attack, "does not match the signed content")
 
@@ -354,18 +361,18 @@ def test_attack_byte_changed_in_signed_part_is_refused(host: Host, trusted: byte
 def test_attack_reformatted_and_changed_document_is_refused(host: Host, trusted: bytes) -> None:
     doc = json.loads(trusted)
     doc["signed"]["entries"]["x86-vnni"]["artifact"]["uri"] = "https://evil.example/x.onnx"
-    attack = host.tmp / "attack.json"
+    attack = host.tmp / "good.json"
     attack.write_text(json.dumps(doc, indent=2))  # not the canonical layout: refused unparsed
     assert_refused_and_lkg_kept(host, trusted, attack, "not in the canonical layout")
 
 
 def test_attack_signature_by_an_unknown_key_is_refused(host: Host, trusted: bytes) -> None:
-    attack = dump(fresh(version=3, key=Ed25519PrivateKey.generate()), host.tmp / "attack.json")
+    attack = dump(fresh(version=3, key=Ed25519PrivateKey.generate()), host.tmp / "good.json")
     assert_refused_and_lkg_kept(host, trusted, attack, "no signature by the trusted key")
 
 
 def test_attack_replayed_older_version_is_refused(host: Host, trusted: bytes) -> None:
-    attack = dump(fresh(version=1), host.tmp / "attack.json")
+    attack = dump(fresh(version=1), host.tmp / "good.json")
     code, _, err = host.run(attack, "--host-class", "x86-vnni")
     assert code == 0
     assert "version 1 is lower than version 2 this host already accepted" in err
@@ -375,7 +382,7 @@ def test_attack_replayed_older_version_is_refused(host: Host, trusted: bytes) ->
 def test_attack_expired_manifest_is_refused(host: Host, trusted: bytes) -> None:
     attack = dump(
         fresh(version=3, created=NOW - timedelta(days=60), expires=NOW - timedelta(days=30)),
-        host.tmp / "attack.json",
+        host.tmp / "good.json",
     )
     assert_refused_and_lkg_kept(host, trusted, attack, "expired at")
 
@@ -394,7 +401,7 @@ def test_attack_class_document_moved_to_another_name_is_refused(host: Host) -> N
 
 
 def test_attack_oversized_file_is_refused(host: Host, trusted: bytes) -> None:
-    attack = host.tmp / "attack.json"
+    attack = host.tmp / "good.json"
     attack.write_bytes(trusted + b" " * 4096)
     limit = str(len(trusted) + 1024)
     assert_refused_and_lkg_kept(host, trusted, attack, "-byte limit", "--max-bytes", limit)
@@ -475,11 +482,12 @@ def test_exit_codes_of_the_real_process(tmp_path: Path) -> None:
     assert got == {"x86-vnni": 0, "arm-new": 3, "nope": 2, "gpu-a10": 5}
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
-    refused = run_process("--manifest", str(bad), "--pubkey", str(PUB), "--host-class", "x86-vnni")
+    path.write_text("{}")  # the file the service reads, damaged
+    refused = run_process("--manifest", str(path), "--pubkey", str(PUB), "--host-class", "x86-vnni")
     assert refused.returncode == 0  # the default state directory kept the last-known-good
     assert "using the last-known-good manifest, version 2" in refused.stderr
-    kept = Path(os.environ["XDG_STATE_HOME"]) / "qualify" / "resolve" / resolve.LKG_FILE
-    assert kept.read_bytes() == path.read_bytes()
+    kept = Path(os.environ["XDG_STATE_HOME"]) / "qualify" / "resolve" / LINE / resolve.LKG_FILE
+    assert kept.read_bytes() == envelope.encode_canonical(fresh())
     alone = run_process(
         "--manifest", str(bad), "--pubkey", str(PUB), "--host-class", "x86-vnni", "--no-state"
     )

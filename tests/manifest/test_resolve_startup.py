@@ -24,7 +24,7 @@ from manifest import envelope, host_events, hostmatch, resolve
 from manifest.build import per_class_documents
 from manifest.signing import sign_document
 from tests.manifest.factories import fixed_key
-from tests.manifest.test_resolve import PUB, dump, fresh
+from tests.manifest.test_resolve import LINE, PUB, dump, fresh
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = str(Path(cryptography.__file__).resolve().parent.parent)
@@ -36,6 +36,7 @@ IMPORTED = {
     "manifest",
     "manifest.envelope",
     "manifest.errors",
+    "manifest.hoststate",
     "manifest.resolve",
 }
 # What a run on a per-class document may add on top: the C JSON scanner, CPython's SHA-256 and
@@ -214,11 +215,15 @@ def test_an_unchanged_start_writes_no_state_file(
     state = tmp_path / "state"
     argv = [*_base(good)[:4], "--state-dir", str(state), *_base(good)[5:], "--host-class"]
     assert _main(capsys, *argv, "x86-vnni")[0] == 0
-    files = sorted(state.iterdir())
+    files = sorted(state.rglob("*"))
     stamps = [(p.name, p.stat().st_mtime_ns, p.stat().st_ino) for p in files]
-    assert [p.name for p in files] == [resolve.LKG_FILE, resolve.STATE_FILE]
+    assert [p.relative_to(state).as_posix() for p in files] == [
+        LINE,
+        f"{LINE}/{resolve.LKG_FILE}",
+        f"{LINE}/{resolve.STATE_FILE}",
+    ]
     assert _main(capsys, *argv, "x86-vnni")[0] == 0
-    again = sorted(state.iterdir())
+    again = sorted(state.rglob("*"))
     assert [(p.name, p.stat().st_mtime_ns, p.stat().st_ino) for p in again] == stamps
 
 
