@@ -11,9 +11,6 @@ atomically. Does not own the decision (``manifest.policy``), keys and signatures
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from json.encoder import encode_basestring as _q
@@ -27,8 +24,8 @@ from manifest._batch import paused_gc
 from manifest.encoded import EncodedEntries, EntryText
 from manifest.envelope import canonical_text
 from manifest.errors import BuildError, CanonicalError
-from manifest.signing import key_id, sign_document, sign_encoded
-from schemas.atomic import remove_leftovers, temp_prefix, write_atomic
+from manifest.signing import sign_document
+from schemas.atomic import write_atomic
 from schemas.manifest import ArtifactRef, ClassDecision, Evidence, Manifest, PreviousManifest
 from schemas.project import HostClass, MatchRules, Project, ProviderSpec, RuntimeSpec
 
@@ -397,16 +394,10 @@ def write_manifest(doc: Mapping[str, Any] | bytes, path: Path) -> None:
 def write_per_class(
     doc: Mapping[str, Any], key: Ed25519PrivateKey, directory: Path
 ) -> dict[str, Path]:
-    """Publish one signed document per class, all at once, into ``directory``.
-
-    The layout is TUF's consistent snapshot: every version's documents live in their own
-    directory ``v<version>/`` (``envelope.class_filename`` names), and one small pointer file,
-    ``current`` (``v<version>``), says which set is published. The set is written into a
-    temporary directory, synced, renamed to ``v<version>``, and only then is the pointer
-    replaced atomically: a host reads one whole set or the one before, never a mix, and a kill at
-    any point leaves the published set as it was. The set before stays, for hosts that read the
-    pointer just before it moved; older sets, left-over temporary directories of processes that
-    ended, and documents of the flat layout (``<class>.json`` beside ``current``) are removed.
+    """Publish one signed document per class, all at once, into ``directory``: the version's
+    set staged (``manifest.perclass.stage``), then the pointer moved to it and older sets
+    removed (``perclass.point``). Only what qualify wrote there is ever removed, and a
+    directory holding anything else is refused (``perclass.claim``).
 
     Args:
         doc: the manifest (signed document or its ``signed`` part).
@@ -417,60 +408,11 @@ def write_per_class(
         class name -> path written (inside ``v<version>/``).
 
     Raises:
-        BuildError: a class name that cannot be a file name, or this version already published
-            with other content.
+        BuildError: a directory that is not qualify's, a class name that cannot be a file name,
+            or this version already published there.
     """
-    signed_part = doc.get("signed", doc)
-    version = int(signed_part["version"])
-    name = f"v{version}"
-    directory.mkdir(parents=True, exist_ok=True)
-    final = directory / name
-    remove_leftovers(directory)  # sets a killed publisher left half-written
-    work = Path(tempfile.mkdtemp(dir=directory, prefix=temp_prefix(name), suffix=".tmp"))
-    written: dict[str, Path] = {}
-    kid = key_id(key)  # derived from the key once, not once per class
-    try:
-        for cls, signed in per_class_documents(doc).items():
-            try:
-                filename = envelope.class_filename(cls)
-            except ValueError as exc:
-                raise BuildError(f"class '{cls[:60]}': {exc}") from exc
-            with open(work / filename, "wb") as fh:
-                fh.write(sign_encoded(signed, key, keyid=kid)[1])
-            written[cls] = final / filename
-        os.chmod(work, 0o755)
-        os.sync()  # every document on disk before any name points at them
-        if final.exists():
-            raise BuildError(
-                f"{final}: version {version} is already published there; per-class sets are "
-                "never rewritten (generate a new version)"
-            )
-        os.rename(work, final)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    write_atomic(directory / envelope.CURRENT_POINTER, name + "\n")
-    _prune_per_class(directory, keep={name, f"v{version - 1}"})
+    from manifest import perclass
+
+    written = perclass.stage(doc, key, directory)
+    perclass.point(directory, int(doc.get("signed", doc)["version"]))
     return written
-
-
-def _is_signed_document(path: Path) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(len(b'{"signatures":')) == b'{"signatures":'
-    except OSError:
-        return False
-
-
-def _prune_per_class(directory: Path, keep: set[str]) -> None:
-    """Remove what no reader may need: older sets, and documents and temporary files of the
-    flat layout (the temporaries of dead writers went before the set was written)."""
-    for entry in directory.iterdir():
-        name = entry.name
-        if entry.is_dir() and envelope.POINTER_RE.fullmatch(name):
-            if name not in keep:
-                shutil.rmtree(entry, ignore_errors=True)
-        elif entry.is_file() and name.startswith(".class.") and name.endswith(".tmp"):
-            entry.unlink(missing_ok=True)  # the flat layout's temporary files
-        elif entry.is_file() and name.endswith(".json") and _is_signed_document(entry):
-            entry.unlink(missing_ok=True)  # the flat layout's documents, no longer read

@@ -418,6 +418,21 @@ MIGRATIONS: tuple[Migration, ...] = (
         name="project_views: what matrix show reads of a project file a writer validated",
         statements=(_PROJECT_VIEWS,),
     ),
+    Migration(
+        version=13,
+        name="manifests.pending, pending_document and discarded_at: publishing is a transaction "
+        "the next command completes or discards",
+        statements=(
+            "ALTER TABLE manifests ADD COLUMN pending JSON",
+            "ALTER TABLE manifests ADD COLUMN pending_document JSON",
+            "ALTER TABLE manifests ADD COLUMN discarded_at TIMESTAMPTZ",
+            # Before, a signed version recorded but never marked published was a publish that
+            # failed or was killed (a draft is unsigned): it must never be published as a
+            # draft, and where its file went was not recorded, so it is discarded.
+            "UPDATE manifests SET discarded_at = stored_at WHERE published_at IS NULL AND "
+            "json_array_length(json_extract(document, '$.signatures')) > 0",
+        ),
+    ),
 )
 
 LATEST_VERSION: int = MIGRATIONS[-1].version

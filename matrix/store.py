@@ -444,6 +444,10 @@ class Store:
         """Whether the store was opened read-only."""
         return self._read_only
 
+    def now(self) -> datetime:
+        """The store's clock (what it stamps rows with), for the other modules of ``matrix``."""
+        return self._clock()
+
     @property
     def schema_version(self) -> int:
         """The highest applied migration version."""
@@ -1021,7 +1025,8 @@ class Store:
         than every published version (an older one can no longer be published); or None."""
         row = _first(
             self._conn.execute(
-                "SELECT version, document FROM manifests WHERE published_at IS NULL AND version > "
+                "SELECT version, document FROM manifests WHERE published_at IS NULL AND "
+                "discarded_at IS NULL AND pending IS NULL AND version > "
                 "(SELECT coalesce(max(version), 0) FROM manifests WHERE published_at IS NOT NULL) "
                 "ORDER BY version DESC LIMIT 1"
             )
@@ -1029,15 +1034,27 @@ class Store:
         return (int(row[0]), str(row[1])) if row is not None else None
 
     def manifest_state(self, version: int) -> str | None:
-        """``draft`` or ``published`` for a recorded version, None for one never recorded."""
+        """``draft``, ``publishing`` (a publication began and was neither finished nor
+        discarded), ``published`` or ``discarded`` for a recorded version; None for one never
+        recorded."""
         row = _first(
             self._conn.execute(
-                "SELECT published_at IS NOT NULL FROM manifests WHERE version = ?", [version]
+                "SELECT published_at IS NOT NULL, discarded_at IS NOT NULL, pending IS NOT NULL "
+                "FROM manifests WHERE version = ?",
+                [version],
             )
         )
         if row is None:
             return None
-        return "published" if row[0] else "draft"
+        return (
+            "published"
+            if row[0]
+            else "discarded"
+            if row[1]
+            else "publishing"
+            if row[2]
+            else "draft"
+        )
 
     def publish_draft(
         self, version: int, document_json: str, created: datetime, expires: datetime

@@ -879,6 +879,15 @@ def _signing_choice(key_path: Path | None, unsigned: bool, expires: str) -> Any:
     return parse_duration(expires, what="--expires", most=MAX_VALIDITY)
 
 
+def _recover(db: Any) -> None:
+    """Complete or discard what an interrupted publish left (``qualify.publishing.recover``)
+    before anything else is published, and say which: every publishing command does this."""
+    from qualify.publishing import recover
+
+    for line in recover(db):
+        click.echo(f"recovered: {line}")
+
+
 def _echo_published(result: Any, out: Path, per_class_dir: Path | None) -> None:
     from qualify.text import one_line
 
@@ -982,6 +991,7 @@ def manifest_generate(
     loaded = load_project(project_path)
     _require_db(db_path)
     with Store.open(db_path, on_wait=lock_wait_message()) as db:
+        _recover(db)
         record_view(db, loaded.project, loaded.sha256)
         if publish:
             result = generate_manifest(
@@ -1055,6 +1065,7 @@ def manifest_publish(
     validity = _signing_choice(key_path, unsigned, expires)
     _require_db(db_path)
     with Store.open(db_path, on_wait=lock_wait_message()) as db:
+        _recover(db)
         result = publish_manifest(
             db,
             out=out,
@@ -1376,6 +1387,7 @@ def _rollout_session(db_path: Path, expires: str) -> Iterator[tuple[Any, dict[st
     validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
     _require_db(db_path)
     with Store.open(db_path, on_wait=lock_wait_message()) as db:
+        _recover(db)
         yield db, {"now": datetime.now(UTC), "expires_in": validity}
 
 
@@ -1471,6 +1483,13 @@ def rollout_abort(
 @_tolerance_option
 @_min_samples_option
 @_rollout_publish_options
+@click.option(
+    "--project",
+    "project_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Project file: a completed rollout's entry gets the evidence the matrix has for its "
+    f"artifact under it [default: {DEFAULT_PROJECT}, where there is one]",
+)
 @_db_option
 def rollout_advance(
     host_class: str,
@@ -1481,6 +1500,7 @@ def rollout_advance(
     key_path: Path,
     expires: str,
     per_class_dir: Path | None,
+    project_path: Path | None,
     db_path: Path,
 ) -> None:
     """Advance HOST_CLASS's rollout one step, only if its cohort's telemetry since the step
@@ -1490,8 +1510,13 @@ def rollout_advance(
 
     Exit status: 0 advanced (or completed), 1 halted (the reasons are printed and recorded).
     """
+    from qualify.project import load_project
     from qualify.rollout import advance_rollout
     from schemas.telemetry import CheckSettings
+
+    if project_path is None and Path(DEFAULT_PROJECT).is_file():
+        project_path = Path(DEFAULT_PROJECT)
+    loaded = load_project(project_path, check_models=False) if project_path else None
 
     settings = _settings(
         CheckSettings,
@@ -1507,6 +1532,7 @@ def rollout_advance(
             out=out,
             why=why,
             settings=settings,
+            loaded=loaded,
             **when,
         )
     click.echo(f"evidence: {verdict.evidence() or 'none'}")
@@ -1589,8 +1615,8 @@ def rollout_pin(
 @click.option("--why", required=True, help="Why, recorded.")
 @_db_option
 def rollout_clear(host_class: str, why: str, db_path: Path) -> None:
-    """Lift HOST_CLASS's hold or pin (publishes nothing: the next manifest generate decides
-    the class from the matrix again)."""
+    """Lift HOST_CLASS's hold, pin or aborted rollout (publishes nothing: the next manifest
+    generate decides the class from the matrix again)."""
     from qualify.rollout import clear_class
 
     with _rollout_session(db_path, "30d") as (db, when):
@@ -1600,7 +1626,10 @@ def rollout_clear(host_class: str, why: str, db_path: Path) -> None:
 @rollout_group.command("status")
 @_db_option
 def rollout_status(db_path: Path) -> None:
-    """The rollouts in progress in the current manifest, and the classes held or pinned."""
+    """The rollouts in progress (or halted) in the current manifest, the classes held, pinned
+    or whose rollout was aborted (each in force until 'qualify rollout clear'), and a
+    publication a kill interrupted."""
+    from matrix.publications import pending, steering
     from matrix.store import Store
     from qualify.console import plain
     from qualify.release import previous_manifest
@@ -1608,13 +1637,24 @@ def rollout_status(db_path: Path) -> None:
     _require_db(db_path)
     with Store.open(db_path, read_only=True) as db:
         current = previous_manifest(db)
-        steered = db.class_holds()
+        steered = steering(db)
+        last = {str(r["rollout_id"]): r for r in db.rollout_log()}
+        left = pending(db)
+    for p in left:
+        click.echo(
+            f"v{p.version} ({plain(str(p.intent.get('what', 'a publish')))}) was interrupted: "
+            "the next publishing command completes or discards it"
+        )
     if current is None:
         _fail("no manifest has been published from this matrix", 1)
     for name, row in sorted(steered.items()):
-        what = "held" if row["action"] == "hold" else f"pinned to {row['artifact']}"
+        what = {
+            "hold": "held",
+            "pin": f"pinned to {row['artifact']}",
+            "abort": f"rollout {row['rollout_id']} aborted (its hosts stay on the rollback)",
+        }[str(row["action"])]
         click.echo(
-            f"{plain(name)}: {what} by {plain(row['actor'])} since "
+            f"{plain(name)}: {plain(what)} by {plain(row['actor'])} since "
             f"{row['acted_at']:%Y-%m-%d %H:%M:%SZ} (v{row['version']}): {plain(row['why'])}"
         )
     found = bool(steered)
@@ -1624,13 +1664,19 @@ def rollout_status(db_path: Path) -> None:
         found = True
         r = entry.rollout
         rest = entry.artifact.name if entry.artifact is not None else "nothing (hold)"
+        halted = last.get(r.id)
+        state = (
+            f"HALTED ({plain(str(halted['why']))[:200]})"
+            if halted is not None and halted["action"] == "halt"
+            else "in progress"
+        )
         click.echo(
             f"{plain(name)}: rollout {plain(r.id)} of {plain(r.artifact.name)} at {r.percent}% "
-            f"(step {r.step} of {len(r.steps)}: {', '.join(map(str, r.steps))}); the rest run "
-            f"{plain(rest)} (v{current.signed.version})"
+            f"(step {r.step} of {len(r.steps)}: {', '.join(map(str, r.steps))}), {state}; the "
+            f"rest run {plain(rest)} (v{current.signed.version})"
         )
     if not found:
-        click.echo(f"no rollout, hold or pin in force (manifest v{current.signed.version})")
+        click.echo(f"no rollout, hold, pin or abort in force (manifest v{current.signed.version})")
 
 
 @rollout_group.command("log")

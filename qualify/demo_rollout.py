@@ -275,7 +275,13 @@ def run_demo_rollouts(
             t = window + _WINDOW
             with Store.open(db_path) as db:
                 step, verdict = advance_rollout(
-                    db, name, now=t, who=lambda: "demo", settings=settings, **publish
+                    db,
+                    name,
+                    now=t,
+                    who=lambda: "demo",
+                    settings=settings,
+                    loaded=loaded,
+                    **publish,
                 )
             say(
                 f"  qualify rollout advance {name} --tolerance {tolerance:g}: evidence: "

@@ -22,16 +22,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from manifest._batch import paused_gc
-from manifest.build import build_manifest, next_version, write_manifest, write_per_class
+from manifest.build import build_manifest, next_version, write_manifest
 from manifest.envelope import encode_canonical, encode_envelope, format_time
 from manifest.load import load_manifest, load_previous, validate_entry
 from manifest.policy import decide, decide_each
 from manifest.signing import check_publishable, load_private_key, sign_encoded
+from matrix.publications import steering
 from matrix.store import Store
 from qualify.artifacts import ArtifactStore, digest_file
 from qualify.coverage import CoverageItem, ReleaseGate, coverage, release_gate
 from qualify.errors import QualifyError
 from qualify.project import LoadedProject
+from qualify.publishing import Publication, publish
 from schemas.manifest import ArtifactRef, Manifest, PreviousManifest
 
 if TYPE_CHECKING:
@@ -161,15 +163,39 @@ class Draft:
 
 
 def _kept_classes(db: Store, previous: PreviousManifest | None) -> dict[str, str]:
+    """Classes whose published entry a new draft keeps, and why: a rollout in progress (or
+    halted), and what a person steers (a hold, a pin, an aborted rollout), each in force until
+    ``qualify rollout clear`` or a new ``rollout start``."""
     if previous is None:
         return {}
     kept: dict[str, str] = {}
+    last: dict[str, dict[str, Any]] = {}
+    for row in db.rollout_log():
+        last[str(row["rollout_id"])] = row
     for name, entry in previous.signed.entries.items():
-        if entry.rollout is not None:
-            kept[name] = f"rollout {entry.rollout.id} in progress at {entry.rollout.percent}%"
-    for name, row in db.class_holds().items():
-        if name in previous.signed.entries:
-            kept[name] = f"{row['action']} by {row['actor']}: {row['why']}"
+        if entry.rollout is None:
+            continue
+        r = entry.rollout
+        halted = last.get(r.id)
+        if halted is not None and halted["action"] == "halt":
+            kept[name] = (
+                f"rollout {r.id} halted at {r.percent}% ({halted['why']}); advance it again "
+                "or abort it"
+            )
+        else:
+            kept[name] = f"rollout {r.id} in progress at {r.percent}%"
+    for name, row in steering(db).items():
+        if name not in previous.signed.entries:
+            continue
+        what = {
+            "hold": "held",
+            "pin": f"pinned to {row['artifact']}",
+            "abort": f"rollout {row['rollout_id']} aborted",
+        }[str(row["action"])]
+        kept[name] = (
+            f"{what} by {row['actor']} in v{row['version']}: {row['why']} (until qualify rollout "
+            f"clear {name}" + (" or a new rollout start)" if row["action"] == "abort" else ")")
+        )
     return kept
 
 
@@ -315,8 +341,14 @@ def read_draft(db: Store, draft_path: Path | None) -> tuple[int, dict[str, Any]]
         )
     # Published first: publishing stamps ``created`` and ``expires``, so the recorded document
     # differs from its draft whenever a second went by, and "edited?" would be the wrong answer.
-    if db.manifest_state(version) == "published":
+    state = db.manifest_state(version)
+    if state == "published":
         raise QualifyError(f"{draft_path}: version {version} is published already")
+    if state == "discarded":
+        raise QualifyError(
+            f"{draft_path}: version {version} was discarded (a publish of it failed or was "
+            "interrupted before its file was written); generate a new draft"
+        )
     if encode_canonical(json.loads(recorded)["signed"]) != encode_canonical(signed):
         raise QualifyError(
             f"{draft_path}: differs from draft v{version} as the matrix recorded it (edited after "
@@ -379,10 +411,10 @@ def _sign_and_publish(
     draft_release: str | None = None,
     from_matrix: bool = False,
 ) -> GeneratedManifest:
-    """Sign ``signed`` (encoded once), check it as a host will, publish it in the matrix, write
-    it to ``out`` (and per class), then mark it published. ``draft_release``: the version is
-    not drafted yet (a generate that drafts and publishes in one step): reserve it with the
-    signed document itself, the row ``publish_draft`` would leave, so the 17 MB of a
+    """Sign ``signed`` (encoded once), check it as a host will, and publish it as one
+    transaction (``qualify.publishing``: recorded, written to ``out`` and per class, made
+    current). ``draft_release``: the version is not drafted yet (a generate that drafts and
+    publishes in one step): reserve it with the signed document itself, so the 17 MB of a
     10,000-class document are stored once. ``from_matrix``: ``signed`` was read from the
     matrix or a file (a draft), not built here, so it is validated whole first."""
     if key is not None:
@@ -393,16 +425,22 @@ def _sign_and_publish(
     # what is published must load, and pass a host's checks
     validated = load_manifest(canonical, source=str(out)) if from_matrix else None
     check_publishable(canonical, signed, key, now=now, source=str(out))
-    text = canonical.decode()
-    if draft_release is not None:
-        db.save_manifest(version, draft_release, now, now + expires_in, text, encoded=True)
-    else:
-        db.publish_draft(version, text, now, now + expires_in)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_manifest(canonical, out)
-    if per_class_dir is not None and key is not None:
-        write_per_class(document, key, per_class_dir)
-    db.mark_published(version)  # only now do hosts, report and telemetry check see it
+    publish(
+        db,
+        Publication(
+            version=version,
+            release=str(signed["release"]),
+            document=document,
+            canonical=canonical,
+            key=key,
+            out=out,
+            created=now,
+            expires=now + expires_in,
+            what="manifest generate --publish" if draft_release is not None else "manifest publish",
+            per_class_dir=per_class_dir,
+            draft=draft_release is None,
+        ),
+    )
     return GeneratedManifest(
         document=document,
         canonical=canonical,

@@ -14,6 +14,7 @@ from pathlib import Path
 from manifest.errors import ManifestError
 from manifest.load import load_manifest
 from manifest.signing import key_id, load_public_key, verify
+from matrix.publications import published_before, steering
 from matrix.store import Store
 from qualify import __version__
 from qualify.project import LoadedProject
@@ -67,7 +68,8 @@ def write_qualification_report(
             current = load_manifest(raw, source=f"matrix manifest v{latest[0]}")
     if current is not None:
         status = signature_status(raw, pubkey, now=now)
-        before = db.manifest(current.signed.version - 1)
+        # the one published before it (a draft or a discarded publication between is not)
+        before = published_before(db, current.signed.version)
         if before is not None:
             previous = load_manifest(before.encode(), source="previous manifest")
     view = build_report(
@@ -82,6 +84,7 @@ def write_qualification_report(
         signature_status=status,
         previous=previous,
         rollouts=db.rollout_log(),
+        steering=steering(db),
         tunes=db.tunes(),
         lineage=db.lineage(),
     )

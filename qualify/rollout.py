@@ -34,15 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from manifest import envelope
-from manifest.build import write_manifest, write_per_class
 from manifest.load import load_manifest
 from manifest.policy import decide
 from manifest.signing import load_private_key, sign_encoded
+from matrix.publications import steering
 from matrix.store import Store
 from matrix.telemetry import Cohort, rollout_reported
 from qualify.artifacts import ArtifactStore
 from qualify.errors import QualifyError
 from qualify.project import LoadedProject
+from qualify.publishing import Publication, log_row, publish
 from qualify.release import artifact_refs, previous_document, previous_manifest
 from schemas.manifest import Manifest, Rollback
 from schemas.telemetry import CheckSettings, ClassState, TelemetryCheck
@@ -134,9 +135,11 @@ def _publish(
     now: datetime,
     expires_in: timedelta,
     per_class_dir: Path | None = None,
+    log: dict[str, Any],
 ) -> int:
-    """``signed`` as the next version, signed, recorded, written (with one document per class
-    in ``per_class_dir``), then published."""
+    """``signed`` as the next version, signed and published as one transaction with its
+    rollout-log row (``log``: `publishing.log_row`'s arguments but the version), so that the
+    version is current exactly when the log records it (``qualify.publishing``)."""
     key = load_private_key(key_path)
     version = max(int(signed["version"]) + 1, db.highest_manifest_version() + 1)
     signed["version"] = version
@@ -144,15 +147,49 @@ def _publish(
     signed["expires"] = envelope.format_time(now + expires_in)
     document, canonical = sign_encoded(signed, key)
     load_manifest(canonical, source=str(out))  # what is published must load
-    db.save_manifest(
-        version, str(signed["release"]), now, now + expires_in, canonical.decode(), encoded=True
+    row = log_row(version=version, **log)
+    publish(
+        db,
+        Publication(
+            version=version,
+            release=str(signed["release"]),
+            document=document,
+            canonical=canonical,
+            key=key,
+            out=out,
+            created=now,
+            expires=now + expires_in,
+            what=f"rollout {row['action']} {row['host_class']}",
+            per_class_dir=per_class_dir,
+            log=(row,),
+        ),
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_manifest(canonical, out)
-    if per_class_dir is not None:
-        write_per_class(document, key, per_class_dir)
-    db.mark_published(version)
     return version
+
+
+def _log(
+    rollout_id: str,
+    host_class: str,
+    action: str,
+    step: int,
+    percent: int,
+    artifact: str,
+    actor: str,
+    why: str,
+    at: datetime,
+) -> dict[str, Any]:
+    """A rollout-log row but its version (which `_publish` knows)."""
+    return {
+        "rollout_id": rollout_id,
+        "host_class": host_class,
+        "action": action,
+        "step": step,
+        "percent": percent,
+        "artifact": artifact,
+        "actor": actor,
+        "why": why,
+        "at": at,
+    }
 
 
 def _entry(signed: dict[str, Any], host_class: str) -> dict[str, Any]:
@@ -230,17 +267,16 @@ def start_rollout(
         "steps": [int(s) for s in steps],
     }
     signed["entries"] = {**signed["entries"], host_class: entry}
+    log = _log(rollout_id, host_class, "start", 1, int(steps[0]), ref.name, who(), why, now)
     version = _publish(
         db,
         signed,
+        log=log,
         key_path=key_path,
         out=out,
         now=now,
         expires_in=expires_in,
         per_class_dir=per_class_dir,
-    )
-    db.record_rollout(
-        rollout_id, host_class, "start", version, 1, int(steps[0]), ref.name, who(), why, now
     )
     return RolloutAction(
         host_class,
@@ -291,26 +327,16 @@ def abort_rollout(
         {"code": "rolled_back", "message": f"rollout {rollout['id']} aborted: {why}"[:500]}
     ]
     signed["entries"] = {**signed["entries"], host_class: entry}
+    step, name = int(rollout["step"]), str(rollout["artifact"]["name"])
     version = _publish(
         db,
         signed,
+        log=_log(rollout["id"], host_class, "abort", step, 0, name, who(), why, now),
         key_path=key_path,
         out=out,
         now=now,
         expires_in=expires_in,
         per_class_dir=per_class_dir,
-    )
-    db.record_rollout(
-        rollout["id"],
-        host_class,
-        "abort",
-        version,
-        int(rollout["step"]),
-        0,
-        str(rollout["artifact"]["name"]),
-        who(),
-        why,
-        now,
     )
     return RolloutAction(
         host_class,
@@ -452,10 +478,13 @@ def advance_rollout(
     why: str = "",
     settings: CheckSettings | None = None,
     who: Callable[[], str] = actor,
+    loaded: LoadedProject | None = None,
 ) -> tuple[RolloutAction | None, StepVerdict]:
     """Advance ``host_class``'s rollout one step if the cohort's telemetry since the step began
     allows it (`judge_step`); at the last step (100%) the rollout's artifact becomes the entry's
-    and the one it replaced its rollback. A halt publishes nothing and is recorded.
+    and the one it replaced its rollback (`_completed`: with ``loaded``, the entry's evidence
+    and reasons are the matrix's for that artifact under today's project, never the ones of
+    what it replaced). A halt publishes nothing and is recorded.
 
     Returns:
         What was published (None when halted) and the verdict with its evidence.
@@ -514,48 +543,80 @@ def advance_rollout(
         )
         return None, verdict
     if step >= len(steps) or steps[step - 1] >= 100:
-        entry.pop("rollout")
-        old = entry.get("artifact")
-        entry["artifact"] = dict(rollout["artifact"])
-        entry["decision"] = "candidate"
-        entry["evidence"] = None
-        if old is not None:
-            entry["rollback"] = {
-                **{k: old[k] for k in ("name", "digest", "length", "uri")},
-                "proven_to_load": True,
-                "runtime": None,
-                "provider": None,
-            }
-        entry["summary"] = f"{host_class} runs {name}: rollout {rollout['id']} completed"
+        entry = _completed(entry, host_class, loaded, db, manifest)
         action, percent, said = "complete", 100, f"completed: every host runs {name}"
     else:
         percent = steps[step]
         entry["rollout"] = {**rollout, "step": step + 1, "percent": percent}
         action, said = "advance", f"advanced to {percent}% (step {step + 1} of {len(steps)})"
     signed["entries"] = {**signed["entries"], host_class: entry}
+    note = verdict.evidence() + (f"; {why}" if why else "")
+    at = min(step + 1, len(steps))
     version = _publish(
         db,
         signed,
+        log=_log(rollout["id"], host_class, action, at, percent, name, who(), note, now),
         key_path=key_path,
         out=out,
         now=now,
         expires_in=expires_in,
         per_class_dir=per_class_dir,
     )
-    note = verdict.evidence() + (f"; {why}" if why else "")
-    db.record_rollout(
-        rollout["id"],
-        host_class,
-        action,
-        version,
-        min(step + 1, len(steps)),
-        percent,
-        name,
-        who(),
-        note,
-        now,
-    )
     return RolloutAction(host_class, version, out, f"{host_class}: {said} (v{version})"), verdict
+
+
+def _completed(
+    entry: dict[str, Any],
+    host_class: str,
+    loaded: LoadedProject | None,
+    db: Store,
+    manifest: Manifest,
+) -> dict[str, Any]:
+    """The entry once its rollout reached every host: the rollout's artifact is the entry's,
+    the one it replaced its rollback (proven: its hosts ran it), and the reasons say so. The
+    evidence is the cell the matrix decides the class on for that artifact under ``loaded``'s
+    project, as ``manifest generate`` would write it; without it (no project given, or the
+    matrix no longer shows the artifact passing there) it is null and a reason says why. A
+    reason of the entry before (a pin long cleared, its abort) is never carried on."""
+    rollout = entry.pop("rollout")
+    name = str(rollout["artifact"]["name"])
+    old = entry.get("artifact")
+    entry["artifact"] = dict(rollout["artifact"])
+    entry["decision"] = "candidate"
+    if old is not None and old["digest"] != rollout["artifact"]["digest"]:
+        entry["rollback"] = {
+            **{k: old[k] for k in ("name", "digest", "length", "uri")},
+            "proven_to_load": True,
+            "runtime": None,
+            "provider": None,
+        }
+    done = f"rollout {rollout['id']} of {name} reached every host"
+    entry["evidence"], entry["run_ids"] = None, []
+    decision = None
+    if loaded is not None:
+        runs = {r.run_id: r for r in db.decision_runs()}
+        decided = decide(loaded.project, db.decision_cells(), runs, previous=manifest)
+        decision = next((d for d in decided if d.host_class == host_class), None)
+    if (
+        decision is not None
+        and decision.artifact_digest == rollout["artifact"]["digest"]
+        and decision.evidence is not None
+    ):
+        entry["evidence"] = decision.evidence.model_dump(mode="json")
+        entry["run_ids"] = list(decision.run_ids)
+        entry["reasons"] = [{"code": "rollout_completed", "message": done}] + [
+            r.model_dump(mode="json") for r in decision.reasons
+        ]
+    else:
+        why = (
+            "no project file was given to re-judge it"
+            if loaded is None
+            else f"the matrix does not now show {name} passing on this class"
+        )
+        message = f"{done}; no evidence in this entry: {why}"[:500]
+        entry["reasons"] = [{"code": "rollout_completed", "message": message}]
+    entry["summary"] = f"{host_class} runs {name}: {done}"[:500]
+    return entry
 
 
 def _steer(
@@ -576,18 +637,17 @@ def _steer(
 ) -> int:
     rollout = entry.pop("rollout", None)
     signed["entries"] = {**signed["entries"], host_class: entry}
-    version = _publish(
+    rollout_id = rollout["id"] if rollout is not None else f"{host_class}-{action}"
+    return _publish(
         db,
         signed,
+        log=_log(rollout_id, host_class, action, 0, 0, artifact, who(), why, now),
         key_path=key_path,
         out=out,
         now=now,
         expires_in=expires_in,
         per_class_dir=per_class_dir,
     )
-    rollout_id = rollout["id"] if rollout is not None else f"{host_class}-{action}"
-    db.record_rollout(rollout_id, host_class, action, version, 0, 0, artifact, who(), why, now)
-    return version
 
 
 def hold_class(
@@ -726,15 +786,17 @@ def clear_class(
     why: str,
     who: Callable[[], str] = actor,
 ) -> str:
-    """Lift a hold or pin: nothing is published; the next ``manifest generate`` decides the
-    class from the matrix again. Returns what happened, for people.
+    """Lift a hold, a pin or an aborted rollout: nothing is published; the next ``manifest
+    generate`` decides the class from the matrix again. Returns what happened, for people.
 
     Raises:
-        QualifyError: the class is neither held nor pinned.
+        QualifyError: nothing a person steers is in force on the class.
     """
-    row = db.class_holds().get(host_class)
+    row = steering(db).get(host_class)
     if row is None:
-        raise QualifyError(f"{host_class} is neither held nor pinned")
+        raise QualifyError(
+            f"{host_class} is neither held nor pinned, and no aborted rollout is in force on it"
+        )
     db.record_rollout(
         str(row["rollout_id"]),
         host_class,
@@ -747,7 +809,8 @@ def clear_class(
         why,
         now,
     )
+    what = {"hold": "hold", "pin": "pin", "abort": f"abort of rollout {row['rollout_id']}"}
     return (
-        f"{host_class}: {row['action']} cleared; the next qualify manifest generate decides it "
-        "from the matrix again"
+        f"{host_class}: {what[str(row['action'])]} cleared; the next qualify manifest generate "
+        "decides it from the matrix again"
     )

@@ -52,6 +52,7 @@ from reports.view import (
     RolloutRow,
     RunView,
     SignatureStatus,
+    SteeredRow,
     Tone,
 )
 from schemas.cell import REASON_CODES, Cell, OutputParity, RunRecord, recency
@@ -959,6 +960,7 @@ def build_report(
     rollouts: Sequence[Mapping[str, Any]] = (),
     tunes: Sequence[TuneRecord] = (),
     lineage: Mapping[str, Lineage] | None = None,
+    steering: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ReportView:
     """Build the report's view model. Pure: no I/O, no clock.
 
@@ -980,6 +982,8 @@ def build_report(
         rollouts: The matrix's rollout log (``Store.rollout_log()``); adds the rollout history.
         tunes: The matrix's tunes (``Store.tunes()``); adds each class's latest tuning trials.
         lineage: How made candidates were derived (``Store.lineage()``); adds the lineage table.
+        steering: The classes a person steers now (``matrix.publications.steering``): class ->
+            the hold, pin or abort row of the rollout log; listed above the rollout history.
 
     Returns:
         The page's view model.
@@ -1017,12 +1021,34 @@ def build_report(
         diff=diff,
         notes=_notes(orphans, columns),
         rollouts=tuple(_rollout_row(r) for r in rollouts),
+        steered=tuple(_steered_row(n, r) for n, r in sorted((steering or {}).items())),
         tunings=tuning_views(project, tunes),
         lineage=lineage_rows(lineage or {}),
     )
 
 
 _ROLLOUT_TONES: dict[str, Tone] = {"complete": "ok", "abort": "bad", "halt": "warn"}
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M UTC") if isinstance(value, datetime) else str(value)
+
+
+def _steered_row(name: str, row: Mapping[str, Any]) -> SteeredRow:
+    action = str(row["action"])
+    what = {
+        "hold": "held",
+        "pin": f"pinned to {row['artifact']}",
+        "abort": f"rollout {row['rollout_id']} aborted: on its rollback",
+    }.get(action, action)
+    return SteeredRow(
+        host_class=name,
+        what=what,
+        since=_when(row["acted_at"]),
+        version=int(row["version"]),
+        actor=str(row["actor"]),
+        why=str(row["why"] or ""),
+    )
 
 
 def _rollout_row(row: Mapping[str, Any]) -> RolloutRow:

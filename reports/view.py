@@ -33,6 +33,7 @@ __all__ = [
     "RolloutRow",
     "RunView",
     "SignatureStatus",
+    "SteeredRow",
     "Tone",
     "TrialRow",
     "TuningView",
@@ -283,6 +284,19 @@ class RolloutRow:
 
 
 @dataclass(frozen=True)
+class SteeredRow:
+    """A class a person steers (held, pinned, its rollout aborted): every release keeps its
+    published entry until ``qualify rollout clear`` (or, after an abort, a new rollout)."""
+
+    host_class: str
+    what: str
+    since: str
+    version: int
+    actor: str
+    why: str
+
+
+@dataclass(frozen=True)
 class TrialRow:
     """One raced configuration of a tune, as the chart and table show it."""
 
@@ -347,6 +361,8 @@ class ReportView:
     """Every reason code on the page with its meaning, sorted."""
     rollouts: tuple[RolloutRow, ...] = ()
     """Every staged-rollout action in the matrix, oldest first (the section shows only then)."""
+    steered: tuple[SteeredRow, ...] = ()
+    """The classes a person steers now, by name: releases keep them as published."""
     tunings: tuple[TuningView, ...] = ()
     """The latest tune of each class that has one, in the project's class order."""
     lineage: tuple[LineageRow, ...] = ()

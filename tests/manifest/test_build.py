@@ -21,6 +21,7 @@ from manifest.build import (
     write_per_class,
 )
 from manifest.errors import BuildError
+from manifest.perclass import MARKER
 from manifest.signing import verify
 from schemas import manifest as schema
 from schemas.manifest import ClassDocument, Manifest
@@ -123,7 +124,7 @@ def test_per_class_documents_are_signed_named_and_published_as_one_set(tmp_path:
     doc = signed_manifest(scenario(), key)
     classes = tmp_path / "classes"
     written = write_per_class(doc, key, classes)
-    assert _names(classes) == ["current", "v1"]
+    assert _names(classes) == [MARKER, "current", "v1"]
     assert (classes / "current").read_text() == "v1\n"
     assert _names(classes / "v1") == sorted(f"{n}.json" for n in doc["signed"]["entries"])
     one_raw = written["gpu-a10"].read_bytes()
@@ -144,7 +145,12 @@ def test_publishing_keeps_the_set_before_and_retires_older_sets_and_classes(
     smaller = Fleet(make_project({"x86-vnni": class_spec(1)}))
     smaller.qualify("x86-vnni")
     write_per_class(signed_manifest(smaller, key, version=3), key, classes)
-    assert _names(classes) == ["current", "v2", "v3"]  # v2 for hosts that just read the pointer
+    assert _names(classes) == [
+        MARKER,
+        "current",
+        "v2",
+        "v3",
+    ]  # v2 for hosts that just read the pointer
     assert _names(classes / "v3") == ["x86-vnni.json"]  # a retired class has no document
 
 
@@ -160,11 +166,9 @@ def test_a_kill_mid_publish_leaves_the_published_set_and_the_next_publish_cleans
     leftover = classes / f".v2.p{dead.pid}.abc.tmp"
     leftover.mkdir()
     (leftover / "x86-vnni.json").write_bytes(b"half")
-    (classes / ".class.123.tmp").write_bytes(b"half")
-    (classes / "x86-vnni.json").write_bytes(b'{"signatures":[]}')  # the flat layout
     assert (classes / "current").read_text() == "v1\n"  # readers still see the whole v1 set
     write_per_class(signed_manifest(scenario(), key, version=2), key, classes)
-    assert _names(classes) == ["current", "v1", "v2"]
+    assert _names(classes) == [MARKER, "current", "v1", "v2"]
 
 
 def test_a_published_version_is_never_rewritten(tmp_path: Path) -> None:
@@ -173,7 +177,7 @@ def test_a_published_version_is_never_rewritten(tmp_path: Path) -> None:
     write_per_class(signed_manifest(scenario(), key, version=1), key, classes)
     with pytest.raises(BuildError, match="already published"):
         write_per_class(signed_manifest(scenario(), key, version=1), key, classes)
-    assert _names(classes) == ["current", "v1"]
+    assert _names(classes) == [MARKER, "current", "v1"]
 
 
 def test_an_entrys_evidence_is_the_evidence_models_json_dump() -> None:

@@ -227,7 +227,7 @@ def test_report_is_written_for_the_matrix_and_its_manifest(matrix: Path) -> None
 def test_a_generate_that_dies_before_writing_its_file_publishes_nothing(
     matrix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import qualify.release as release
+    import qualify.publishing as publishing
     from matrix.store import Store
 
     tmp = own_copy(matrix, tmp_path)
@@ -238,7 +238,7 @@ def test_a_generate_that_dies_before_writing_its_file_publishes_nothing(
     def killed(*_: object) -> None:
         raise KeyboardInterrupt  # as a kill between recording the version and writing the file
 
-    monkeypatch.setattr(release, "write_manifest", killed)
+    monkeypatch.setattr(publishing, "write_manifest", killed)
     assert generate(tmp, "dead.json", "--key", str(tmp / "rel.key")).exit_code != 0
     monkeypatch.undo()
     assert not (tmp / "dead.json").exists()
