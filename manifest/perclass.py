@@ -131,7 +131,11 @@ def _adoptable(entry: os.DirEntry[str]) -> bool:
 
 
 def _refuse(directory: Path, strangers: list[str], model: str | None = None) -> BuildError:
-    shown = ", ".join(sorted(strangers)[:5]) + (" ..." if len(strangers) > 5 else "")
+    # the user's own files first (hidden ones, a tool's folders, last)
+    ordered = sorted(strangers, key=lambda n: (n.startswith("."), n))
+    shown = ", ".join(ordered[:10]) + (
+        f" and {len(ordered) - 10} more" if len(ordered) > 10 else ""
+    )
     owner = f" for model line {model!r}" if model else ""
     return BuildError(
         f"--per-class {directory}: it holds files qualify did not write there{owner} ({shown}); "

@@ -129,6 +129,9 @@ def publish(db: Store, pub: Publication) -> None:
             f"manifest v{left[0].version} ({left[0].intent.get('what', 'a publish')}) was "
             "interrupted; run any publishing command of the CLI to complete or discard it first"
         )
+    if pub.per_class_dir is not None and pub.key is not None:
+        # A directory that is not qualify's is refused before a version is reserved for it.
+        perclass.claim(pub.per_class_dir, str(pub.document["signed"]["model"]))
     intent = {
         "what": pub.what,
         "out": str(pub.out.resolve()),
