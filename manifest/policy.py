@@ -28,9 +28,12 @@ The rule, per host class of the project (classes of other keys in the cells are 
 * No cell at all on the key, or none of the baseline that is current and usable (only stale or
   emulated ones): the class is as unknown as a new one, so ``policy.unknown_class`` applies.
 
-A class's **rollback** is what it was last approved for in the previous manifest (its artifact;
-for a held class, its rollback), else the baseline. ``rollback_proven`` says whether the latest
-current evidence on the key (a run's rollback check, or a cell of that digest) shows it loads.
+A class's **rollback** is the most recent artifact it was assigned before, other than the
+entry's own, proven to load on the class's current runtime (the latest current evidence on the
+key: a run's rollback check, or a cell of that digest); the baseline when there is none
+(``rollback_proven`` then says whether it loads); an entry on the baseline has none, and says it
+has nothing further to go back to (``no_rollback``). What it was assigned before is read from
+the previous manifest's entry: its artifact, then its rollback (`_Rollbacks`).
 """
 
 from __future__ import annotations
@@ -303,55 +306,119 @@ def _target(
     return baseline[0], baseline[1], cls.runtime, cls.provider
 
 
-def _rollback(
-    name: str,
-    cls: HostClass,
-    previous: Manifest | PreviousManifest | None,
-    baseline: tuple[str | None, str],
-    key_cells: Sequence[Cell],
-    key_runs: Sequence[RunRecord],
-    runs: Mapping[str, RunRecord],
-    current: str,
-    allow_emulated: bool,
-) -> _RollbackState:
-    digest, label, runtime, provider = _target(name, cls, previous, baseline)
-    if digest is None:
-        return _RollbackState(None, None, runtime, provider, False, None)
+class _Rollbacks:
+    """The rollback rule for one class: an entry's rollback is the most recent artifact the
+    class was assigned before, other than the entry's own, proven to load on the class's current
+    runtime (the latest current evidence on the key: a run's rollback check, or a cell of that
+    digest); the baseline when there is none (proven or not: ``rollback_proven`` says); and an
+    entry on the baseline has nothing further to go back to (no rollback).
 
-    # The latest current evidence, by (time, run id); on a tie the first seen (runs, then cells).
-    best: tuple[tuple[datetime, str], bool, str | None] | None = None
-    for run in key_runs:
-        check = run.rollback
-        if check is None or check.artifact_digest != digest or run.settings_digest != current:
-            continue
-        if run.emulated and not allow_emulated:
-            continue
-        stamp = (_aware(run.finished_at), run.run_id)
-        if best is None or stamp > best[0]:
-            best = (stamp, check.loaded, check.error)
-    for cell in key_cells:
-        if cell.artifact_digest != digest or cell.settings_digest != current:
-            continue
-        if not allow_emulated and _emulated(cell, runs):
-            continue
-        stamp = (_aware(cell.measured_at), cell.run_id)
-        if best is None or stamp > best[0]:
-            best = (stamp, cell.verdict != "error", cell.error)
-    if best is None:
+    What the class was assigned before, most recent first, is what the previous manifest says:
+    its artifact, then its own rollback (which this same rule chose from the ones before, so the
+    chain reaches back through the releases without reading them all)."""
+
+    def __init__(
+        self,
+        name: str,
+        cls: HostClass,
+        previous: Manifest | PreviousManifest | None,
+        baseline: tuple[str | None, str],
+        key_cells: Sequence[Cell],
+        key_runs: Sequence[RunRecord],
+        runs: Mapping[str, RunRecord],
+        current: str,
+        allow_emulated: bool,
+    ) -> None:
+        self._cls = cls
+        self._baseline = baseline
+        self._cells, self._runs, self._all_runs = key_cells, key_runs, runs
+        self._current, self._allow_emulated = current, allow_emulated
+        self._proofs: dict[str, tuple[tuple[datetime, str], bool, str | None] | None] = {}
+        entry = previous.signed.entries.get(name) if previous is not None else None
+        # (digest, label, the runtime and provider it was approved under: a host still on an
+        # older runtime can fall back to it while the class moves to a newer one)
+        self._history: list[tuple[str, str, RuntimeSpec, ProviderSpec]] = []
+        if entry is not None:
+            if entry.artifact is not None:
+                art = entry.artifact
+                self._history.append((art.digest, art.name, entry.runtime, entry.provider))
+            if entry.rollback is not None:
+                rb = entry.rollback
+                runtime, provider = rb.runtime or entry.runtime, rb.provider or entry.provider
+                self._history.append((rb.digest, rb.name, runtime, provider))
+
+    def _proof(self, digest: str) -> tuple[tuple[datetime, str], bool, str | None] | None:
+        """The latest current evidence that ``digest`` loads (or not) on the key, by (time,
+        run id); on a tie the first seen (runs, then cells). None: no current evidence."""
+        if digest in self._proofs:
+            return self._proofs[digest]
+        best: tuple[tuple[datetime, str], bool, str | None] | None = None
+        for run in self._runs:
+            check = run.rollback
+            if check is None or check.artifact_digest != digest:
+                continue
+            if run.settings_digest != self._current or (run.emulated and not self._allow_emulated):
+                continue
+            stamp = (_aware(run.finished_at), run.run_id)
+            if best is None or stamp > best[0]:
+                best = (stamp, check.loaded, check.error)
+        for cell in self._cells:
+            if cell.artifact_digest != digest or cell.settings_digest != self._current:
+                continue
+            if not self._allow_emulated and _emulated(cell, self._all_runs):
+                continue
+            stamp = (_aware(cell.measured_at), cell.run_id)
+            if best is None or stamp > best[0]:
+                best = (stamp, cell.verdict != "error", cell.error)
+        self._proofs[digest] = best
+        return best
+
+    def of(self, own: str | None) -> _RollbackState:
+        """The rollback of an entry whose artifact is ``own`` (None: held)."""
+        cls = self._cls
+        for digest, label, runtime, provider in self._history:
+            if digest == own:
+                continue
+            proof = self._proof(digest)
+            if proof is not None and proof[1]:
+                return _RollbackState(digest, label, runtime, provider, True, None)
+        base, label = self._baseline
+        if base is None:
+            return _RollbackState(None, None, cls.runtime, cls.provider, False, None)
+        if base == own:
+            nothing = Reason.of(
+                code="no_rollback",
+                message=f"it runs the baseline {label} and was assigned no other artifact "
+                "proven to load on its current runtime: nothing further to go back to",
+            )
+            return _RollbackState(None, None, cls.runtime, cls.provider, False, nothing)
+        digest = base
+        proof = self._proof(digest)
+        if proof is None:
+            reason = Reason.of(
+                code="rollback_unchecked",
+                message=f"no current run showed that rollback {label} ({digest[:19]}) loads "
+                "under this class's runtime",
+            )
+            return _RollbackState(digest, label, cls.runtime, cls.provider, False, reason)
+        (_, run_id), loaded, error = proof
+        if loaded:
+            return _RollbackState(digest, label, cls.runtime, cls.provider, True, None)
         reason = Reason.of(
-            code="rollback_unchecked",
-            message=f"no current run showed that rollback {label} ({digest[:19]}) loads under "
-            "this class's runtime",
+            code="rollback_failed",
+            message=f"rollback {label} did not load in run {run_id}: {error or 'no detail'}",
         )
-        return _RollbackState(digest, label, runtime, provider, False, reason)
-    (_, run_id), loaded, error = best
-    if loaded:
-        return _RollbackState(digest, label, runtime, provider, True, None)
-    reason = Reason.of(
-        code="rollback_failed",
-        message=f"rollback {label} did not load in run {run_id}: {error or 'no detail'}",
-    )
-    return _RollbackState(digest, label, runtime, provider, False, reason)
+        return _RollbackState(digest, label, cls.runtime, cls.provider, False, reason)
+
+
+def _final_rollback(
+    rollbacks: _Rollbacks, kind: str, digest: str | None, reasons: list[Reason]
+) -> _RollbackState:
+    """The decided entry's rollback; an entry on the baseline with none says so (``reasons``)."""
+    rollback = rollbacks.of(None if kind == "hold" else digest)
+    if kind == "baseline" and rollback.digest is None and rollback.reason is not None:
+        reasons.append(rollback.reason)
+    return rollback
 
 
 def _evidence(cell: Cell, cls: HostClass, emulated: bool) -> Evidence:
@@ -410,10 +477,11 @@ def _candidate_reasons(
     project: Project,
     runs: Mapping[str, RunRecord],
     baseline_digest: str | None,
-    rollback: _RollbackState,
+    rollbacks: _Rollbacks,
     tolerances: _Tolerances,
 ) -> list[Reason]:
-    """Every gate the candidate's cell fails; empty when it qualifies."""
+    """Every gate the candidate's cell fails; empty when it qualifies (its rollback, chosen by
+    `_Rollbacks` for it, included)."""
     cell = pick.cell
     found: list[Reason] = []
     if pick.stale:
@@ -457,6 +525,7 @@ def _candidate_reasons(
         if reason.code == "expected_provider_missing" and cell.placement is None:
             reason = Reason.of(code="placement_missing", message=reason.message)
         found.append(reason)
+    rollback = rollbacks.of(cell.artifact_digest)
     if rollback.reason is not None:
         found.append(rollback.reason)
     return found
@@ -475,7 +544,7 @@ def _passing_candidates(
     digests: Mapping[str, str],
     current: str,
     baseline_digest: str | None,
-    rollback: _RollbackState,
+    rollbacks: _Rollbacks,
     reasons: list[Reason],
     looked: set[str],
     tolerances: _Tolerances,
@@ -498,7 +567,9 @@ def _passing_candidates(
             )
             continue
         looked.add(pick.cell.run_id)
-        failed = _candidate_reasons(pick, cls, project, runs, baseline_digest, rollback, tolerances)
+        failed = _candidate_reasons(
+            pick, cls, project, runs, baseline_digest, rollbacks, tolerances
+        )
         if failed:
             reasons.extend(
                 Reason.of(code=r.code, message=f"candidate {spec.label}: {r.message}")
@@ -539,7 +610,7 @@ def _decide_class(
     policy = project.policy
     baseline_label = project.artifacts.baseline.label
     baseline_digest = digests.get(baseline_label)
-    rollback = _rollback(
+    rollbacks = _Rollbacks(
         name,
         cls,
         previous,
@@ -564,6 +635,7 @@ def _decide_class(
                 "{label: 'sha256:...'} from the artifact files"
             )
         hold = kind == "hold"
+        rollback = _final_rollback(rollbacks, kind, artifact[0], reasons)
         # Without validation (``Document.trusted``): the key, settings and evidence are models
         # already, the rest strings and lists made here; a test validates every decision of the
         # test fleets again and finds it equal.
@@ -629,7 +701,7 @@ def _decide_class(
         digests,
         current,
         baseline_digest,
-        rollback,
+        rollbacks,
         reasons,
         looked,
         tolerances,

@@ -27,7 +27,7 @@ def render_manifest(manifest: Manifest) -> str:
         entry = s.entries[name]
         target = "hold" if entry.artifact is None else f"{entry.decision} {entry.artifact.name}"
         rollback = (
-            "none"
+            ("none (nothing further to go back to)" if entry.decision == "baseline" else "none")
             if entry.rollback is None
             else f"{entry.rollback.name}"
             + ("" if entry.rollback.proven_to_load else " (not proven to load)")

@@ -192,6 +192,28 @@ def _log(
     }
 
 
+def _rollback_after(
+    replaced: dict[str, Any] | None,
+    new: dict[str, Any] | None,
+    rollback: dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    """An entry's rollback once a person moved it from ``replaced`` to ``new`` (None: held):
+    the most recent artifact the class was assigned other than ``new`` (never the entry's own):
+    the one it replaces (its hosts ran it, so it loads there), else the rollback it had, else
+    none."""
+    mine = None if new is None else new["digest"]
+    if replaced is not None and replaced["digest"] != mine:
+        return {
+            **{k: replaced[k] for k in ("name", "digest", "length", "uri")},
+            "proven_to_load": True,
+            "runtime": None,
+            "provider": None,
+        }
+    if rollback is not None and rollback["digest"] != mine:
+        return rollback
+    return None
+
+
 def _entry(signed: dict[str, Any], host_class: str) -> dict[str, Any]:
     entry = signed["entries"].get(host_class)
     if entry is None:
@@ -254,6 +276,11 @@ def start_rollout(
         raise QualifyError(f"{host_class} already runs {decision.artifact_name} at 100%")
     ref = refs[decision.artifact_digest]
     rollout_id = f"{host_class}-{now.strftime('%Y%m%dT%H%M%SZ')}"
+    used = {str(r["rollout_id"]) for r in db.rollout_log(host_class)}
+    for n in range(2, len(used) + 2):  # two starts within a second: each its own id
+        if rollout_id not in used:
+            break
+        rollout_id = f"{host_class}-{now.strftime('%Y%m%dT%H%M%SZ')}-{n}"
     entry["rollout"] = {
         "id": rollout_id,
         "artifact": {
@@ -313,10 +340,12 @@ def abort_rollout(
         raise QualifyError(f"{host_class} has no rollout in progress to abort")
     rollback = entry.get("rollback")
     if rollback is not None:
+        replaced = entry.get("artifact")
         entry["artifact"] = {k: rollback[k] for k in ("name", "digest", "length", "uri")}
         baseline = loaded.project.artifacts.baseline.label
         entry["decision"] = "baseline" if rollback["name"] == baseline else "candidate"
         entry["evidence"] = None  # the evidence was the rolled-out-from artifact's
+        entry["rollback"] = _rollback_after(replaced, entry["artifact"], rollback)
         target = rollback["name"]
     else:
         target = (entry.get("artifact") or {}).get("name", "its current artifact")
@@ -580,16 +609,11 @@ def _completed(
     reason of the entry before (a pin long cleared, its abort) is never carried on."""
     rollout = entry.pop("rollout")
     name = str(rollout["artifact"]["name"])
-    old = entry.get("artifact")
+    entry["rollback"] = _rollback_after(
+        entry.get("artifact"), rollout["artifact"], entry.get("rollback")
+    )
     entry["artifact"] = dict(rollout["artifact"])
     entry["decision"] = "candidate"
-    if old is not None and old["digest"] != rollout["artifact"]["digest"]:
-        entry["rollback"] = {
-            **{k: old[k] for k in ("name", "digest", "length", "uri")},
-            "proven_to_load": True,
-            "runtime": None,
-            "provider": None,
-        }
     done = f"rollout {rollout['id']} of {name} reached every host"
     entry["evidence"], entry["run_ids"] = None, []
     decision = None
@@ -675,6 +699,7 @@ def hold_class(
     rollout = entry.get("rollout")
     stopped = f" (rollout {rollout['id']} stopped at {rollout['percent']}%)" if rollout else ""
     entry["decision"] = "hold"
+    entry["rollback"] = _rollback_after(entry.get("artifact"), None, entry.get("rollback"))
     entry["artifact"] = None
     entry["evidence"] = None
     entry["reasons"] = [{"code": "held", "message": f"held by {who()}: {why}"[:500]}]
@@ -754,6 +779,7 @@ def pin_class(
             f"({', '.join(sorted(choices))}), not {name!r}"
         )
     old = (entry.get("artifact") or {}).get("digest")
+    entry["rollback"] = _rollback_after(entry.get("artifact"), choices[name], entry.get("rollback"))
     entry["artifact"] = choices[name]
     entry["decision"] = "baseline" if name == baseline else "candidate"
     if old != choices[name]["digest"]:

@@ -135,8 +135,10 @@ class ClassDecision(Document):
     artifact_digest: Digest | None = Field(description="The artifact the class runs; null on hold.")
     artifact_name: str | None = Field(description="Its label; null on hold.")
     rollback_digest: Digest | None = Field(
-        description="The artifact the class was last approved for (the baseline at first); null "
-        "only when not even the baseline's digest is known."
+        description="The most recent artifact the class was assigned before, other than its own, "
+        "proven to load on its current runtime; the baseline when there is none; null when the "
+        "class runs the baseline and has nothing further to go back to (reason no_rollback), or "
+        "the baseline's digest is unknown."
     )
     rollback_name: str | None = Field(description="The rollback artifact's label.")
     rollback_proven: bool = Field(
@@ -212,7 +214,11 @@ class ManifestEntry(Document):
     artifact: ManifestArtifact | None = Field(description="What the class runs; null on hold.")
     runtime: RuntimeSpec = Field(description="Runtime a host needs to run 'artifact'.")
     provider: ProviderSpec = Field(description="Providers a host needs; 'expected' must be there.")
-    rollback: Rollback | None = Field(description="Where the class goes back to.")
+    rollback: Rollback | None = Field(
+        description="Where the class goes back to: the most recent artifact it was assigned "
+        "before, other than its own, proven to load on its current runtime, else the baseline; "
+        "null on the baseline when there is nothing further to go back to."
+    )
     evidence: Evidence | None = Field(description="The cell the decision rests on.")
     reasons: list[Reason] = Field(description="Reason codes with evidence.")
     summary: str = Field(description="One sentence: the decision and why.")

@@ -150,24 +150,29 @@ def test_class_without_memory_or_init_budget_does_not_check_them() -> None:
     assert fleet.decide()["arm"].decision == "candidate"
 
 
-def test_rollback_that_does_not_load_blocks_the_candidate() -> None:
+def test_a_previous_artifact_that_no_longer_loads_is_skipped_for_the_baseline() -> None:
     fleet = one_class()
     fleet.qualify("arm", rollback_loaded=False, rollback_digest=digest_of("old-int8"))
     previous = _previous_pointing_at(fleet, "old-int8")
     d = fleet.decide(previous=previous)["arm"]
-    assert d.decision == "baseline"
-    assert d.rollback_digest == digest_of("old-int8")
-    assert d.rollback_proven is False
-    assert "rollback_failed" in {r.code for r in d.reasons}
+    assert d.decision == "candidate"  # its rollback is the baseline, which loads
+    assert (d.rollback_digest, d.rollback_proven) == (digest_of(BASELINE), True)
 
 
-def test_rollback_never_checked_blocks_the_candidate() -> None:
+def test_a_previous_artifact_never_checked_is_not_a_rollback() -> None:
     fleet = one_class()
     fleet.qualify("arm", rollback_loaded=None, rollback_digest=digest_of("old-int8"))
-    previous = _previous_pointing_at(fleet, "old-int8")
-    d = fleet.decide(previous=previous)["arm"]
-    assert d.decision == "baseline"
-    assert "rollback_unchecked" in {r.code for r in d.reasons}
+    d = fleet.decide(previous=_previous_pointing_at(fleet, "old-int8"))["arm"]
+    assert d.rollback_digest == digest_of(BASELINE) and d.rollback_proven
+
+
+def test_a_rollback_that_does_not_load_blocks_the_candidate() -> None:
+    fleet = one_class()
+    # Only the candidate was measured now; the run's check of the baseline failed to load it.
+    fleet.qualify("arm", rollback_loaded=False, baseline_verdict="error")
+    d = fleet.decide()["arm"]
+    assert d.decision != "candidate"
+    assert "rollback_failed" in {r.code for r in d.reasons}
 
 
 def test_stale_cell_gets_baseline_after_settings_change() -> None:
@@ -284,14 +289,53 @@ def test_first_release_rolls_back_to_the_baseline() -> None:
     )
 
 
-def test_rollback_is_what_the_previous_manifest_approved() -> None:
+def test_the_rollback_is_never_the_entrys_own_artifact() -> None:
     fleet = one_class()
     fleet.qualify("arm")
     first = _manifest(fleet, fleet.decide(), version=1)
     fleet.qualify("arm", rollback_digest=digest_of("rec-int8"))
     d = fleet.decide(previous=first)["arm"]
-    assert d.rollback_digest == digest_of("rec-int8")
-    assert d.rollback_proven is True
+    assert d.artifact_digest == digest_of("rec-int8")  # the same candidate again
+    assert (d.rollback_digest, d.rollback_proven) == (digest_of(BASELINE), True)
+
+
+def test_rollback_over_five_releases_is_the_last_other_artifact_proven_to_load() -> None:
+    """A story: int8, int8 again, pruned, then the baseline twice, the second time after a
+    runtime upgrade that no older cell speaks for."""
+    project = make_project({"arm": class_spec(1)}, candidates=("rec-int8", "rec-pruned"))
+    fleet = Fleet(project)
+    history: list[Manifest] = []
+
+    def release() -> ClassDecision:
+        previous = history[-1] if history else None
+        d = fleet.decide(previous=previous)["arm"]
+        history.append(_manifest(fleet, {"arm": d}, version=len(history) + 1, previous=previous))
+        return d
+
+    fleet.qualify("arm", candidate="rec-int8")
+    d = release()  # r1: the first candidate rolls back to the baseline
+    assert (d.artifact_name, d.rollback_name, d.rollback_proven) == ("rec-int8", BASELINE, True)
+    d = release()  # r2: nothing new: never 'candidate int8; rollback int8'
+    assert (d.artifact_name, d.rollback_name) == ("rec-int8", BASELINE)
+    fleet.qualify("arm", candidate="rec-pruned", p99_upper_ms=30.0)
+    d = release()  # r3: pruned wins; int8, assigned before and its cell still current, loads
+    assert (d.artifact_name, d.rollback_name, d.rollback_proven) == ("rec-pruned", "rec-int8", True)
+    fleet.qualify("arm", candidate="rec-pruned", parity_passed=False, verdict="fail")
+    fleet.qualify("arm", candidate="rec-int8", parity_passed=False, verdict="fail")
+    d = release()  # r4: both fail now: the baseline, and back to the one before (it loads)
+    assert (d.decision, d.rollback_name, d.rollback_proven) == ("baseline", "rec-pruned", True)
+    assert "no_rollback" not in {r.code for r in d.reasons}
+    fleet.project = make_project(
+        {"arm": class_spec(1, version="1.33.*")}, candidates=("rec-int8", "rec-pruned")
+    )
+    fleet.qualify("arm", candidate=None)  # only the baseline measured on the new runtime
+    d = release()  # r5: nothing else proven to load on 1.33: nothing further to go back to
+    assert (d.decision, d.rollback_digest) == ("baseline", None)
+    assert "no_rollback" in {r.code for r in d.reasons}
+    entry = history[-1].signed.entries["arm"]
+    assert entry.rollback is None and "nothing further to go back to" in " ".join(
+        r.message for r in entry.reasons
+    )
 
 
 def test_missing_baseline_digest_is_an_error_only_when_the_baseline_is_needed() -> None:
@@ -311,7 +355,13 @@ def test_digests_default_to_the_most_recent_cell_of_each_label() -> None:
     assert decisions[0].decision == "candidate"
 
 
-def _manifest(fleet: Fleet, decisions: Mapping[str, ClassDecision], *, version: int) -> Manifest:
+def _manifest(
+    fleet: Fleet,
+    decisions: Mapping[str, ClassDecision],
+    *,
+    version: int,
+    previous: Manifest | None = None,
+) -> Manifest:
     signed = build_manifest(
         fleet.project,
         list(decisions.values()),
@@ -321,6 +371,7 @@ def _manifest(fleet: Fleet, decisions: Mapping[str, ClassDecision], *, version: 
         expires=CLOCK + timedelta(days=30),
         snapshot="snap",
         artifacts=artifact_refs(fleet.project),
+        previous=previous,
     )
     return Manifest.model_validate({"signed": signed, "signatures": []})
 

@@ -191,7 +191,8 @@ def test_host_on_the_previous_runtime_gets_the_rollback(host: Host) -> None:
     fleet.qualify("x86", rollback_digest=digest_of("rec-int8"))
     second = fresh(fleet, version=2, key=key, previous=first)
     path = dump(second, host.tmp / "m.json")
-    # A host still on 1.31 cannot take 1.32's entry, but its rollback was approved under 1.31.
+    # A host still on 1.31 cannot take 1.32's entry, but its rollback (the baseline: never the
+    # entry's own artifact) was approved under 1.31.
     code, out, err = (
         resolve.main(
             [
@@ -212,7 +213,7 @@ def test_host_on_the_previous_runtime_gets_the_rollback(host: Host) -> None:
     )
     answer = json.loads(out)
     assert (code, answer["served"]) == (0, "rollback")
-    assert answer["artifact"]["digest"] == answer["rollback"]["digest"] == digest_of("rec-int8")
+    assert answer["artifact"]["digest"] == answer["rollback"]["digest"] == digest_of("rec-fp32")
     assert "onnxruntime version is 1.31.4, needs 1.32.*" in err
     assert {"runtime_incompatible", "served_rollback"} <= {r["code"] for r in answer["reasons"]}
 

@@ -179,7 +179,8 @@ def test_a_rollout_reaches_its_cohort_and_an_abort_sends_every_host_back(
     assert resolve.main(args) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer["manifest_version"] == 3 and answer["cohort"] is None
-    assert answer["artifact"]["digest"] == answer["rollback"]["digest"]
+    # v1 gave the baseline, which has nothing further to go back to: the abort keeps it
+    assert answer["decision"] == "baseline" and answer["rollback"] is None
     old = tmp_path / "old.json"
     old.write_bytes(v2)
     resolve.main([*args[:1], str(old), *args[2:]])  # v2 again, e.g. replayed by an attacker
@@ -383,7 +384,7 @@ def test_a_release_keeps_a_class_in_rollout_held_or_pinned_until_it_is_cleared(
     assert document["signed"]["entry"]["decision"] == "hold"
     refused = CliRunner().invoke(cli, ["rollout", "start", "here-cpu", *key, *common])
     assert refused.exit_code == 2 and "rollout clear here-cpu" in refused.output
-    assert "[kept: hold by" in _cli(*release)
+    assert "[kept: held by" in _cli(*release)
     assert _entry(manifest)["decision"] == "hold"
 
     _cli("rollout", "clear", "here-cpu", "--why", "resolved", "--db", str(db))
@@ -399,7 +400,7 @@ def test_a_release_keeps_a_class_in_rollout_held_or_pinned_until_it_is_cleared(
         "rollout", "pin", "here-cpu", "--artifact", str(baseline), "--why", "audit", *key, *common
     )
     assert f"pinned to {baseline}" in said
-    assert _cli(*release).count("[kept: pin by") == 1
+    assert _cli(*release).count(f"[kept: pinned to {baseline} by") == 1
     pinned = _entry(manifest)
     assert pinned["decision"] == "baseline" and pinned["artifact"]["name"] == baseline  # type: ignore[index]
     log = _cli("rollout", "log", "--db", str(db))
