@@ -82,6 +82,8 @@ class Lab:
             extra += ["--key", str(self.root / "k.key")]
             if "--out" not in args:
                 extra += ["--out", str(self.manifest)]
+        elif command == ("manifest", "generate") and "--out" not in args:
+            extra += ["--out", str(self.root / "manifest.draft.json")]  # never the cwd's
         return [*args, *extra]
 
     def cli(self, *args: str, code: int = 0) -> str:
