@@ -1456,8 +1456,9 @@ def rollout_abort(
     project_path: Path,
     db_path: Path,
 ) -> None:
-    """Publish a sanctioned rollback: a newer version sending HOST_CLASS back to its rollback
-    package, so that hosts never have to accept an older document."""
+    """Publish a sanctioned rollback: a newer version sending every host of HOST_CLASS, canary
+    or not, to what the rest of the class runs (a held class: its rollback package), so that
+    hosts never have to accept an older document; releases keep it until 'rollout clear'."""
     from qualify.project import load_project
     from qualify.rollout import abort_rollout
 

@@ -327,8 +327,10 @@ def abort_rollout(
     who: Callable[[], str] = actor,
 ) -> RolloutAction:
     """Publish a sanctioned rollback: a newer version whose entry for ``host_class`` has no
-    rollout and runs the class's rollback package, so that every host, canary or not, goes
-    back to it and no host has to accept an older document.
+    rollout, so that every host, canary or not, runs what the rest of the class runs (the
+    cohort's rollback, as `canary_view` judges it), or, for a class that ran nothing (held),
+    its rollback package; no host has to accept an older document. Releases keep the class
+    so until ``qualify rollout clear`` or a new ``rollout start``.
 
     Raises:
         QualifyError: no published manifest, an unknown class, or nothing to abort.
@@ -338,17 +340,18 @@ def abort_rollout(
     rollout = entry.pop("rollout", None)
     if rollout is None:
         raise QualifyError(f"{host_class} has no rollout in progress to abort")
-    rollback = entry.get("rollback")
-    if rollback is not None:
-        replaced = entry.get("artifact")
+    current, rollback = entry.get("artifact"), entry.get("rollback")
+    if current is not None:
+        target = str(current["name"])  # the rest of the class runs it: its rollback stays
+    elif rollback is not None:
         entry["artifact"] = {k: rollback[k] for k in ("name", "digest", "length", "uri")}
         baseline = loaded.project.artifacts.baseline.label
         entry["decision"] = "baseline" if rollback["name"] == baseline else "candidate"
-        entry["evidence"] = None  # the evidence was the rolled-out-from artifact's
-        entry["rollback"] = _rollback_after(replaced, entry["artifact"], rollback)
-        target = rollback["name"]
+        entry["evidence"] = None  # a held entry's evidence was not this artifact's
+        entry["rollback"] = _rollback_after(None, entry["artifact"], rollback)
+        target = str(rollback["name"])
     else:
-        target = (entry.get("artifact") or {}).get("name", "its current artifact")
+        target = "nothing new (held)"
     entry["summary"] = (
         f"{host_class} was rolled back to {target}: rollout {rollout['id']} aborted ({why})"
     )[:500]

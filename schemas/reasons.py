@@ -80,8 +80,9 @@ REASONS: dict[str, str] = {
     "releases keep the hold until it is cleared",
     "pinned": "a person pinned the class to this artifact (qualify rollout pin): releases keep "
     "it until the pin is cleared",
-    "rolled_back": "a rollout was aborted: the class went back to its rollback package, and "
-    "releases keep it there until the class is cleared or a new rollout starts",
+    "rolled_back": "a rollout was aborted: every host of the class runs what the rest of it ran "
+    "(a held class: its rollback package), and releases keep it so until the class is cleared "
+    "or a new rollout starts",
     "rollout_completed": "a staged rollout reached every host of the class: it runs the "
     "rollout's artifact, and the one it replaced is its rollback",
     "no_rollback": "the class runs the baseline and was assigned no other artifact proven to load "
