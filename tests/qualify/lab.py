@@ -142,17 +142,18 @@ class Lab:
         return entry
 
 
-def make_lab(root: Path) -> Lab:
-    """Release 1 (here-cpu on the baseline, published with per-class documents), then the
-    candidate requalified so that the matrix supports rolling it out."""
+def make_lab(root: Path, *, first: Script = FALLBACK) -> Lab:
+    """Release 1 (here-cpu on the baseline, published with per-class documents; with
+    ``first=Script()``, on the candidate), then the candidate requalified so that the matrix
+    supports rolling it out."""
     root.mkdir(parents=True, exist_ok=True)
     write_project(root, [CANDIDATE])
     lab = Lab(root)
-    lab.measure(FALLBACK)
+    lab.measure(first)
     assert CliRunner().invoke(cli, ["keygen", "k", "--dir", str(root)]).exit_code == 0
     lab.cli(
         "manifest", "generate", "--publish", "--release", "r1", "--per-class", str(lab.per_class)
     )
-    assert lab.entry()["decision"] == "baseline"
+    assert lab.entry()["decision"] == ("baseline" if first is FALLBACK else "candidate")
     lab.measure(Script())
     return lab

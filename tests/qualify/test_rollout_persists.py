@@ -9,9 +9,12 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from manifest import resolve
 from matrix.store import Store
 from tests.qualify.lab import CANDIDATE, Lab, make_lab
+from tests.qualify.scripted import Script
 
 
 def _healthy_canary(lab: Lab) -> None:
@@ -133,3 +136,44 @@ def test_a_completed_rollout_after_a_cleared_pin_carries_its_own_evidence(
     assert "[kept:" not in said
     assert lab.entry()["artifact"]["name"] == CANDIDATE
     assert lab.entry()["rollback"]["name"] == "identity_mlp"  # never its own artifact
+
+
+def test_an_abort_after_a_cleared_pin_keeps_every_host_on_what_the_rest_ran(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo's story for x86-v3-1t: on the candidate, pinned back to the baseline (so the
+    candidate becomes its rollback: never its own artifact), cleared, rolled out again, aborted.
+    Every host, the canary's included, goes back to the baseline the rest ran, not to the
+    candidate the rollback names, and releases keep it there."""
+    lab = make_lab(tmp_path / "lab", first=Script())
+    assert (lab.entry()["artifact"]["name"], lab.entry()["rollback"]["name"]) == (
+        CANDIDATE,
+        "identity_mlp",
+    )
+    lab.cli("rollout", "pin", "here-cpu", "--artifact", "identity_mlp", "--why", "p99 regressed")
+    assert (lab.entry()["artifact"]["name"], lab.entry()["rollback"]["name"]) == (
+        "identity_mlp",
+        CANDIDATE,
+    )
+    lab.cli("rollout", "clear", "here-cpu", "--why", "fixed")
+    lab.cli("rollout", "start", "here-cpu", "--steps", "25,100")
+    rollout = lab.entry()["rollout"]
+    canary = next(f"h{k}" for k in range(200) if resolve.cohort_point(rollout["id"], f"h{k}") < 25)
+    said = lab.cli("rollout", "abort", "here-cpu", "--why", "provider change in the canary")
+    assert "every host goes back to identity_mlp" in said
+    entry = lab.entry()
+    assert (entry["decision"], entry["artifact"]["name"], entry["rollback"]["name"]) == (
+        "baseline",
+        "identity_mlp",
+        CANDIDATE,
+    )
+    argv = [
+        "--manifest", str(lab.manifest), "--pubkey", str(lab.root / "k.pub"),
+        "--host-class", "here-cpu", "--host-id", canary, "--runtime", "onnxruntime==1.32.0",
+        "--providers", "CPUExecutionProvider", "--uri-schemes", "file", "--no-state", "--json",
+    ]  # fmt: skip
+    assert resolve.main(argv) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["artifact"]["digest"] == entry["artifact"]["digest"] and answer["cohort"] is None
+    lab.cli("manifest", "generate", "--publish", "--release", "r-next")
+    assert lab.entry()["artifact"]["name"] == "identity_mlp"
