@@ -83,9 +83,9 @@ def _read_marker(directory: Path) -> Ownership | None:
             raise ValueError("not a per-class marker")
         if not all(isinstance(s, str) and _SET.fullmatch(s) for s in sets):
             raise ValueError("a set that is not v<version>")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise BuildError(
-            f"{path}: not a marker qualify writes ({exc}); restore it, or publish per-class "
+            f"{path}: not a marker qualify writes ({str(exc)[:200]}); restore it, or publish per-class "
             "documents into a new directory"
         ) from exc
     return Ownership(model, tuple(sets))
@@ -111,7 +111,7 @@ def _is_class_document(path: Path) -> bool:
         return head == b'{"signatures":' and json.loads(body)["signed"]["type"] == (
             envelope.CLASS_TYPE
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return False
 
 

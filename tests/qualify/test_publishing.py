@@ -10,7 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from manifest import perclass
+from manifest.errors import BuildError
 from manifest.perclass import MARKER
 from matrix.store import Store
 from tests.qualify.lab import Lab, make_lab
@@ -185,3 +189,36 @@ def test_one_per_class_directory_serves_one_model_line(tmp_path: Path) -> None:
     (lab.per_class / MARKER).write_text(json.dumps({**marker, "model": "another"}))
     refused = lab.cli("rollout", "hold", "here-cpu", "--why", "x", *_per_class(lab), code=2)
     assert "serves model line 'another', not 'tiny'" in refused
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.one_of(
+        st.binary(max_size=300),
+        st.just(b"[" * 100_000),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "format": st.sampled_from(["qualify-per-class/1", "x"]) | st.integers(),
+                "model": st.sampled_from(["tiny", "other"]) | st.integers() | st.none(),
+                "sets": st.lists(st.sampled_from(["v1", "v2", "..", "v", "/etc"]) | st.integers())
+                | st.text(max_size=5),
+            },
+        ).map(lambda d: json.dumps(d).encode()),
+    )
+)
+def test_any_marker_is_read_as_qualifys_or_refused_with_a_message(
+    tmp_path: Path, data: bytes
+) -> None:
+    directory = tmp_path / "d"
+    directory.mkdir(exist_ok=True)
+    (directory / MARKER).write_bytes(data)
+    try:
+        owned = perclass.claim(directory, "tiny")
+    except BuildError as exc:
+        assert str(directory) in str(exc)
+        return
+    assert owned.model == "tiny"
+    assert all(s.startswith("v") and s[1:].isdigit() for s in owned.sets)
