@@ -1432,13 +1432,7 @@ def _main(argv: Sequence[str], say: Callable[[str], None]) -> int:
     fresh = verify_fresh(raw, public_raw, args.host_class, source=path, max_bytes=args.max_bytes)
     source = hoststate.source_id(args.manifest)
     state = _line_state(state_dir, args, public_raw, fresh, source, raw, say)
-    line = (
-        Line(state.model, state.state_file, bool(args.model), state.unknown_floor)
-        if state is not None
-        else Line(args.model, None, True)
-        if args.model
-        else None
-    )
+    line = _line(state, args.model)
 
     def facts() -> Any:
         from manifest.hostmatch import read_host_facts
@@ -1467,13 +1461,7 @@ def _main(argv: Sequence[str], say: Callable[[str], None]) -> int:
         fresh=fresh,
     )
     if state_dir is not None and state is not None:
-        floor = outcome.record if outcome.accepted is not None else outcome.floor
-        try:
-            hoststate.save_line(
-                state_dir, state, accepted=outcome.accepted, floor=floor, source=source
-            )
-        except OSError as exc:
-            say(f"warning: cannot keep the last-known-good in {state_dir} ({exc.strerror})")
+        _keep(state_dir, state, outcome, source, say)
     if args.emit_telemetry is not None and outcome.answer is not None:
         _emit(args.emit_telemetry, outcome.answer, host, args.host_id, started, say)
     for message in outcome.messages:
@@ -1487,6 +1475,28 @@ def _main(argv: Sequence[str], say: Callable[[str], None]) -> int:
     elif served and answer is not None:
         print(answer["artifact"]["uri"])
     return code
+
+
+def _line(state: hoststate.LineState | None, model: str | None) -> Line | None:
+    """The line the run is judged as (`Line`): its state's, else ``--model``'s alone."""
+    if state is not None:
+        return Line(state.model, state.state_file, bool(model), state.unknown_floor)
+    return Line(model, None, True) if model else None
+
+
+def _keep(
+    state_dir: str,
+    state: hoststate.LineState,
+    outcome: Outcome,
+    source: str,
+    say: Callable[[str], None],
+) -> None:
+    """Keep what ``outcome`` accepted in the line's state (`hoststate.save_line`)."""
+    floor = outcome.record if outcome.accepted is not None else outcome.floor
+    try:
+        hoststate.save_line(state_dir, state, accepted=outcome.accepted, floor=floor, source=source)
+    except OSError as exc:
+        say(f"warning: cannot keep the last-known-good in {state_dir} ({exc.strerror})")
 
 
 def _line_state(

@@ -275,12 +275,7 @@ def start_rollout(
     if current == decision.artifact_digest:
         raise QualifyError(f"{host_class} already runs {decision.artifact_name} at 100%")
     ref = refs[decision.artifact_digest]
-    rollout_id = f"{host_class}-{now.strftime('%Y%m%dT%H%M%SZ')}"
-    used = {str(r["rollout_id"]) for r in db.rollout_log(host_class)}
-    for n in range(2, len(used) + 2):  # two starts within a second: each its own id
-        if rollout_id not in used:
-            break
-        rollout_id = f"{host_class}-{now.strftime('%Y%m%dT%H%M%SZ')}-{n}"
+    rollout_id = _new_rollout_id(db, host_class, now)
     entry["rollout"] = {
         "id": rollout_id,
         "artifact": {
@@ -311,6 +306,17 @@ def start_rollout(
         out,
         f"{host_class}: rollout {rollout_id} of {ref.name} started at {steps[0]}% (v{version})",
     )
+
+
+def _new_rollout_id(db: Store, host_class: str, now: datetime) -> str:
+    """``<class>-<time>``, with ``-2``, ``-3``... after a start within the same second."""
+    base = f"{host_class}-{now.strftime('%Y%m%dT%H%M%SZ')}"
+    used = {str(r["rollout_id"]) for r in db.rollout_log(host_class)}
+    found, n = base, 1
+    while found in used:
+        n += 1
+        found = f"{base}-{n}"
+    return found
 
 
 def abort_rollout(
