@@ -93,6 +93,7 @@ __all__ = [
     "new_run_id",
     "placement_from",
     "qualify_run",
+    "roles_of",
     "warning_lines",
 ]
 
@@ -522,7 +523,7 @@ class _Reference:
     error: str | None = None
 
 
-def _roles(baseline: Path, workload: Workload) -> dict[str, OutputRole]:
+def roles_of(baseline: Path, workload: Workload) -> dict[str, OutputRole]:
     """Each output's batch axis and kind, from the baseline's graph (its declared dims) and the
     workload; from the workload alone when the graph cannot be read."""
     try:
@@ -738,7 +739,7 @@ def qualify_run(
             held.enter_context(measuring_alone(wait_s=options.host_lock_wait_s, on_wait=waits))
         inputs_path = work_root / "inputs.npz"
         np.savez(inputs_path, allow_pickle=False, **pool)
-        reference = _Reference(digest=stored[0][1], roles=_roles(stored[0][2], wl))
+        reference = _Reference(digest=stored[0][1], roles=roles_of(stored[0][2], wl))
         configs = [
             LatencyConfig(b, c, dims_text(dims))
             for dims in wl.dim_points
