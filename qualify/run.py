@@ -161,8 +161,8 @@ def latency_results(
         if ns.size == 0:
             continue
         pct = percentiles(ns.astype(np.float64) / 1e6)
-        # The bounds and decision are those of the last scheduled look (a sequential test with
-        # a Bonferroni-corrected confidence per look), not a fresh look at all samples.
+        # The bounds and decision are those of the last scheduled look (a sequential test whose
+        # looks share the error, qualify.stats.spend_alpha), not a fresh look at all samples.
         ips = throughput.get(config.short)
         results.append(
             LatencyResult(

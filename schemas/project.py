@@ -382,8 +382,11 @@ class Workload(_ProjectDocument):
     min_samples: int = Field(
         default=662,
         ge=459,
-        description="Fewest latency samples a p99 is decided on (662: MLPerf LoadGen's minimum for "
-        "p99 at 99% confidence with one over-budget sample).",
+        description="Fewest latency samples a p99 is decided on, and the first look of the "
+        "sequential p99 test (662: MLPerf LoadGen's minimum for p99 at 99% confidence with one "
+        "over-budget sample). The first look gets the share of the error that lets it pass as "
+        "well as fail; one that even half the error cannot let decide moves to the first size "
+        "that can (459 becomes 528).",
     )
     max_samples: int = Field(
         default=20000, gt=0, description="Sampling stops here even if the bound has not decided."
