@@ -209,6 +209,40 @@ def _stages_line(cell: Cell) -> str | None:
     )
 
 
+def _cell_lines(cell: Cell, outcome: WorkerOutcome) -> list[str]:
+    """What the run's output says of a cell beyond its verdict: the processes its measuring
+    process left running, its stages, its slowdown and the slowdown it could have seen, what
+    the runtime warned."""
+    strays = outcome.stray_processes
+    found = [
+        f"killed {strays} process(es) its measuring process left running (a pipeline hook's)"
+        if strays
+        else None,
+        _stages_line(cell),
+        _slowdown_line(cell),
+    ]
+    return [line for line in found if line] + warning_lines(cell)
+
+
+def _slowdown_line(cell: Cell) -> str | None:
+    """``p50 x1.02 the baseline's (at least x0.97, A/A spread x1.00): could have seen a p50
+    slowdown from x1.05`` at the gate config; None for the baseline or without a ratio."""
+    gate = cell.gate_latency
+    ratio = gate.vs_baseline if gate is not None else None
+    if ratio is None or ratio.p50_ratio is None or ratio.p50_lower is None:
+        return None
+    spread = f", A/A spread x{ratio.p50_spread:.3f}" if ratio.p50_spread is not None else ""
+    seen = (
+        f": could have seen a p50 slowdown from x{ratio.p50_detectable:.3f}"
+        if ratio.p50_detectable is not None
+        else ""
+    )
+    return (
+        f"p50 x{ratio.p50_ratio:.3f} the baseline's (at least x{ratio.p50_lower:.3f}{spread}, "
+        f"{ratio.rounds} paired rounds){seen}"
+    )
+
+
 WARNINGS_SHOWN = 5
 """Distinct warnings a run's output shows per artifact (the cell keeps up to 20)."""
 
@@ -822,15 +856,7 @@ def qualify_run(
             cell = cell.model_copy(update={"verdict": verdict, "reasons": why})
             cells.append(cell)
             on_event(f"{spec.label}: {verdict}" + "".join(f"; {r.code}" for r in why))
-            if outcome.stray_processes:
-                on_event(
-                    f"{spec.label}: killed {outcome.stray_processes} process(es) its measuring "
-                    "process left running (a pipeline hook's)"
-                )
-            stages = _stages_line(cell)
-            if stages:
-                on_event(f"{spec.label}: {stages}")
-            for line in warning_lines(cell):
+            for line in _cell_lines(cell, outcome):
                 on_event(f"{spec.label}: {line}")
             sample_tables.extend(_sample_tables(digest, outcomes.evidence[index]))
 

@@ -404,9 +404,10 @@ class Workload(_ProjectDocument):
         description="Fewest interleaved rounds per latency config: baseline and candidates each "
         "sample in turn, in alternating order, so that machine load hits all alike (raised "
         "automatically to the fewest that can bound the candidate/baseline ratio). Each round "
-        "is one paired ratio: with 10, the ratio's lower bound is the smallest of them and a "
-        "~10% slowdown went unseen in most runs under load; 40 saw it in 18 of 20 "
-        "(docs/benchmarks.md, bench/ab.py). The minimum samples are spread over them.",
+        "is one paired ratio: with 10 the ratio's lower bound is the smallest of them, and on "
+        "a loaded 2-core machine a 13% slowdown was called in 9 runs of 20; with 40 rounds of "
+        "at least 100 samples, in 18 of 20 (bench/ab.py, docs/benchmarks.md). The minimum "
+        "samples are spread over them.",
     )
     aa_control: bool = Field(
         default=True,

@@ -138,7 +138,7 @@ def test_missing_gpu_provider_is_caught_as_fallback(tmp_path: Path) -> None:
     assert "provider_fallback" in codes and "expected_provider_missing" in codes
     assert cell.placement is not None
     assert cell.placement.nodes_per_provider == {"CPUExecutionProvider": cell.placement.total_nodes}
-    assert any("CUDAExecutionProvider" in w for w in cell.placement.warnings)
+    assert any("CUDAExecutionProvider" in w.message for w in cell.placement.warnings)
     message = next(r.message for r in cell.reasons if r.code == "provider_fallback")
     assert f"{cell.placement.total_nodes} of {cell.placement.total_nodes} nodes" in message
 

@@ -151,6 +151,25 @@ def test_a_slowdown_within_the_spread_of_two_baseline_processes_is_not_called_sl
     assert len(baseline.latency[0].control_rounds) == len(baseline.latency[0].rounds)
 
 
+def test_the_run_says_how_big_a_slowdown_it_could_have_seen(tmp_path: Path) -> None:
+    project = write_project(tmp_path, [CANDIDATE])
+    models = tmp_path / "models"
+    workers = ScriptedWorkers(
+        {digest_of(models / f"{n}.onnx"): Script() for n in (BASELINE, CANDIDATE)}
+    )
+    said: list[str] = []
+    qualify_run(
+        load_project(project),
+        "here-cpu",
+        RunOptions(db_path=tmp_path / "m.duckdb", measure_alone=False),
+        workers=workers.seam(),
+        on_event=said.append,
+    )
+    (line,) = [s for s in said if s.startswith(f"{CANDIDATE}: p50 x")]
+    assert ", A/A spread x1.0" in line and ", 40 paired rounds)" in line
+    assert ": could have seen a p50 slowdown from x1.0" in line
+
+
 def test_a_slowdown_beyond_the_spread_is_called_slower_and_says_the_spread(
     tmp_path: Path,
 ) -> None:
