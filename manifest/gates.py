@@ -193,10 +193,12 @@ def _slowdown(cell: Cell, host_class: HostClass) -> Finding:
             ("p99", ratio.p99_ratio, ratio.p99_lower),
         ):
             if point is not None and slower_than(lower, max_slowdown):
+                spread = ratio.p50_spread if metric == "p50" else ratio.p99_spread
+                beyond = f", net of the A/A control's spread x{spread:.3g}" if spread else ""
                 found.append(
                     f"{metric} x{point:.3g} the baseline's at {result.config.label} "
                     f"(at least x{lower:.3g} over "
-                    f"{ratio.rounds} paired rounds, {ratio.confidence:.2%} confidence)"
+                    f"{ratio.rounds} paired rounds, {ratio.confidence:.2%} confidence{beyond})"
                 )
     if found:
         return _failed(
@@ -336,7 +338,8 @@ GATES: tuple[Gate, ...] = (
     Gate(
         "parity",
         "a candidate's outputs agree with the baseline's within its precision's tolerance",
-        "parity (per output: the tightest limits that would pass)",
+        "parity (per output: the task-level agreement parity.post asks for first, then the "
+        "tightest limits that would pass and what they were taken over)",
         ("parity_failed", "baseline_failed"),
         _parity,
     ),
@@ -358,7 +361,8 @@ GATES: tuple[Gate, ...] = (
         "slowdown",
         "a candidate is not measurably slower than the baseline at p50 or p99 "
         "(budgets.max_slowdown)",
-        "latency[].vs_baseline (paired per-round ratios of the interleaved A/B)",
+        "latency[].vs_baseline (paired per-round ratios of the interleaved A/B, net of the "
+        "between-process spread the baseline's A/A control showed)",
         ("slower_than_baseline",),
         _slowdown,
     ),

@@ -67,7 +67,13 @@ from schemas.project import (
     ProviderSpec,
     RuntimeSpec,
 )
-from schemas.rules import fallback_count, resolve_tolerance, tolerance_failures
+from schemas.rules import (
+    applicable,
+    fallback_count,
+    resolve_tolerance,
+    task_failures,
+    tolerance_failures,
+)
 
 __all__ = ["RollbackTarget", "artifact_digests", "decide", "decide_each", "rollback_target"]
 
@@ -185,19 +191,33 @@ class _Tolerances:
     def __init__(self, project: Project) -> None:
         self._project = project
         self._limits: dict[tuple[str, str], OutputTolerance] = {}
-        self._found: dict[tuple[str, str, tuple[float | None, ...]], tuple[str, ...]] = {}
+        self._found: dict[tuple[object, ...], tuple[str, ...]] = {}
+        wl = project.workload
+        # Outputs the project says are not class scores today (a state fed back, or kind set):
+        # top-1 agreement measured on them by an older run is not held against them.
+        self._not_scores = {str(i.state_from) for i in wl.inputs.values() if i.state_from}
+        self._not_scores |= {n for n, o in wl.outputs.items() if o.kind in ("state", "values")}
 
     def failures(self, precision: str, out: OutputParity) -> tuple[str, ...]:
-        """``<output> <phrase>`` for each tolerance the output fails under ``precision``."""
+        """``<output> <phrase>`` for each tolerance the output fails under ``precision``: the
+        task-level ones (``parity.post``) first, then the tensor ones that apply to it."""
         values = (out.max_abs, out.mean_abs, out.max_rel, out.cosine_min, out.top1_agreement)
-        key = (precision, out.name, values)
+        tasks = (out.exact_match, out.box_f1, out.iou)
+        key = (precision, out.name, values, tasks, frozenset(out.skipped))
         found = self._found.get(key)
         if found is None:
             limits = self._limits.get((precision, out.name))
             if limits is None:
                 limits = resolve_tolerance(self._project.tolerance(precision), out.name)
+                if out.name in self._not_scores:
+                    limits = applicable(limits, ["top1_agreement"])
                 self._limits[(precision, out.name)] = limits
-            found = tuple(f"{out.name} {f}" for f in tolerance_failures(_measured(out), limits))
+            task = self._project.parity.task(out.name)
+            phrases = [
+                *task_failures(out.exact_match, out.box_f1, out.iou, task),
+                *tolerance_failures(_measured(out), applicable(limits, out.skipped)),
+            ]
+            found = tuple(f"{out.name} {f}" for f in phrases)
             if 0.0 not in values:
                 self._found[key] = found
         return found

@@ -627,6 +627,35 @@ class Store:
         ).fetchall()
         return [Cell.model_validate_json(row[0]) for row in rows]
 
+    def latest_warnings(self) -> list[tuple[str, str, list[tuple[str, int]]]]:
+        """What the runtime warned while measuring each latest cell, for ``matrix show``.
+
+        Read from the stored cells with the standard library (``matrix show`` loads no
+        pydantic); a warning stored as a plain string (cells before counts) counts once.
+
+        Returns:
+            ``(class, artifact name, [(message, count), ...])`` per latest cell that has
+            warnings, in the order of `latest_cells`.
+        """
+        rows = self._conn.execute(
+            "SELECT m.host_class, m.artifact_name, c.cell FROM matrix AS m "
+            "JOIN cells AS c USING (run_id, artifact_digest) "
+            "ORDER BY m.hardware, m.runtime, m.provider, m.role, m.artifact_name, "
+            "m.artifact_digest"
+        ).fetchall()
+        found = []
+        for host_class, name, text in rows:
+            placement = json.loads(text).get("placement") or {}
+            said: list[tuple[str, int]] = []
+            for item in placement.get("warnings") or []:
+                if isinstance(item, str):
+                    said.append((item, 1))
+                elif isinstance(item, dict) and isinstance(item.get("message"), str):
+                    said.append((item["message"], int(item.get("count") or 1)))
+            if said:
+                found.append((str(host_class), str(name), said))
+        return found
+
     def decision_cells(self) -> list[Cell]:
         """The cells a release decision can rest on: per (hardware, runtime, provider, artifact
         digest, settings digest, emulated), the latest one.

@@ -15,6 +15,7 @@ share of CPU time stolen by the hypervisor. Paired rounds give the candidate/bas
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from qualify.runner import RoundWorker
 from qualify.stats import (
     AUTO_TIME_CAP_FLOOR_S,
     AdaptiveP99,
+    RatioBounds,
     look_schedule,
     paired_ratio,
     percentiles,
@@ -37,11 +39,15 @@ from schemas.cell import LatencyConfig, RoundFigure, Slowdown
 from schemas.project import Workload
 
 __all__ = [
+    "ROUND_SAMPLES",
     "ConfigEvidence",
     "Interleaved",
+    "aa_control",
+    "beyond_spread",
     "comparison_confidence",
     "interleave",
     "needed_rounds",
+    "process_spread",
     "round_quota",
     "slowdowns",
 ]
@@ -49,6 +55,11 @@ __all__ = [
 ROUND_WARMUP = 5
 """Inferences discarded at the start of every round after the first (the first uses the
 workload's ``warmup``): caches are cold again after the other artifacts ran."""
+
+ROUND_SAMPLES = 100
+"""Fewest samples a round asks of an artifact (its slice's time may end it sooner): each round
+gives one paired ratio of p50s, and a p50 of a dozen samples of a fast model moved with every
+passing disturbance of a loaded machine."""
 
 Config = LatencyConfig
 """(batch size, concurrency, swept sizes)."""
@@ -124,9 +135,10 @@ def round_quota(taken: int, min_samples: int, max_samples: int, rounds: int) -> 
     can decide, so a fast model that decides there stops after them instead of filling every
     round towards ``max_samples``. Undecided after them, each round takes 1/``rounds`` of what
     the artifact has, so its total grows geometrically towards the next look, and never past
-    ``max_samples``.
+    ``max_samples``. Never fewer than `ROUND_SAMPLES` (the slice's time ends a slow model's
+    round sooner).
     """
-    share = -(-max(min_samples, taken) // rounds)
+    share = max(-(-max(min_samples, taken) // rounds), ROUND_SAMPLES)
     return max(0, min(max_samples - taken, share))
 
 
@@ -337,23 +349,39 @@ def slowdowns(
     candidate: dict[Config, ConfigEvidence],
     baseline: dict[Config, ConfigEvidence],
     confidence: float,
+    *,
+    control: dict[Config, ConfigEvidence] | None = None,
 ) -> dict[Config, Slowdown]:
-    """Candidate/baseline ratios of p50 and p99 per config, over the rounds both sampled in."""
+    """Candidate/baseline ratios of p50 and p99 per config, over the rounds both sampled in.
+
+    With an A/A ``control`` (the baseline's bytes in a second process, in the same rounds) the
+    ratio is against the baseline pooled over its two processes (each round's geometric mean),
+    and its bounds are widened by the between-process spread (`beyond_spread`): the lower bound
+    is the least of the bound against each baseline process and the pooled bound over the
+    spread the control showed, so the gate's ``lower > max_slowdown`` calls a candidate slower
+    only when it is slower than every process the baseline ran in, and by more than two
+    processes of the same bytes differed.
+    """
     found: dict[Config, Slowdown] = {}
     for config, cand in candidate.items():
         base = baseline.get(config)
         if base is None:
             continue
-        by_round = {f.round: f for f in base.rounds if f.p50_ms and f.p99_ms}
-        pairs = [
-            (f, by_round[f.round])
-            for f in cand.rounds
-            if f.p50_ms and f.p99_ms and f.round in by_round
-        ]
-        p50 = paired_ratio([f.p50_ms for f, _ in pairs], [g.p50_ms for _, g in pairs], confidence)  # type: ignore[misc]
-        p99 = paired_ratio([f.p99_ms for f, _ in pairs], [g.p99_ms for _, g in pairs], confidence)  # type: ignore[misc]
-        found[config] = Slowdown(
-            rounds=len(pairs),
+        twin = control.get(config) if control is not None else None
+        found[config] = _slowdown(cand, base, twin, confidence)
+    return found
+
+
+def _slowdown(
+    cand: ConfigEvidence, base: ConfigEvidence, twin: ConfigEvidence | None, confidence: float
+) -> Slowdown:
+    def vs(other: ConfigEvidence, metric: str) -> RatioBounds:
+        return _paired(cand, other, metric, confidence)
+
+    if twin is None:
+        p50, p99 = vs(base, "p50_ms"), vs(base, "p99_ms")
+        return Slowdown(
+            rounds=p50.rounds,
             confidence=confidence,
             p50_ratio=p50.ratio,
             p50_lower=p50.lower,
@@ -361,5 +389,133 @@ def slowdowns(
             p99_ratio=p99.ratio,
             p99_lower=p99.lower,
             p99_upper=p99.upper,
+            p50_detectable=_detectable(p50.ratio, p50.lower),
+        )
+    pooled = _pooled_evidence(base, twin)
+    figures: dict[str, tuple[RatioBounds, float | None]] = {}
+    for metric in ("p50_ms", "p99_ms"):
+        aa = _paired(twin, base, metric, confidence)
+        spread = process_spread(aa)
+        figures[metric] = (
+            beyond_spread(vs(pooled, metric), [vs(base, metric), vs(twin, metric)], spread),
+            spread,
+        )
+    (p50, p50_spread), (p99, p99_spread) = figures["p50_ms"], figures["p99_ms"]
+    return Slowdown(
+        rounds=p50.rounds,
+        confidence=confidence,
+        p50_ratio=p50.ratio,
+        p50_lower=p50.lower,
+        p50_upper=p50.upper,
+        p99_ratio=p99.ratio,
+        p99_lower=p99.lower,
+        p99_upper=p99.upper,
+        p50_spread=p50_spread,
+        p99_spread=p99_spread,
+        p50_detectable=_detectable(p50.ratio, p50.lower),
+    )
+
+
+def aa_control(
+    control: dict[Config, ConfigEvidence],
+    baseline: dict[Config, ConfigEvidence],
+    confidence: float,
+) -> dict[Config, Slowdown]:
+    """The A/A control against the baseline per config: their paired ratios, and the spread
+    (`process_spread`) each candidate's bounds were widened by."""
+    found = {}
+    for config, ratio in slowdowns(control, baseline, confidence).items():
+        found[config] = ratio.model_copy(
+            update={
+                "p50_spread": process_spread(_bounds(ratio, "p50")),
+                "p99_spread": process_spread(_bounds(ratio, "p99")),
+            }
         )
     return found
+
+
+def _bounds(ratio: Slowdown, metric: str) -> RatioBounds:
+    return RatioBounds(
+        ratio.rounds,
+        getattr(ratio, f"{metric}_ratio"),
+        getattr(ratio, f"{metric}_lower"),
+        getattr(ratio, f"{metric}_upper"),
+    )
+
+
+def _timed(figure: RoundFigure) -> bool:
+    return bool(figure.p50_ms and figure.p99_ms)
+
+
+def _paired(
+    cand: ConfigEvidence, base: ConfigEvidence, metric: str, confidence: float
+) -> RatioBounds:
+    """`paired_ratio` of one figure (``p50_ms`` or ``p99_ms``) over the rounds both timed."""
+    by_round = {f.round: f for f in base.rounds if _timed(f)}
+    pairs = [(f, by_round[f.round]) for f in cand.rounds if _timed(f) and f.round in by_round]
+    return paired_ratio(
+        [getattr(f, metric) for f, _ in pairs], [getattr(g, metric) for _, g in pairs], confidence
+    )
+
+
+def _pooled_evidence(base: ConfigEvidence, twin: ConfigEvidence) -> ConfigEvidence:
+    """The baseline over its two processes: per round both timed, the geometric mean of their
+    p50 and of their p99."""
+    other = {f.round: f for f in twin.rounds if _timed(f)}
+    rounds = [
+        f.model_copy(
+            update={
+                "p50_ms": math.sqrt(f.p50_ms * other[f.round].p50_ms),  # type: ignore[operator]
+                "p99_ms": math.sqrt(f.p99_ms * other[f.round].p99_ms),  # type: ignore[operator]
+            }
+        )
+        for f in base.rounds
+        if _timed(f) and f.round in other
+    ]
+    return ConfigEvidence(rounds=rounds)
+
+
+def process_spread(aa: RatioBounds) -> float | None:
+    """How far two processes of the same bytes were shown to differ (a factor >= 1).
+
+    ``aa`` is the A/A control's paired ratio to the baseline. The spread is the bound nearest
+    1 of that ratio (its lower bound when the control was slower, the inverse of its upper
+    bound when it was faster): the difference the rounds demonstrate, beyond their own noise,
+    which the candidate's bounds already carry. 1.0 when the interval holds 1; None with too
+    few rounds for bounds.
+    """
+    if aa.lower is None or aa.upper is None or not aa.upper > 0:
+        return None
+    return max(1.0, aa.lower, 1.0 / aa.upper)
+
+
+def beyond_spread(
+    pooled: RatioBounds, each: Sequence[RatioBounds], spread: float | None
+) -> RatioBounds:
+    """A candidate's ratio to the pooled baseline with bounds that carry the process noise.
+
+    The lower bound is the least of the lower bound against each baseline process and the
+    pooled lower bound over ``spread``; the upper bound the greatest of the upper bounds
+    against each and the pooled upper bound times ``spread``. Measured with two CPU hogs on a
+    2-core machine (bench/ab.py), this kept an identical twin from being called slower where
+    the bound against one process alone called it so in 3 to 4 runs of 20. A missing bound (too
+    few rounds) stays missing.
+    """
+    factor = spread or 1.0
+    lowers = [b.lower for b in each]
+    uppers = [b.upper for b in each]
+    lower = None
+    if pooled.lower is not None and all(x is not None for x in lowers):
+        lower = min([pooled.lower / factor, *(x for x in lowers if x is not None)])
+    upper = None
+    if pooled.upper is not None and all(x is not None for x in uppers):
+        upper = max([pooled.upper * factor, *(x for x in uppers if x is not None)])
+    return RatioBounds(pooled.rounds, pooled.ratio, lower, upper)
+
+
+def _detectable(ratio: float | None, lower: float | None) -> float | None:
+    """The smallest median ratio this run would have called slower at max_slowdown 1.0: its
+    ratio over its (spread-widened) lower bound."""
+    if ratio is None or lower is None or not lower > 0:
+        return None
+    return ratio / lower

@@ -557,7 +557,7 @@ def matrix_group() -> None:
 def matrix_show(db_path: Path, project_path: Path, fmt: str) -> None:
     """Show the latest cell per (hardware, runtime, provider, artifact)."""
     from matrix.store import Store
-    from qualify.table import print_matrix, rows_to_csv, with_budgets
+    from qualify.table import print_matrix, rows_to_csv, warning_lines, with_budgets
     from qualify.text import one_line
 
     _require_db(db_path)
@@ -565,6 +565,7 @@ def matrix_show(db_path: Path, project_path: Path, fmt: str) -> None:
         rows = db.matrix_rows()
         unserved = db.unserved()
         view = _project_view(project_path, db) if project_path.exists() else None
+        warned = db.latest_warnings() if fmt == "table" else []
     rows = with_budgets(rows, view.budgets() if view is not None else None)
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2, default=str))
@@ -572,6 +573,8 @@ def matrix_show(db_path: Path, project_path: Path, fmt: str) -> None:
         click.echo(rows_to_csv(rows), nl=False)
     else:
         print_matrix(rows, sys.stdout)
+        for line in warning_lines(warned):
+            click.echo(line)
         if view is not None:
             from qualify.coverage import coverage
 

@@ -7,6 +7,8 @@ that is not already in the cells.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     from schemas.project import Project
 
 __all__ = [
+    "PIPE_PROGRESS_S",
     "RunDisplay",
     "cell_summary",
     "plain",
@@ -82,6 +85,7 @@ def cell_summary(cell: Cell) -> dict[str, Any]:
         "peak_rss_mb": cell.peak_rss_mb,
         "cold_init_ms": cell.cold_init_ms,
         "parity_passed": cell.parity.passed if cell.parity else None,
+        "warnings": [w.model_dump() for w in cell.placement.warnings] if cell.placement else [],
     }
 
 
@@ -99,15 +103,25 @@ def run_summary(bundle: RunBundle) -> dict[str, Any]:
     }
 
 
-class RunDisplay:
-    """A live status line while a run works; silent when disabled (``--json``)."""
+PIPE_PROGRESS_S = 10.0
+"""When the output is a pipe or a log, at most one progress line per this many seconds: a CI log
+shows where sampling stands without a line per round of a fast model."""
 
-    def __init__(self, enabled: bool = True) -> None:
+
+class RunDisplay:
+    """A live status line while a run works; silent when disabled (``--json``), but for the
+    progress lines a pipe gets (see `progress`)."""
+
+    def __init__(
+        self, enabled: bool = True, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.enabled = enabled
         # Event lines wrap at the width rich finds (80 in a pipe) rather than being padded to a
         # wide one; no source location on each line (qualify's own file:line tells a user nothing).
         self.console = Console(stderr=True, log_path=False)
         self._status: Status | None = None
+        self._clock = clock
+        self._last_progress: float | None = None
 
     def __enter__(self) -> RunDisplay:
         if self.enabled:
@@ -134,10 +148,19 @@ class RunDisplay:
             self._status.update(text)
 
     def progress(self, message: str) -> None:
-        """Where a step stands, in place of the spinner's text on a terminal; not kept, and not
-        shown when the output is piped (there, each finished step is one line)."""
-        if self._status is not None and self.console.is_terminal:
-            self._status.update(Text(one_line(message)))
+        """Where a step stands: in place of the spinner's text on a terminal (not kept); as a
+        line on a pipe or in a log, at most one per `PIPE_PROGRESS_S` (the first at once), so
+        that a CI log is never silent for minutes while the rounds sample, with ``--json``
+        too (on stderr, beside the JSON on stdout)."""
+        if self.console.is_terminal:
+            if self._status is not None:
+                self._status.update(Text(one_line(message)))
+            return
+        now = self._clock()
+        if self._last_progress is not None and now - self._last_progress < PIPE_PROGRESS_S:
+            return
+        self._last_progress = now
+        self.console.log(Text(one_line(message)), highlight=False)
 
     def print_cells(self, bundle: RunBundle, project: Project) -> None:
         """The result table of one run."""

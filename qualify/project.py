@@ -1119,7 +1119,14 @@ def _tolerance_problems(
 ) -> list[_Problem]:
     found: list[_Problem] = []
     outputs = [s.name for s in baseline.outputs]
-    for family, tolerance in project.parity.items():
+    for name in project.workload.outputs:
+        if baseline.output(name) is None:
+            what = (
+                f"the baseline has no output named {name!r}; its outputs are: "
+                f"{_listing(baseline.outputs)}"
+            )
+            found.append(_unknown_name(doc, ("workload", "outputs", name), what, name, outputs))
+    for family, tolerance in project.parity.families().items():
         for name, override in tolerance.outputs.items():
             loc: Loc = ("parity", family, "outputs", name)
             sig = baseline.output(name)

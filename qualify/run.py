@@ -10,6 +10,8 @@ not import onnxruntime (the worker does), does not hold SQL (``matrix`` does) an
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 import os
 import secrets
 import shutil
@@ -30,27 +32,37 @@ from matrix.errors import BundleError, MatrixError
 from matrix.ingest import ingest_bundles
 from matrix.samples import SAMPLES_SCHEMA, empty_samples
 from matrix.store import Store
-from qualify.ab import ConfigEvidence, comparison_confidence, interleave, slowdowns
+from qualify.ab import (
+    ConfigEvidence,
+    Interleaved,
+    aa_control,
+    comparison_confidence,
+    interleave,
+    slowdowns,
+)
 from qualify.artifacts import ArtifactStore
-from qualify.errors import HostMismatchError, ProjectError
+from qualify.errors import ArtifactError, HostMismatchError, ProjectError
 from qualify.fingerprint import class_cpus, class_mismatches, isa_mismatch, take_fingerprint
+from qualify.graph import read_signature
 from qualify.hostlock import DEFAULT_WAIT_S, lock_wait_message, measuring_alone
-from qualify.job import job_for
+from qualify.job import WorkerJob, job_for
 from qualify.openloop import open_loop
-from qualify.parity import compare_outputs
+from qualify.parity import OutputRole, Rows, compare_outputs, output_roles, unpack
 from qualify.project import LoadedProject
 from qualify.project_view import record_view
 from qualify.release import previous_manifest
 from qualify.runner import SUBPROCESSES, RoundWorker, WorkerOutcome, Workers
+from qualify.runtime_log import merge
 from qualify.soak import soak
 from qualify.stats import percentiles
 from qualify.workload import build_pool
 from schemas.atomic import remove_leftovers, temp_prefix
-from schemas.base import Role
+from schemas.base import Precision, Role
 from schemas.cell import (
     Cell,
     LatencyConfig,
     LatencyResult,
+    LoggedWarning,
     OpenLoopResult,
     ParityResult,
     Placement,
@@ -61,9 +73,17 @@ from schemas.cell import (
     Slowdown,
     Soak,
     dims_text,
+    worst_first,
 )
 from schemas.host import Fingerprint
-from schemas.project import ArtifactSpec, HostClass, OpenLoop, Tolerance, outlasting_timeout
+from schemas.project import (
+    ArtifactSpec,
+    HostClass,
+    OpenLoop,
+    Project,
+    Workload,
+    outlasting_timeout,
+)
 
 __all__ = [
     "RunOptions",
@@ -73,6 +93,8 @@ __all__ = [
     "new_run_id",
     "placement_from",
     "qualify_run",
+    "roles_of",
+    "warning_lines",
 ]
 
 EventSink = Callable[[str], None]
@@ -127,7 +149,11 @@ def latency_results(
     outcome: WorkerOutcome,
     confidence: float,
     ratios: dict[LatencyConfig, Slowdown],
+    control: dict[LatencyConfig, ConfigEvidence] | None = None,
+    aa: dict[LatencyConfig, Slowdown] | None = None,
 ) -> list[LatencyResult]:
+    """One artifact's latency results; the baseline's carry the A/A control's rounds
+    (``control``) and its ratio to the baseline (``aa``)."""
     throughput = outcome.result.get("throughput_ips") or {}
     results = []
     for config, ev in evidence.items():
@@ -135,8 +161,8 @@ def latency_results(
         if ns.size == 0:
             continue
         pct = percentiles(ns.astype(np.float64) / 1e6)
-        # The bounds and decision are those of the last scheduled look (a sequential test with
-        # a Bonferroni-corrected confidence per look), not a fresh look at all samples.
+        # The bounds and decision are those of the last scheduled look (a sequential test whose
+        # looks share the error, qualify.stats.spend_alpha), not a fresh look at all samples.
         ips = throughput.get(config.short)
         results.append(
             LatencyResult(
@@ -159,6 +185,10 @@ def latency_results(
                 throughput_ips=None if ips is None else float(ips),
                 rounds=ev.rounds,
                 vs_baseline=ratios.get(config),
+                control=(aa or {}).get(config),
+                control_rounds=list(control[config].rounds)
+                if control and config in control
+                else [],
                 **_stage_figures(ev),
                 **_energy_figures(ev),
             )
@@ -177,6 +207,56 @@ def _stages_line(cell: Cell) -> str | None:
         f"end to end p50 {gate.p50_ms:.3g} ms = {shares} "
         f"(inference alone p50 {gate.inference_p50_ms:.3g} ms)"
     )
+
+
+def _cell_lines(cell: Cell, outcome: WorkerOutcome) -> list[str]:
+    """What the run's output says of a cell beyond its verdict: the processes its measuring
+    process left running, its stages, its slowdown and the slowdown it could have seen, what
+    the runtime warned."""
+    strays = outcome.stray_processes
+    found = [
+        f"killed {strays} process(es) its measuring process left running (a pipeline hook's)"
+        if strays
+        else None,
+        _stages_line(cell),
+        _slowdown_line(cell),
+    ]
+    return [line for line in found if line] + warning_lines(cell)
+
+
+def _slowdown_line(cell: Cell) -> str | None:
+    """``p50 x1.02 the baseline's (at least x0.97, A/A spread x1.00): could have seen a p50
+    slowdown from x1.05`` at the gate config; None for the baseline or without a ratio."""
+    gate = cell.gate_latency
+    ratio = gate.vs_baseline if gate is not None else None
+    if ratio is None or ratio.p50_ratio is None or ratio.p50_lower is None:
+        return None
+    spread = f", A/A spread x{ratio.p50_spread:.3f}" if ratio.p50_spread is not None else ""
+    seen = (
+        f": could have seen a p50 slowdown from x{ratio.p50_detectable:.3f}"
+        if ratio.p50_detectable is not None
+        else ""
+    )
+    return (
+        f"p50 x{ratio.p50_ratio:.3f} the baseline's (at least x{ratio.p50_lower:.3f}{spread}, "
+        f"{ratio.rounds} paired rounds){seen}"
+    )
+
+
+WARNINGS_SHOWN = 5
+"""Distinct warnings a run's output shows per artifact (the cell keeps up to 20)."""
+
+
+def warning_lines(cell: Cell) -> list[str]:
+    """``warned 412x: [W:onnxruntime:, ...] ...``: what the runtime said while the artifact was
+    measured, most frequent first, at most `WARNINGS_SHOWN` lines and one that counts the rest."""
+    found = sorted(cell.placement.warnings, key=lambda w: -w.count) if cell.placement else []
+    lines = [f"warned {w.count}x: {w.message}" for w in found[:WARNINGS_SHOWN]]
+    if len(found) > WARNINGS_SHOWN:
+        lines.append(
+            f"and {len(found) - WARNINGS_SHOWN} other warning(s): qualify matrix show, the report"
+        )
+    return lines
 
 
 def _energy_figures(ev: ConfigEvidence) -> dict[str, Any]:
@@ -212,6 +292,8 @@ class _Measured:
     host_busy: bool
     soaks: list[Soak | None]
     open_loops: list[OpenLoopResult | None]
+    control: dict[LatencyConfig, ConfigEvidence] | None = None
+    """The A/A control's evidence (the baseline's second process); None without one."""
 
 
 def _rate_line(found: OpenLoopResult) -> str:
@@ -226,15 +308,17 @@ def _rate_line(found: OpenLoopResult) -> str:
 
 
 def _soak_config(evidence: list[dict[LatencyConfig, ConfigEvidence]]) -> LatencyConfig | None:
-    """The config a soak serves: the baseline's gate config (its highest p99 upper bound, as
-    `schemas.cell.Cell.gate_latency`), else the first artifact's that has evidence."""
+    """The config a soak serves: the baseline's gate config (the worst case, as
+    `schemas.cell.Cell.gate_latency` picks it), else the first artifact's that has evidence."""
 
-    def upper(ev: ConfigEvidence) -> float:
-        return ev.p99_upper_ms if ev.p99_upper_ms is not None else float("inf")
+    def worst(ev: ConfigEvidence) -> tuple[float, float]:
+        ns = ev.samples_ns
+        p99 = percentiles(ns.astype(np.float64) / 1e6).p99 if ns.size else -math.inf
+        return worst_first(ev.p99_upper_ms, float(p99))
 
     for measured in evidence:
         if measured:
-            return max(measured, key=lambda config: upper(measured[config]))
+            return max(measured, key=lambda config: worst(measured[config]))
     return None
 
 
@@ -259,6 +343,7 @@ def _interleaved_outcomes(
     live: list[RoundWorker | None] = []
     outcomes: dict[int, WorkerOutcome] = {}
     opened: list[RoundWorker] = []
+    jobs: list[WorkerJob] = []
     cpus = class_cpus(fp, host_class)[0]  # the same for every artifact of the class
     try:
         for index, (spec, digest, stored_path) in enumerate(stored):
@@ -279,6 +364,7 @@ def _interleaved_outcomes(
                 work=work,
                 mode="serve",
             )
+            jobs.append(job)
             worker = workers.serve(
                 job,
                 work,
@@ -291,16 +377,25 @@ def _interleaved_outcomes(
             else:
                 outcomes[index] = worker.finish([])
                 live.append(None)
+        labels = [spec.label for spec, _, _ in stored]
+        wl = loaded.project.workload
+        control = None
+        if wl.aa_control and len(stored) > 1 and live[0] is not None:
+            control = _start_control(
+                jobs[0], work_root, host_class, workers, on_event, on_worker_start, labels[0]
+            )
+            opened.extend([control] if control is not None else [])
         measured = interleave(
-            live,
+            [*live, *([control] if control is not None else [])],
             configs,
-            loaded.project.workload,
+            wl,
             host_class.budgets.p99_ms,
             cores=len(fp.affinity) or fp.cores,
             on_event=on_event,
             on_progress=on_progress,
-            labels=[spec.label for spec, _, _ in stored],
+            labels=[*labels, f"{labels[0]} (A/A control)"],
         )
+        control_evidence = _control_evidence(measured, control)
         soaks: list[Soak | None] = [None] * len(stored)
         soak_s = soak_seconds if soak_seconds is not None else loaded.project.workload.soak_s
         config = _soak_config(measured.evidence)
@@ -353,7 +448,73 @@ def _interleaved_outcomes(
         host_busy=measured.host_busy,
         soaks=soaks,
         open_loops=rates,
+        control=control_evidence,
     )
+
+
+def _latency_of(
+    measured: _Measured, index: int, confidence: float, compared_at: float
+) -> list[LatencyResult]:
+    """Artifact ``index``'s latency results: a candidate's with its ratios to the baseline
+    (net of the A/A control's spread), the baseline's with the control's rounds and ratio."""
+    base = measured.evidence[0]
+    if index > 0:
+        ratios = slowdowns(measured.evidence[index], base, compared_at, control=measured.control)
+        return latency_results(
+            measured.evidence[index], measured.outcomes[index], confidence, ratios
+        )
+    control = measured.control
+    aa = aa_control(control, base, compared_at) if control else {}
+    return latency_results(base, measured.outcomes[0], confidence, {}, control=control, aa=aa)
+
+
+def _control_evidence(
+    measured: Interleaved, control: RoundWorker | None
+) -> dict[LatencyConfig, ConfigEvidence] | None:
+    """The A/A control's evidence, taken off the artifacts' (it was measured last), and its
+    process let go: its own outcome is no cell, only its rounds are evidence."""
+    if control is None:
+        return None
+    evidence = measured.evidence.pop()
+    control.finish([])
+    return evidence
+
+
+def _start_control(
+    job: WorkerJob,
+    work_root: Path,
+    host_class: HostClass,
+    workers: Workers,
+    on_event: EventSink,
+    on_worker_start: Callable[[str, int], None] | None,
+    label: str,
+) -> RoundWorker | None:
+    """The A/A control: the baseline's bytes in a second fresh process, prepared like the
+    first; None (said) when it ends before it is ready, and the slowdown is then judged
+    without the between-process spread. It computes no parity and runs no profile."""
+    work = work_root / "control"
+    work.mkdir()
+    job = dataclasses.replace(
+        job,
+        outputs_path=str(work / "outputs.npz"),
+        samples_path=str(work / "samples.npz"),
+        profile_runs=0,
+    )
+    on_event(f"{label} (A/A control: the baseline in a second process): preparing")
+    worker = workers.serve(
+        job,
+        work,
+        timeout_s=host_class.budgets.timeout_s,
+        on_start=_bind_label(on_worker_start, f"{label} (A/A control)"),
+    )
+    if worker.ready():
+        return worker
+    ended = worker.finish([])
+    on_event(
+        f"{label} (A/A control): ended before measuring ({ended.error_code}: "
+        f"{ended.error_message}); slowdowns are judged without the between-process spread"
+    )
+    return None
 
 
 def _mb(kib: object) -> float | None:
@@ -376,30 +537,60 @@ def placement_from(outcome: WorkerOutcome) -> Placement | None:
     doc = outcome.result.get("placement")
     if not doc:
         return None
-    warnings = list(outcome.result.get("warnings") or []) + outcome.provider_log
+    said = [str(w) for w in outcome.result.get("warnings") or []]
+    warnings = [
+        LoggedWarning(message=text, count=count)
+        for text, count in merge(said, outcome.provider_log)
+    ]
     kernel = outcome.result.get("kernel_ms_per_provider")
-    return Placement(**doc, warnings=list(dict.fromkeys(warnings)), kernel_ms_per_provider=kernel)
+    return Placement(**doc, warnings=warnings, kernel_ms_per_provider=kernel)
+
+
+@dataclass
+class _Reference:
+    """What candidates' parity is judged against: the baseline's outputs (or why there are
+    none) and what each output is (`qualify.parity.output_roles`)."""
+
+    digest: str
+    roles: dict[str, OutputRole]
+    outputs: dict[str, Rows] | None = None
+    error: str | None = None
+
+
+def roles_of(baseline: Path, workload: Workload) -> dict[str, OutputRole]:
+    """Each output's batch axis and kind, from the baseline's graph (its declared dims) and the
+    workload; from the workload alone when the graph cannot be read."""
+    try:
+        sig = read_signature(baseline)
+    except ArtifactError:
+        return output_roles({}, {}, workload)
+    return output_roles(
+        {o.name: o.shape for o in sig.outputs},
+        {i.name: i.shape for i in (*sig.inputs, *sig.optional_inputs)},
+        workload,
+    )
 
 
 def _parity(
-    baseline_outputs: dict[str, np.ndarray] | None,
-    outputs_path: Path,
-    tolerance: Tolerance,
-    baseline_digest: str,
-    baseline_error: str | None,
+    reference: _Reference, outputs_path: Path, project: Project, precision: Precision
 ) -> tuple[ParityResult | None, list[Reason]]:
     """A candidate's parity against the baseline's outputs, or why it cannot be judged."""
-    if baseline_outputs is not None and outputs_path.exists():
+    if reference.outputs is not None and outputs_path.exists():
+        with np.load(outputs_path) as saved:
+            mine = unpack(dict(saved))
+        names = [*reference.outputs, *mine]
         parity = compare_outputs(
-            baseline_outputs,
-            dict(np.load(outputs_path)),
-            tolerance,
-            reference_digest=baseline_digest,
+            reference.outputs,
+            mine,
+            project.tolerance(precision),
+            reference_digest=reference.digest,
+            roles=reference.roles,
+            tasks={n: t for n in names if (t := project.parity.task(n)) is not None},
         )
         return parity, []
     why = Reason(
         code="baseline_failed",
-        message=f"the baseline could not be run ({baseline_error}), so parity could not be judged",
+        message=f"the baseline could not be run ({reference.error}), so parity could not be judged",
     )
     return None, [why]
 
@@ -582,9 +773,7 @@ def qualify_run(
             held.enter_context(measuring_alone(wait_s=options.host_lock_wait_s, on_wait=waits))
         inputs_path = work_root / "inputs.npz"
         np.savez(inputs_path, allow_pickle=False, **pool)
-        baseline_outputs: dict[str, np.ndarray] | None = None
-        baseline_digest = stored[0][1]
-        baseline_error: str | None = None
+        reference = _Reference(digest=stored[0][1], roles=roles_of(stored[0][2], wl))
         configs = [
             LatencyConfig(b, c, dims_text(dims))
             for dims in wl.dim_points
@@ -609,18 +798,12 @@ def qualify_run(
             options.soak_s,
             wl.open_loop or (OpenLoop() if options.open_loop else None),
         )
-        baseline_evidence = outcomes.evidence[0]
         confidence = comparison_confidence(wl.confidence, len(configs))
         for index, (spec, digest, _) in enumerate(stored):
             role: Role = "baseline" if index == 0 else "candidate"
             work = work_root / f"a{index}"
             outcome = outcomes.outcomes[index]
-            ratios = (
-                slowdowns(outcomes.evidence[index], baseline_evidence, confidence)
-                if index > 0
-                else {}
-            )
-            latency = latency_results(outcomes.evidence[index], outcome, wl.confidence, ratios)
+            latency = _latency_of(outcomes, index, wl.confidence, confidence)
             reasons: list[Reason] = []
             if outcome.error_code:
                 reasons.append(Reason(code=outcome.error_code, message=outcome.error_message or ""))
@@ -628,17 +811,12 @@ def qualify_run(
             outputs_path = work / "outputs.npz"
             if role == "baseline":
                 if outcome.error_code is None and outputs_path.exists():
-                    baseline_outputs = dict(np.load(outputs_path))
+                    with np.load(outputs_path) as saved:
+                        reference.outputs = unpack(dict(saved))
                 else:
-                    baseline_error = outcome.error_message
+                    reference.error = outcome.error_message
             elif outcome.error_code is None:
-                parity, missing = _parity(
-                    baseline_outputs,
-                    outputs_path,
-                    project.tolerance(spec.precision),
-                    baseline_digest,
-                    baseline_error,
-                )
+                parity, missing = _parity(reference, outputs_path, project, spec.precision)
                 reasons.extend(missing)
             cell = Cell(
                 run_id=run_id,
@@ -678,14 +856,8 @@ def qualify_run(
             cell = cell.model_copy(update={"verdict": verdict, "reasons": why})
             cells.append(cell)
             on_event(f"{spec.label}: {verdict}" + "".join(f"; {r.code}" for r in why))
-            if outcome.stray_processes:
-                on_event(
-                    f"{spec.label}: killed {outcome.stray_processes} process(es) its measuring "
-                    "process left running (a pipeline hook's)"
-                )
-            stages = _stages_line(cell)
-            if stages:
-                on_event(f"{spec.label}: {stages}")
+            for line in _cell_lines(cell, outcome):
+                on_event(f"{spec.label}: {line}")
             sample_tables.extend(_sample_tables(digest, outcomes.evidence[index]))
 
         target = _rollback_target(options.db_path, class_name, host_class, stored[0])

@@ -28,6 +28,7 @@ from qualify import contain
 from qualify.errors import QualifyError
 from qualify.job import FeedJob, WorkerJob
 from qualify.procfs import hwm_kb
+from qualify.runtime_log import read_log
 from schemas.cell import PeakRssSource
 
 __all__ = [
@@ -72,8 +73,9 @@ class WorkerOutcome:
     """How ``peak_rss_mb`` was measured: ``wait4``, ``vmhwm`` or ``vmhwm-before-kill``."""
     stderr: str = ""
     """The end of the child's stderr (`STDERR_KEPT` bytes at most)."""
-    provider_log: list[str] = field(default_factory=list)
-    """onnxruntime's own warning/error lines from the child's stderr."""
+    provider_log: list[tuple[str, int]] = field(default_factory=list)
+    """onnxruntime's own warnings and errors from the child's whole stderr, each distinct
+    message once with its count (`qualify.runtime_log.read_log`)."""
     containment: str | None = None
     """How the child's descendants were contained (`qualify.contain`): what the cell records."""
     stray_processes: int = 0
@@ -230,14 +232,6 @@ def probe_runtime(timeout_s: float = 120.0) -> dict[str, Any]:
         )
     doc: dict[str, Any] = json.loads(stdout)
     return doc
-
-
-def _provider_lines(stderr: str) -> list[str]:
-    keep = []
-    for line in stderr.splitlines():
-        if "onnxruntime" in line and ("[W:" in line or "[E:" in line or "Warning" in line):
-            keep.append(line.strip()[:500])
-    return keep[:50]
 
 
 def child_peak_rss_mb(
@@ -469,7 +463,7 @@ def _outcome(
         signal_name=sig_name,
         wall_s=wall,
         stderr=stderr,
-        provider_log=_provider_lines(stderr),
+        provider_log=read_log(workdir / "stderr.txt"),
         containment=_containment(result),
         stray_processes=_strays.pop(proc.pid, 0),
     )

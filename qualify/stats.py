@@ -34,6 +34,7 @@ __all__ = [
     "AUTO_TIME_CAP_CEILING_S",
     "AUTO_TIME_CAP_FLOOR_S",
     "AdaptiveP99",
+    "LookPlan",
     "P99Decision",
     "Percentiles",
     "RatioBounds",
@@ -44,6 +45,7 @@ __all__ = [
     "percentiles",
     "quantile_bound_ranks",
     "rounds_for_median_bound",
+    "spend_alpha",
     "time_cap",
 ]
 
@@ -300,6 +302,62 @@ def look_schedule(min_samples: int, max_samples: int, growth: float = 1.5) -> tu
     return tuple(looks)
 
 
+@dataclass(frozen=True)
+class LookPlan:
+    """Where a sequential p99 test looks and at what confidence (`spend_alpha`)."""
+
+    looks: tuple[int, ...]
+    """Sample sizes of the looks, strictly increasing."""
+    confidences: tuple[float, ...]
+    """One-sided confidence of each look's bounds; their error shares sum to at most
+    ``1 - confidence``."""
+
+
+def spend_alpha(schedule: Sequence[int], confidence: float = 0.99, q: float = 0.99) -> LookPlan:
+    """Share the error ``1 - confidence`` out over the looks so that the first can decide both
+    ways.
+
+    A q-quantile's upper bound exists at n samples only when the look's error share is at least
+    ``q ** n`` (the largest sample is then the bound). An equal (Bonferroni) split gives each of
+    the default 10 looks 0.1%, where a p99 needs 688 samples: a first look at 662 could fail a
+    p99 but never pass one. So the first look gets ``q ** n`` when the equal share is smaller (at
+    662 and 99%: 0.129%, its bound the largest sample; still a distribution-free bound), never
+    more than half of the whole error; the later looks share what is left equally. Where even
+    half does not let the first look decide (a small first look or a high confidence), it moves
+    to the smallest n at which half does (459 at 99% becomes 528; a single look, where the
+    whole error does). Any split whose shares sum to
+    the error keeps the chance of a wrong pass, and of a wrong fail, over all looks within it
+    (the union bound).
+
+    Args:
+        schedule: The planned looks (`look_schedule`), each >= 1.
+        confidence: The whole sequential test's one-sided confidence, 0.5 < confidence < 1.
+        q: The quantile, 0 < q < 1.
+
+    Returns:
+        The looks (the first possibly moved later; none dropped but those it passed) and each
+        one's confidence.
+
+    Raises:
+        ValueError: an empty or non-positive schedule, q or confidence out of range.
+    """
+    _check_unit_interval("q", q)
+    _check_unit_interval("confidence", confidence, low=0.5)
+    looks = sorted({int(x) for x in schedule})
+    if not looks or looks[0] < 1:
+        raise ValueError(f"schedule must hold sample sizes >= 1, got {list(schedule)}")
+    alpha = 1.0 - confidence
+    most = alpha if len(looks) == 1 else alpha / 2.0
+    if q ** looks[0] > most:  # not even that lets it decide: look first where it does
+        first = math.ceil(math.log(most) / math.log(q) - 1e-9)
+        looks = [first, *(n for n in looks if n > first)]
+    if len(looks) == 1:
+        return LookPlan((looks[0],), (confidence,))
+    share = max(q ** looks[0], alpha / len(looks))
+    rest = (alpha - share) / (len(looks) - 1)
+    return LookPlan(tuple(looks), (1.0 - share, *(1.0 - rest for _ in looks[1:])))
+
+
 class AdaptiveP99:
     """Incremental `decide_p99` for sampling until the evidence decides.
 
@@ -311,9 +369,10 @@ class AdaptiveP99:
     the budget, looking every 50 samples from 662 to 20,000 declared ``pass`` in 9% of 400 runs
     (every 200 samples: 5%), not the nominal 1%. Pass ``schedule`` (see `look_schedule`) to
     bound that: the decision is then re-evaluated only when n reaches the next scheduled size,
-    and every look uses confidence ``1 - (1 - confidence) / len(schedule)`` (Bonferroni), so the
-    chance of any wrong pass (or any wrong fail) over all looks is at most ``1 - confidence``.
-    Without a schedule, every `add` is a look at the nominal confidence.
+    and each look uses its share of ``1 - confidence`` (`spend_alpha`: the first look gets
+    what lets it pass as well as fail, the others an equal split of the rest), so the chance of
+    any wrong pass (or any wrong fail) over all looks is at most ``1 - confidence``. Without a
+    schedule, every `add` is a look at the nominal confidence.
 
     `decision` and `bounds` are those of the latest look; ``look_n`` is its sample size.
 
@@ -339,13 +398,13 @@ class AdaptiveP99:
         self.min_samples = int(min_samples)
         self.q = float(q)
         self.schedule: tuple[int, ...] | None = None
+        self._confidences: tuple[float, ...] = ()
         self.look_confidence = self.confidence
+        """The confidence of the latest look's bounds (before any: the first look's)."""
         if schedule is not None:
-            looks = tuple(sorted({int(x) for x in schedule}))
-            if not looks or looks[0] < 1:
-                raise ValueError(f"schedule must hold sample sizes >= 1, got {list(schedule)}")
-            self.schedule = looks
-            self.look_confidence = 1.0 - (1.0 - self.confidence) / len(looks)
+            plan = spend_alpha(schedule, self.confidence, self.q)
+            self.schedule, self._confidences = plan.looks, plan.confidences
+            self.look_confidence = plan.confidences[0]
         self._next_look = 0
         self._buf: _FloatArray = np.empty(1024, dtype=np.float64)
         self._n = 0
@@ -410,6 +469,9 @@ class AdaptiveP99:
             return True
         due = False
         while self._next_look < len(self.schedule) and self._n >= self.schedule[self._next_look]:
+            # Looks passed over at once (a big chunk) are not taken: only the last one's share
+            # is spent, so the error stays within its whole.
+            self.look_confidence = self._confidences[self._next_look]
             self._next_look += 1
             due = True
         return due

@@ -23,6 +23,7 @@ __all__ = [
     "print_matrix",
     "rows_to_csv",
     "use_color",
+    "warning_lines",
     "with_budgets",
 ]
 
@@ -118,6 +119,27 @@ def matrix_table(rows: list[dict[str, Any]], *, color: bool = False) -> str:
 
 def _join(texts: list[str], widths: list[int]) -> str:
     return "  ".join(t.ljust(w) for t, w in zip(texts, widths, strict=True)).rstrip()
+
+
+WARNINGS_PER_CELL = 3
+"""Distinct warnings ``matrix show`` prints per cell, most frequent first."""
+
+
+def warning_lines(found: list[tuple[str, str, list[tuple[str, int]]]]) -> list[str]:
+    """``warning: CLASS x ARTIFACT: warned 412x: MESSAGE`` for what the runtime said while each
+    latest cell was measured (`matrix.store.Store.latest_warnings`), at most
+    `WARNINGS_PER_CELL` per cell and a line that counts the rest."""
+    lines = []
+    for host_class, name, said in found:
+        where = f"warning: {one_line(host_class)} x {one_line(name)}"
+        ranked = sorted(said, key=lambda item: -item[1])
+        for message, count in ranked[:WARNINGS_PER_CELL]:
+            lines.append(f"{where}: warned {count}x: {one_line(message)}")
+        if len(ranked) > WARNINGS_PER_CELL:
+            lines.append(
+                f"{where}: and {len(ranked) - WARNINGS_PER_CELL} other warning(s) (qualify report)"
+            )
+    return lines
 
 
 def use_color(stream: IO[str]) -> bool:

@@ -34,7 +34,7 @@ from qualify.artifacts import ArtifactStore
 from qualify.errors import ProjectError
 from qualify.fingerprint import class_cpus
 from qualify.job import job_for
-from qualify.parity import compare_outputs
+from qualify.parity import Rows, compare_outputs, unpack
 from qualify.project import LoadedProject
 from qualify.project_edit import set_class_provider
 from qualify.run import (
@@ -45,6 +45,7 @@ from qualify.run import (
     new_run_id,
     placement_from,
     qualify_run,
+    roles_of,
 )
 from qualify.runner import SUBPROCESSES, RoundWorker, WorkerOutcome, Workers
 from qualify.workload import build_pool
@@ -431,12 +432,12 @@ def _winner(arms: list[_Arm]) -> _Arm:
     return ranked[0] if ranked else arms[0]
 
 
-def _outputs(race: _Race, arm: _Arm) -> dict[str, np.ndarray] | None:
+def _outputs(race: _Race, arm: _Arm) -> dict[str, Rows] | None:
     path = race.work_root / f"t{arm.index:02d}" / "outputs.npz"
     if arm.outcome is None or arm.outcome.error_code or not path.exists():
         return None
     with np.load(path) as found:
-        return dict(found)
+        return unpack(dict(found))
 
 
 def _check_numerics(race: _Race, arms: list[_Arm]) -> None:
@@ -445,11 +446,14 @@ def _check_numerics(race: _Race, arms: list[_Arm]) -> None:
     precision, a provider option) beyond it never win."""
     reference = _outputs(race, arms[0])
     tolerance = race.loaded.project.tolerance(race.spec.precision)
+    roles = roles_of(race.stored, race.loaded.project.workload)
     for arm in arms[1:]:
         mine = _outputs(race, arm)
         if reference is None or mine is None:
             continue
-        arm.parity = compare_outputs(reference, mine, tolerance, reference_digest=race.digest)
+        arm.parity = compare_outputs(
+            reference, mine, tolerance, reference_digest=race.digest, roles=roles
+        )
         if not arm.parity.passed:
             race.on_event(
                 f"trial {arm.index}: {arm.label}: outputs differ from the current settings'"

@@ -847,17 +847,38 @@ def _identity(value: Any) -> Any:
 
 
 def _answer_arrays(answer: Any) -> dict[str, Any]:
-    """What a ``post`` hook answered, as arrays parity can compare: ``post`` for one array,
-    ``post.<key>`` for each of a mapping's; nothing for an answer that is not numeric."""
+    """What a ``post`` hook answered, as arrays parity can compare: ``post`` for one value,
+    ``post.<key>`` for each of a mapping's; numbers, booleans and strings (a string, or a list
+    of them), nothing for an answer of another kind."""
     import numpy as np
 
     items = answer.items() if isinstance(answer, dict) else [(None, answer)]
     found: dict[str, Any] = {}
     for key, value in items:
-        arr = np.asarray(value)
-        if arr.dtype.kind in "biuf":
-            found["post" if key is None else f"post.{key}"] = np.atleast_1d(arr)
+        try:
+            arr = np.asarray(value)
+        except (ValueError, TypeError):  # ragged nested lists: not an answer parity can read
+            continue
+        if arr.dtype.kind in "biufUS":
+            found["post" if key is None else f"post.{key}"] = arr
     return found
+
+
+def _pack(name: str, rows: list[Any]) -> dict[str, Any]:
+    """One output's samples for the outputs file: stacked (sample axis first) when they share a
+    shape and kind; else their values one after another and ``<name>#shapes`` (the layout
+    `qualify.parity.unpack` reads)."""
+    import numpy as np
+
+    shapes = {(r.shape, r.dtype.kind) for r in rows}
+    if len(shapes) == 1:
+        return {name: np.stack(rows)}
+    rank = max(r.ndim for r in rows)
+    table = np.full((len(rows), max(rank, 1)), -1, dtype=np.int64)
+    for k, r in enumerate(rows):
+        table[k, : r.ndim] = r.shape
+    values = [r.reshape(-1) for r in rows]
+    return {name: np.concatenate(values) if values else np.zeros(0), f"{name}#shapes": table}
 
 
 def _place_on_cores(job: WorkerJob, result: dict[str, Any]) -> None:
@@ -892,20 +913,24 @@ def _save_parity_outputs(
         for r in range(rows):
             outs = session.run(None, model_feed(r))
             for n, o in zip(names, outs, strict=True):
-                # One row's output; a scalar output (rank 0) becomes one value per row.
-                collected[n].append(np.atleast_1d(np.asarray(o)))
+                # One sample's whole output: samples are stacked on a new first axis, so that
+                # parity compares per sample whatever axis the output batches on ([T, N, C]).
+                collected[n].append(np.asarray(o))
             if post is not None:  # what the service answers is compared too
                 for key, arr in _answer_arrays(post(builtin(outs))).items():
-                    collected.setdefault(key, []).append(arr)
+                    # An answer a sample lacks is empty, so the samples stay aligned.
+                    have = collected.setdefault(key, [np.zeros(0)] * r)
+                    have.extend([np.zeros(0)] * (r - len(have)))
+                    have.append(arr)
     except _Failure:
         raise
     except Exception as exc:
         raise _Failure(classify_exception(exc, "run"), f"{type(exc).__name__}: {exc}") from exc
-    np.savez(
-        job.outputs_path,
-        allow_pickle=False,
-        **{n: np.concatenate(v, axis=0) for n, v in collected.items()},
-    )
+    packed: dict[str, Any] = {}
+    for n, v in collected.items():
+        v.extend([np.zeros(0)] * (rows - len(v)))
+        packed.update(_pack(n, v))
+    np.savez(job.outputs_path, allow_pickle=False, **packed)
 
 
 def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:

@@ -109,7 +109,16 @@ def _parity_text(cell: Cell) -> tuple[str, Tone]:
         return "reference", "muted"
     if cell.parity is None:
         return "parity " + NOT_MEASURED, "muted"
-    return ("parity pass", "") if cell.parity.passed else ("parity fail", "")
+    verdict = "parity pass" if cell.parity.passed else "parity fail"
+    # The task-level figures first where parity.post asks for them: what users see.
+    tasks = [
+        f"{o.name} {check} {number(getattr(o, attr))}"
+        for o in cell.parity.outputs
+        if o.task_tolerance is not None
+        for check, attr, limit in _TASK_CHECKS
+        if getattr(o.task_tolerance, limit) is not None and getattr(o, attr) is not None
+    ]
+    return (f"{verdict} ({'; '.join(tasks)})" if tasks else verdict), ""
 
 
 def _heat_cell(
@@ -442,12 +451,48 @@ _PARITY_CHECKS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+_TASK_CHECKS: tuple[tuple[str, str, str], ...] = (
+    # (check, measured attribute, task tolerance attribute): shown first, what users see
+    ("exact match", "exact_match", "exact_match_min"),
+    ("box F1", "box_f1", "box_f1_min"),
+)
+
+
 def _parity_rows(cell: Cell) -> list[ParityRow]:
     if cell.parity is None:
         return []
     rows = []
-    for out in cell.parity.outputs:
+    # Task-level outputs first (what a user of the service sees), then the tensors.
+    for out in sorted(cell.parity.outputs, key=lambda o: o.task_tolerance is None):
+        rows.extend(_task_rows(cell.artifact_name, out))
         rows.extend(_output_rows(cell.artifact_name, out))
+    return rows
+
+
+def _task_rows(artifact: str, out: OutputParity) -> list[ParityRow]:
+    """The task-level checks of one answer (``parity.post``): exact match, box F1."""
+    task = out.task_tolerance
+    if task is None:
+        return []
+    rows = []
+    for check, measured_attr, tol_attr in _TASK_CHECKS:
+        limit = getattr(task, tol_attr)
+        if limit is None:
+            continue
+        measured = getattr(out, measured_attr)
+        label = f"{check} at IoU {number(task.iou)}" if measured_attr == "box_f1" else check
+        failed = any(f.startswith(measured_attr) for f in out.failures)
+        rows.append(
+            ParityRow(
+                artifact=artifact,
+                output=out.name,
+                check=label,
+                measured=number(measured) if measured is not None else NOT_MEASURED,
+                tolerance=f"≥ {tolerance(limit)}",
+                min_passing=number(measured) if measured is not None else "none",
+                tone="bad" if failed else "ok",
+            )
+        )
     return rows
 
 
@@ -499,15 +544,39 @@ def _output_rows(artifact: str, out: OutputParity) -> list[ParityRow]:
                 tone="muted",
             )
         )
+    rows.extend(_output_notes(artifact, out))
     return rows
 
 
-def _warnings(cells: Sequence[Cell]) -> tuple[tuple[str, str], ...]:
+def _output_notes(artifact: str, out: OutputParity) -> list[ParityRow]:
+    """What the metrics were taken over, and the metrics that do not apply, with why."""
+    notes = [("measured over", out.over)] if out.over else []
+    reasons: dict[str, list[str]] = {}
+    for metric, why in out.skipped.items():
+        reasons.setdefault(why, []).append(metric.replace("_", " "))
+    notes += [(f"not applied: {', '.join(metrics)}", why) for why, metrics in reasons.items()]
+    return [
+        ParityRow(
+            artifact=artifact,
+            output=out.name,
+            check=check,
+            measured=text,
+            tolerance="",
+            min_passing="",
+            tone="muted",
+        )
+        for check, text in notes
+    ]
+
+
+def _warnings(cells: Sequence[Cell]) -> tuple[tuple[str, str, int], ...]:
+    """(artifact, message, count) of what the runtime warned while each cell was measured,
+    each cell's most frequent first."""
     return tuple(
-        (cell.artifact_name, warning)
+        (cell.artifact_name, warning.message, warning.count)
         for cell in cells
         if cell.placement is not None
-        for warning in cell.placement.warnings
+        for warning in sorted(cell.placement.warnings, key=lambda w: -w.count)
     )
 
 

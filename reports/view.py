@@ -220,7 +220,8 @@ class ClassView:
     chart: ChartView | None
     chart_note: str
     parity: tuple[ParityRow, ...]
-    warnings: tuple[tuple[str, str], ...]
+    warnings: tuple[tuple[str, str, int], ...]
+    """(artifact, message, how many times) of what the runtime warned while measuring."""
     rollback_text: str
     rollback_tone: Tone
     runs: tuple[RunView, ...]

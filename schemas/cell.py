@@ -6,15 +6,16 @@ over them. Missing measurements are ``null``, never a made-up number.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Literal, NamedTuple
+from typing import Annotated, Literal, NamedTuple
 
-from pydantic import Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator
 
 from schemas.base import Digest, Document, Precision, Role, Verdict
 from schemas.host import Fingerprint
-from schemas.project import HostClassKey, OutputTolerance
+from schemas.project import HostClassKey, OutputTolerance, TaskTolerance
 from schemas.reasons import CELL_CODES, REASONS
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "Cell",
     "LatencyConfig",
     "LatencyResult",
+    "LoggedWarning",
     "OpenLoopResult",
     "OutputParity",
     "ParityResult",
@@ -40,6 +42,7 @@ __all__ = [
     "dims_text",
     "latest",
     "recency",
+    "worst_first",
 ]
 
 BUNDLE_FORMAT = "qualify-run-bundle/1"
@@ -83,6 +86,23 @@ class Reason(Document):
         return code
 
 
+class LoggedWarning(Document):
+    """One distinct warning given while the artifact was measured, and how often."""
+
+    message: str = Field(
+        description="The warning as onnxruntime (or Python, or qualify) gave it, terminal "
+        "escapes and onnxruntime's timestamp removed, at most 500 characters."
+    )
+    count: int = Field(default=1, ge=1, description="How many times it was given.")
+
+
+def _logged(value: object) -> object:
+    """A warning as cells before counts recorded it (a plain string) reads as given once."""
+    if isinstance(value, list):
+        return [{"message": v, "count": 1} if isinstance(v, str) else v for v in value]
+    return value
+
+
 class Placement(Document):
     """Where the nodes actually ran: onnxruntime's graph assignment, or its profiler."""
 
@@ -93,8 +113,12 @@ class Placement(Document):
     session_providers: list[str] = Field(
         description="session.get_providers(): registered, not necessarily used."
     )
-    warnings: list[str] = Field(
-        default_factory=list, description="Provider warnings captured while creating the session."
+    warnings: Annotated[list[LoggedWarning], BeforeValidator(_logged)] = Field(
+        default_factory=list,
+        description="What onnxruntime warned (and errors it logged) while the artifact was "
+        "measured, from the child's stderr and Python's warnings: each distinct message once "
+        "with its count, at most 20 and a closing entry counting the rest (cells recorded "
+        "before counts held plain strings, read as given once).",
     )
     kernel_ms_per_provider: dict[str, float] | None = Field(
         default=None,
@@ -140,12 +164,50 @@ class Slowdown(Document):
         description="One-sided confidence of each bound, Bonferroni-corrected over p50 and p99 "
         "and every latency config."
     )
-    p50_ratio: float | None = Field(description="Median per-round ratio of p50.")
-    p50_lower: float | None = Field(description="Lower bound of it; null with too few rounds.")
-    p50_upper: float | None = Field(description="Upper bound of it; null with too few rounds.")
+    p50_ratio: float | None = Field(
+        description="Median per-round ratio of p50 (with an A/A control: to the baseline pooled "
+        "over its two processes, each round's geometric mean)."
+    )
+    p50_lower: float | None = Field(
+        description="Lower bound of it; null with too few rounds. With an A/A control it is "
+        "net of the process noise: the least of the bound against each baseline process and the "
+        "pooled bound over p50_spread, so that a candidate above max_slowdown is slower than "
+        "every process the baseline ran in, by more than two processes of one artifact differed."
+    )
+    p50_upper: float | None = Field(
+        description="Upper bound of it; null with too few rounds (with a control: the greatest "
+        "of the bound against each baseline process and the pooled bound times p50_spread)."
+    )
     p99_ratio: float | None = Field(description="Median per-round ratio of p99.")
-    p99_lower: float | None = Field(description="Lower bound of it; null with too few rounds.")
-    p99_upper: float | None = Field(description="Upper bound of it; null with too few rounds.")
+    p99_lower: float | None = Field(
+        description="Lower bound of it, as p50_lower; null with too few rounds."
+    )
+    p99_upper: float | None = Field(
+        description="Upper bound of it, as p50_upper; null with too few rounds."
+    )
+    p50_spread: float | None = Field(
+        default=None,
+        description="The between-process spread at p50 (a factor >= 1) from the run's A/A "
+        "control: how far the baseline's second process was shown to differ from its first in "
+        "the same rounds (the bound of their ratio nearest 1; 1.0 when its interval holds 1). "
+        "Null without a control: the bounds then carry no process noise.",
+    )
+    p99_spread: float | None = Field(
+        default=None, description="The same at p99; null without a control."
+    )
+    p50_detectable: float | None = Field(
+        default=None,
+        description="How big a p50 slowdown this run could have seen: the smallest median ratio "
+        "whose lower bound, as wide as this run's, would be above 1.0 (p50_ratio / p50_lower); "
+        "times max_slowdown for another limit. Null with too few rounds.",
+    )
+
+
+def worst_first(p99_upper_ms: float | None, p99_ms: float) -> tuple[float, float]:
+    """The order in which latency configs are worse for the p99 gate: by upper bound, a
+    missing bound above any, then by the observed p99 (`Cell.gate_latency`, and the runner's
+    choice of the config a soak serves)."""
+    return (p99_upper_ms if p99_upper_ms is not None else math.inf, p99_ms)
 
 
 def dims_text(dims: dict[str, int]) -> str:
@@ -226,6 +288,18 @@ class LatencyResult(Document):
     vs_baseline: Slowdown | None = Field(
         default=None,
         description="For a candidate: its latency relative to the baseline's in the same rounds.",
+    )
+    control: Slowdown | None = Field(
+        default=None,
+        description="For the baseline: the A/A control (workload.aa_control), a second process "
+        "of the same bytes in the same rounds, against the first: how far two processes of one "
+        "artifact differ (the between-process spread every candidate's slowdown is judged "
+        "beyond); null without a control.",
+    )
+    control_rounds: list[RoundFigure] = Field(
+        default_factory=list,
+        description="For the baseline: the A/A control's own per-round figures (empty without "
+        "a control).",
     )
     inference_p50_ms: float | None = Field(
         default=None,
@@ -355,6 +429,39 @@ class OutputParity(Document):
         description="Share of positions whose arg-max over the last axis agrees (rows of [N, "
         "classes], steps of [N, steps, classes]); null if the output is not class scores."
     )
+    exact_match: float | None = Field(
+        default=None,
+        description="Share of samples whose answer equals the baseline's exactly (strings, "
+        "integers, booleans: the whole answer to one sample); null for floating-point outputs.",
+    )
+    box_f1: float | None = Field(
+        default=None,
+        description="F1 of the candidate's boxes against the baseline's at IoU iou (micro over "
+        "samples), when parity.post asks for it; null otherwise.",
+    )
+    iou: float | None = Field(
+        default=None, description="The IoU at which boxes matched for box_f1; null without it."
+    )
+    task_tolerance: TaskTolerance | None = Field(
+        default=None,
+        description="The task-level tolerance applied (parity.post), null for a tensor output.",
+    )
+    samples: int | None = Field(
+        default=None,
+        description="Samples compared (one inference each); null in cells before it was kept.",
+    )
+    over: str | None = Field(
+        default=None,
+        description="What the metrics were taken over: the samples, the output's batch axis and "
+        "where that came from (the model's graph, the workload, the project), the positions of "
+        "top-1 agreement. Null in cells before it was kept.",
+    )
+    skipped: dict[str, str] = Field(
+        default_factory=dict,
+        description="Metrics that do not apply to this output, each with why (top1_agreement "
+        "on a recurrent state or on values that are not class scores; the tensor metrics on "
+        "strings); a tolerance set for one is not checked.",
+    )
     tolerance: OutputTolerance = Field(description="The tolerance applied.")
     passed: bool = Field(description="Whether every tolerance held.")
     failures: list[str] = Field(
@@ -478,13 +585,13 @@ class Cell(Document):
 
     @property
     def gate_latency(self) -> LatencyResult | None:
-        """The latency config the p99 gate rests on: the one with the highest p99 upper bound."""
+        """The latency config the p99 gate rests on: the worst case, the one with the highest
+        p99 upper bound (no bound counts as the highest), ties (several with no bound yet)
+        broken by the highest observed p99, so that the gate and the evidence name the slowest
+        config rather than the first."""
         if not self.latency:
             return None
-        return max(
-            self.latency,
-            key=lambda r: r.p99_upper_ms if r.p99_upper_ms is not None else float("inf"),
-        )
+        return max(self.latency, key=lambda r: worst_first(r.p99_upper_ms, r.p99_ms))
 
 
 class RunRecord(Document):

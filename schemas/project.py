@@ -37,12 +37,15 @@ __all__ = [
     "InputSpec",
     "MatchRules",
     "OpenLoop",
+    "OutputSpec",
     "OutputTolerance",
+    "Parity",
     "Pipeline",
     "Policy",
     "Project",
     "ProviderSpec",
     "RuntimeSpec",
+    "TaskTolerance",
     "Tolerance",
     "Workload",
     "open_loop_seconds",
@@ -334,10 +337,38 @@ class OpenLoop(_ProjectDocument):
     )
 
 
+class OutputSpec(_ProjectDocument):
+    """What one model output is, where the model's graph does not say it: the axis its
+    samples lie on and whether it holds class scores (what parity measures on it)."""
+
+    batch_axis: int | None = Field(
+        default=None,
+        ge=0,
+        description="The axis of the output that holds a batch's samples, e.g. 1 for a "
+        "time-first [T, N, C] recogniser whose graph leaves N unnamed. Unset: the axis the "
+        "model's graph names with the batch symbol of an input, else (a recurrent state) the "
+        "batch_axis of the input it is fed back to, else none. Parity compares each sample on "
+        "its own either way (one inference per sample); the axis says what a position is.",
+    )
+    kind: Literal["scores", "state", "values"] | None = Field(
+        default=None,
+        description="scores: class scores over the last axis (top-1 agreement applies); "
+        "state: a recurrent state; values: any other numbers (embeddings, boxes, regressions). "
+        "state and values get no top-1 agreement. Unset: state when an input's state_from "
+        "names the output, else scores for a floating-point output of rank 2 or more whose "
+        "last axis is longer than 1, else values.",
+    )
+
+
 class Workload(_ProjectDocument):
     """What a run feeds the model and how latency is sampled."""
 
     inputs: dict[str, InputSpec] = Field(description="Model inputs by name.")
+    outputs: dict[str, OutputSpec] = Field(
+        default_factory=dict,
+        description="What model outputs are, by name, where the graph does not say it (their "
+        "batch axis; whether they are class scores, a recurrent state or other values).",
+    )
     batch_sizes: list[Annotated[int, Field(gt=0)]] = Field(
         default=[1], min_length=1, description="Batch sizes to time."
     )
@@ -351,8 +382,11 @@ class Workload(_ProjectDocument):
     min_samples: int = Field(
         default=662,
         ge=459,
-        description="Fewest latency samples a p99 is decided on (662: MLPerf LoadGen's minimum for "
-        "p99 at 99% confidence with one over-budget sample).",
+        description="Fewest latency samples a p99 is decided on, and the first look of the "
+        "sequential p99 test (662: MLPerf LoadGen's minimum for p99 at 99% confidence with one "
+        "over-budget sample). The first look gets the share of the error that lets it pass as "
+        "well as fail; one that even half the error cannot let decide moves to the first size "
+        "that can (459 becomes 528).",
     )
     max_samples: int = Field(
         default=20000, gt=0, description="Sampling stops here even if the bound has not decided."
@@ -365,11 +399,24 @@ class Workload(_ProjectDocument):
         "times min_samples at the rate measured in the first round, between 20 s and 300 s.",
     )
     rounds: int = Field(
-        default=10,
+        default=40,
         ge=1,
         description="Fewest interleaved rounds per latency config: baseline and candidates each "
         "sample in turn, in alternating order, so that machine load hits all alike (raised "
-        "automatically to the fewest that can bound the candidate/baseline ratio).",
+        "automatically to the fewest that can bound the candidate/baseline ratio). Each round "
+        "is one paired ratio: with 10 the ratio's lower bound is the smallest of them, and on "
+        "a loaded 2-core machine a 13% slowdown was called in 9 runs of 20; with 40 rounds of "
+        "at least 100 samples, in 18 of 20 (bench/ab.py, docs/benchmarks.md). The minimum "
+        "samples are spread over them.",
+    )
+    aa_control: bool = Field(
+        default=True,
+        description="Serve the baseline in a second fresh process that samples in the same "
+        "interleaved rounds (an A/A control). Two processes of the same bytes differ by a few "
+        "percent for their whole life (code and data placement), which paired rounds cannot "
+        "see: the control measures that spread, and a candidate is called slower only beyond "
+        "it (the cell says how big a slowdown the run could have seen). Costs one more slice "
+        "per round; false: no control, the slowdown gate then ignores the spread.",
     )
     throughput_s: float = Field(
         default=1.0,
@@ -505,6 +552,73 @@ class Tolerance(OutputTolerance):
     outputs: dict[str, OutputTolerance] = Field(
         default_factory=dict, description="Per-output overrides, by output name."
     )
+
+
+class TaskTolerance(_ProjectDocument):
+    """Task-level parity of one answer of the workload's post hook: what a user of the service
+    sees, compared as a task is scored (tensor parity can pass a detector that lost every box)."""
+
+    exact_match_min: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Smallest share of samples whose answer (a string, integers: the whole "
+        "answer to one sample) equals the baseline's exactly.",
+    )
+    box_f1_min: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Smallest F1 of the candidate's boxes against the baseline's over all "
+        "samples. Each sample's answer is an array of boxes [K, 4 or more]: columns x1, y1, x2, "
+        "y2 (then anything, e.g. score and class); a candidate box matches one baseline box of "
+        "IoU at least iou, one to one, the best overlaps first.",
+    )
+    iou: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Intersection over union at which two boxes match, for box_f1_min.",
+    )
+
+
+class Parity(_ProjectDocument):
+    """Parity tolerances: tensor tolerances per precision family, task-level ones per answer."""
+
+    fp32: Tolerance | None = Field(
+        default=None, description="fp32 candidates; unset: the default fp32 tolerance."
+    )
+    fp16: Tolerance | None = Field(
+        default=None, description="fp16 candidates; unset: the default fp16 tolerance."
+    )
+    int8: Tolerance | None = Field(
+        default=None, description="int8 candidates; unset: the default int8 tolerance."
+    )
+    pruned: Tolerance | None = Field(
+        default=None, description="pruned candidates; unset: the default pruned tolerance."
+    )
+    post: dict[str, TaskTolerance] = Field(
+        default_factory=dict,
+        description="Task-level tolerances of what workload.pipeline.post answers, for every "
+        "candidate: by the answer's key ({text: {exact_match_min: 0.95}} for a post hook that "
+        "answers {text: ...}); 'post' for a hook that answers one value. Shown first where set.",
+    )
+
+    def families(self) -> dict[str, Tolerance]:
+        """The precision families the file sets, by name."""
+        return {
+            name: tol
+            for name in ("fp32", "fp16", "int8", "pruned")
+            if (tol := getattr(self, name)) is not None
+        }
+
+    def task(self, output: str) -> TaskTolerance | None:
+        """The task-level tolerance of a parity output (``post`` or ``post.<key>``), if any."""
+        if output == "post":
+            return self.post.get("post")
+        if output.startswith("post."):
+            return self.post.get(output[len("post.") :])
+        return None
 
 
 DEFAULT_TOLERANCES: dict[str, Tolerance] = {
@@ -825,9 +939,10 @@ class Project(_ProjectDocument):
     model: Name = Field(description="Model name, e.g. 'ocr-rec'.")
     artifacts: Artifacts = Field(description="Baseline and candidates.")
     workload: Workload = Field(description="Inputs and the latency protocol.")
-    parity: dict[Precision, Tolerance] = Field(
-        default_factory=dict,
-        description="Parity tolerances per precision family; unset families use the defaults.",
+    parity: Parity = Field(
+        default_factory=Parity,
+        description="Parity tolerances per precision family (unset families use the defaults) "
+        "and task-level tolerances of the post hook's answers (parity.post).",
     )
     policy: Policy = Field(default_factory=Policy, description="Fleet decision policy.")
     host_classes: dict[Name, HostClass] = Field(
@@ -854,7 +969,18 @@ class Project(_ProjectDocument):
                 raise ValueError(f"host class {name!r}: {why}")
         return self
 
+    @model_validator(mode="after")
+    def _post_needs_a_hook(self) -> Project:
+        pipeline = self.workload.pipeline
+        if self.parity.post and (pipeline is None or pipeline.post is None):
+            raise ValueError(
+                "parity.post sets tolerances of the post hook's answers, but "
+                "workload.pipeline.post is not set; add the hook that answers them or remove "
+                "parity.post"
+            )
+        return self
+
     def tolerance(self, precision: str) -> Tolerance:
         """The tolerance for a precision family: the project's, else the default."""
-        found = self.parity.get(precision)  # type: ignore[call-overload]
-        return found if isinstance(found, Tolerance) else DEFAULT_TOLERANCES[precision]
+        found = self.parity.families().get(precision)
+        return found if found is not None else DEFAULT_TOLERANCES[precision]

@@ -29,15 +29,16 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
     from typing import Literal
 
-    from schemas.project import OutputTolerance, Tolerance
+    from schemas.project import OutputTolerance, TaskTolerance, Tolerance
 
     Outcome = Literal["pass", "fail", "undecided"]
 
 __all__ = [
     "TOLERANCE_FIELDS",
+    "applicable",
     "batched_on",
     "fallback_count",
     "order_rank",
@@ -47,6 +48,7 @@ __all__ = [
     "show_pair",
     "slower_than",
     "swept_axes",
+    "task_failures",
     "tolerance_failures",
 ]
 
@@ -172,6 +174,53 @@ def tolerance_failures(measured: OutputTolerance, limits: OutputTolerance) -> li
         if value is None:
             if field != "top1_agreement_min":
                 found.append(f"{label} could not be compared")
+        elif not value >= limit:
+            shown, exact = show_pair(value, limit)
+            found.append(f"{label} {shown} < {exact}")
+    return found
+
+
+def applicable(limits: OutputTolerance, skipped: Iterable[str]) -> OutputTolerance:
+    """``limits`` without those of the metrics that do not apply to an output (an
+    `OutputParity`'s ``skipped``: ``top1_agreement`` on a recurrent state, the tensor metrics
+    on strings), so that a family-level limit is not failed by a metric nobody measured."""
+    names = {("top1_agreement_min" if m == "top1_agreement" else m) for m in skipped}
+    drop = {field: None for field in TOLERANCE_FIELDS if field in names}
+    return limits.model_copy(update=drop) if drop else limits
+
+
+def task_failures(
+    exact_match: float | None,
+    box_f1: float | None,
+    iou: float | None,
+    limits: TaskTolerance | None,
+) -> list[str]:
+    """What fails a task-level tolerance (``parity.post``) among one answer's measured values,
+    one phrase each, worded as `tolerance_failures` words the tensor ones.
+
+    Args:
+        exact_match: The measured exact-match rate (None: not measured, e.g. floats).
+        box_f1: The measured box F1 (None: not measured).
+        iou: The IoU the box F1 was measured at.
+        limits: The tolerance (None: nothing to check).
+
+    Returns:
+        ``exact_match 0.84 < 0.95``-style phrases; a box F1 measured at another IoU than the
+        tolerance's reads as not comparable (it must be measured again).
+    """
+    if limits is None:
+        return []
+    found: list[str] = []
+    for label, value, limit in (
+        ("exact_match", exact_match, limits.exact_match_min),
+        ("box_f1", box_f1, limits.box_f1_min),
+    ):
+        if limit is None:
+            continue
+        if label == "box_f1" and value is not None and iou != limits.iou:
+            found.append(f"box_f1 was measured at IoU {iou!r}, not {limits.iou!r}: run again")
+        elif value is None:
+            found.append(f"{label} could not be compared")
         elif not value >= limit:
             shown, exact = show_pair(value, limit)
             found.append(f"{label} {shown} < {exact}")

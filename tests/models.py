@@ -26,6 +26,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 __all__ = [
+    "CLASSES",
     "FEATURES",
     "HOG_BYTES",
     "INPUT",
@@ -33,11 +34,14 @@ __all__ = [
     "MODELS",
     "OPSET",
     "STATE",
+    "STEPS",
     "ModelBuilder",
     "build",
     "build_all",
     "passthrough",
     "recurrent",
+    "time_first",
+    "warns_each_run",
 ]
 
 OPSET = 17
@@ -341,6 +345,49 @@ def recurrent(directory: Path, name: str = "recurrent", noise: float = 0.0) -> P
         inits,
     )
     model = _checked(graph)
+    return _write(model, directory, name)
+
+
+STEPS, CLASSES = 6, 5
+"""``time_first``'s output [STEPS, N, CLASSES]."""
+
+
+def time_first(directory: Path, name: str = "time_first", step0_noise: float = 0.0) -> Path:
+    """A recogniser's time-first output: ``x`` [N, 16] -> ``y`` [STEPS, N, CLASSES] (``x W``
+    reshaped to [N, STEPS, CLASSES], then transposed), as a CTC model returns [T, N, C]. The
+    graph names the output's batch axis ``N``, the input's. ``step0_noise`` moves only the
+    weights of the first step: that step's scores change a lot, each sample's a little."""
+    rng = np.random.default_rng(21)
+    w = rng.normal(0.0, 0.5, size=(FEATURES, STEPS, CLASSES))
+    if step0_noise:
+        w[:, 0, :] += np.random.default_rng(22).normal(0.0, step0_noise, size=(FEATURES, CLASSES))
+    nodes = [
+        helper.make_node("MatMul", [INPUT, "w"], ["xw"], name="fc/MatMul"),
+        helper.make_node("Reshape", ["xw", "steps_classes"], ["nsc"], name="split/Reshape"),
+        helper.make_node("Transpose", ["nsc"], ["y"], perm=[1, 0, 2], name="time_first"),
+    ]
+    inits = [
+        numpy_helper.from_array(_f32(w.reshape(FEATURES, STEPS * CLASSES)), "w"),
+        numpy_helper.from_array(np.array([-1, STEPS, CLASSES], dtype=np.int64), "steps_classes"),
+    ]
+    out = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [STEPS, "N", CLASSES])]
+    model = _model(nodes, inits, out, name)
+    onnx.checker.check_model(model, full_check=True)
+    return _write(model, directory, name)
+
+
+def warns_each_run(directory: Path, name: str = "warns_each_run") -> Path:
+    """``identity_mlp`` whose graph declares ``y`` [N, 3] while it returns [N, 4] (a runtime
+    Reshape hides it from shape inference): onnxruntime logs a ``VerifyOutputSizes`` warning,
+    in colour and with a timestamp, on every inference."""
+    model = _mlp(*_mlp_weights(), name=name)
+    graph = model.graph
+    graph.node[-1].output[0] = "y_raw"
+    graph.node.append(helper.make_node("Shape", ["y_raw"], ["y_shape"], name="shape"))
+    graph.node.append(helper.make_node("Reshape", ["y_raw", "y_shape"], ["y"], name="reshape"))
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3]))
+    onnx.checker.check_model(model, full_check=True)
     return _write(model, directory, name)
 
 

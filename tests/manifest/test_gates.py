@@ -261,6 +261,23 @@ def test_the_gate_config_of_a_one_config_cell_is_that_config_and_otherwise_the_h
     assert gate_of(cell.model_copy(update={"latency": []})) is None
 
 
+def test_with_no_bound_yet_the_gate_config_is_the_worst_case_not_the_first_tie() -> None:
+    # An OCR model swept over widths: no config has a p99 bound yet (a missing bound counts as
+    # the highest), so the gate and the evidence must name the slowest one, width 256.
+    cell, _ = candidate_cell()
+    narrow = cell.latency[0].model_copy(
+        update={"p99_upper_ms": None, "p99_ms": 74.0, "dims": {"width": 128}}
+    )
+    wide = narrow.model_copy(update={"p99_ms": 352.0, "dims": {"width": 256}})
+    for latency in ([narrow, wide], [wide, narrow]):
+        several = cell.model_copy(update={"latency": latency})
+        assert several.gate_latency is wide
+        assert gate_of(several) is wide
+    bounded = narrow.model_copy(update={"p99_upper_ms": 500.0, "p99_ms": 400.0})
+    # A config with no bound still outranks one whose bound is known, however high.
+    assert cell.model_copy(update={"latency": [bounded, wide]}).gate_latency is wide
+
+
 def test_judge_skipping_gates_gives_what_assess_of_the_other_gates_gives() -> None:
     cell, cls = candidate_cell(
         p99_ms=79, p99_upper_ms=85, p99_lower_ms=70, fallback_nodes=3, parity_passed=False

@@ -12,7 +12,7 @@ from manifest.build import build_manifest
 from manifest.errors import PolicyError
 from schemas.cell import OutputParity
 from schemas.manifest import ClassDecision, Manifest
-from schemas.project import OutputTolerance
+from schemas.project import InputSpec, OutputTolerance, Parity, TaskTolerance
 from tests.manifest.factories import (
     BASELINE,
     CLOCK,
@@ -474,3 +474,46 @@ def test_parity_failures_of_equal_measurements_are_the_same_and_a_zeros_sign_is_
     positive = tolerances.failures("int8", _output((0.01, None, None, 0.0, 1.0), (None,) * 5))
     assert negative == ("y cosine_min -0 < 0.99",)
     assert positive == ("y cosine_min 0 < 0.99",)
+
+
+def test_top1_measured_on_an_output_the_project_now_calls_a_state_is_not_held_against_it() -> None:
+    """A cell measured before top-1 stopped applying to recurrent state: the current project
+    feeds y back (state_from), so its top-1 agreement is no longer judged; after the project
+    file says so, not before."""
+    project = make_project({"arm": class_spec(1)})
+    failing = (0.01, 0.001, 0.02, 0.999, 0.52)
+    assert policy._Tolerances(project).failures("int8", _output(failing, failing)) == (
+        "y top1_agreement 0.52 < 0.98",
+    )
+    workload = project.workload.model_copy(
+        update={
+            "inputs": {
+                **project.workload.inputs,
+                "h": InputSpec(
+                    shape=[1, 1, 8], batch_axis=1, source="fixed", value=0, state_from="y"
+                ),
+            }
+        }
+    )
+    edited = project.model_copy(update={"workload": workload})
+    assert policy._Tolerances(edited).failures("int8", _output(failing, failing)) == ()
+
+
+def test_task_level_tolerances_are_judged_first_under_the_current_project() -> None:
+    project = make_project({"arm": class_spec(1)})
+    text = "text: compared by exact match"
+    skipped = dict.fromkeys(
+        ("max_abs", "mean_abs", "max_rel", "cosine_min", "top1_agreement"), text
+    )
+    answer = _output((None,) * 5, (None,) * 5).model_copy(
+        update={"name": "post.text", "exact_match": 0.84, "skipped": skipped}
+    )
+    # The family's tensor limits do not apply to text, and nothing asks for a task level yet.
+    assert policy._Tolerances(project).failures("int8", answer) == ()
+    stricter = project.model_copy(
+        update={
+            "parity": Parity(post={"text": TaskTolerance(exact_match_min=0.9)}),
+        }
+    )
+    said = policy._Tolerances(stricter).failures("int8", answer)
+    assert said[0] == "post.text exact_match 0.84 < 0.9"

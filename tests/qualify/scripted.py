@@ -37,6 +37,9 @@ class Script:
     cold_init_ms: float = 12.0
     energy_mj: float | None = None
     """Millijoules per inference the package counter reports; None: no counters."""
+    per_process: tuple[float, ...] = ()
+    """Latency factor of each process started for this artifact, in order (the baseline's
+    second is its A/A control): two processes of the same bytes differ; 1.0 past the end."""
 
 
 def digest_of(path: Path) -> str:
@@ -84,8 +87,9 @@ def queue_reply(rate: float, arrivals: int, seed: int, service_s: float) -> dict
 class ScriptedWorker:
     """One artifact's scripted process (`qualify.runner.RoundWorker`)."""
 
-    def __init__(self, job: WorkerJob, script: Script, pid: int) -> None:
+    def __init__(self, job: WorkerJob, script: Script, pid: int, factor: float = 1.0) -> None:
         self.job, self.script, self.pid = job, script, pid
+        self.latency_s = script.latency_s * factor
         self.alive = script.dies != "ready"
         self.rounds = 0
         self._rng = np.random.default_rng(pid)
@@ -104,8 +108,8 @@ class ScriptedWorker:
             return queue_reply(
                 float(cmd["rate"]), int(cmd["arrivals"]), int(cmd["seed"]), self.script.latency_s
             )
-        n = max(1, min(int(cmd["max_samples"]), int(float(cmd["time_s"]) / self.script.latency_s)))
-        samples = self.script.latency_s * (1 + 0.01 * self._rng.random(n))
+        n = max(1, min(int(cmd["max_samples"]), int(float(cmd["time_s"]) / self.latency_s)))
+        samples = self.latency_s * (1 + 0.01 * self._rng.random(n))
         ns = (samples * 1e9).astype(np.int64)
         energy = self.script.energy_mj
         return {
@@ -154,7 +158,10 @@ class ScriptedWorkers:
         timeout_s: float,
         on_start: Callable[[int], None] | None = None,
     ) -> ScriptedWorker:
-        worker = ScriptedWorker(job, self._script(job), pid=1000 + len(self.started))
+        script = self._script(job)
+        mine = sum(w.job.expected_digest == job.expected_digest for w in self.started)
+        factor = script.per_process[mine] if mine < len(script.per_process) else 1.0
+        worker = ScriptedWorker(job, script, pid=1000 + len(self.started), factor=factor)
         self.started.append(worker)
         if on_start is not None:
             on_start(worker.pid)

@@ -8,11 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
-from qualify.ab import interleave, needed_rounds, round_quota
-from qualify.stats import AUTO_TIME_CAP_CEILING_S, AUTO_TIME_CAP_FLOOR_S, time_cap
-from schemas.cell import LatencyConfig
+from qualify.ab import (
+    ROUND_SAMPLES,
+    ConfigEvidence,
+    aa_control,
+    beyond_spread,
+    interleave,
+    needed_rounds,
+    process_spread,
+    round_quota,
+    slowdowns,
+)
+from qualify.stats import AUTO_TIME_CAP_CEILING_S, AUTO_TIME_CAP_FLOOR_S, RatioBounds, time_cap
+from schemas.cell import LatencyConfig, RoundFigure
 from schemas.project import InputSpec, Workload
 
 
@@ -91,28 +102,90 @@ def test_time_cap_rule(configured: float | None, rate: float | None, cap: float)
 
 def test_a_fast_model_takes_the_samples_its_decision_needs_not_max_samples() -> None:
     # 0.05 ms per inference against a 20 ms budget decides at one of the first looks. The
-    # minimum rounds share min_samples; later rounds grow by a tenth; none fills to max_samples.
+    # minimum rounds share min_samples (at least ROUND_SAMPLES each); none fills max_samples.
     workload = _workload()
     rounds = needed_rounds(workload, 1)
     evs = _run([Scripted(0.00005), Scripted(0.00005)], budget_ms=20.0)
     for ev in evs:
         assert ev.decision == "pass" and ev.stopped == "decided"
         assert len(ev.rounds) >= rounds
-        share = -(-workload.min_samples // rounds)
+        share = max(-(-workload.min_samples // rounds), ROUND_SAMPLES)
         assert [f.samples for f in ev.rounds[:rounds]] == [share] * rounds
         taken = sum(f.samples for f in ev.rounds)
-        assert workload.min_samples <= taken < workload.max_samples // 10
+        assert workload.min_samples <= taken <= rounds * ROUND_SAMPLES < workload.max_samples // 4
 
 
 def test_round_quota_reaches_min_samples_in_the_minimum_rounds_then_grows_to_max() -> None:
     taken, sizes = 0, []
     while taken < 20_000:
-        quota = round_quota(taken, 662, 20_000, 10)
+        quota = round_quota(taken, 2000, 20_000, 10)
         assert quota > 0
         sizes.append(quota)
         taken += quota
     assert taken == 20_000  # never past max_samples
-    assert sum(sizes[:10]) >= 662 > sum(sizes[:9])
+    assert sum(sizes[:10]) >= 2000 > sum(sizes[:9])
     assert sizes == sorted(sizes[:-1]) + sizes[-1:]  # it only grows, but for the last
     assert len(sizes) < 60  # geometric: tens of rounds from the first look to max_samples
     assert round_quota(20_000, 662, 20_000, 10) == 0
+    # Never fewer than ROUND_SAMPLES a round: a p50 of a dozen samples is one disturbance's.
+    assert round_quota(0, 662, 20_000, 40) == ROUND_SAMPLES
+    assert round_quota(19_950, 662, 20_000, 40) == 50  # but never past max_samples
+
+
+def _evidence(p50s: list[float]) -> ConfigEvidence:
+    return ConfigEvidence(
+        rounds=[
+            RoundFigure(
+                round=k,
+                position=0,
+                samples=100,
+                p50_ms=v,
+                p99_ms=2 * v,
+                load_avg_1m=0.0,
+                steal_fraction=None,
+            )
+            for k, v in enumerate(p50s)
+        ]
+    )
+
+
+def _noisy(level: float, seed: int, n: int = 40) -> list[float]:
+    rng = np.random.default_rng(seed)
+    return list(level * (1 + 0.01 * rng.standard_normal(n)))
+
+
+def test_a_candidate_within_the_spread_of_the_baselines_two_processes_is_not_slower() -> None:
+    config = LatencyConfig(1, 1)
+    base, control = _evidence(_noisy(1.0, 1)), _evidence(_noisy(1.06, 2))
+    cand = _evidence(_noisy(1.04, 3))
+    alone = slowdowns({config: cand}, {config: base}, 0.995)[config]
+    assert alone.p50_lower is not None and alone.p50_lower > 1.0  # slower than one process
+    ratio = slowdowns({config: cand}, {config: base}, 0.995, control={config: control})[config]
+    assert ratio.p50_spread is not None and 1.04 < ratio.p50_spread < 1.06
+    assert ratio.p50_lower is not None and ratio.p50_lower < 1.0  # not than both, beyond it
+    assert ratio.p50_ratio == pytest.approx(1.04 / np.sqrt(1.06), rel=0.01)  # vs the pooled
+    assert ratio.p50_detectable == pytest.approx(ratio.p50_ratio / ratio.p50_lower)
+    aa = aa_control({config: control}, {config: base}, 0.995)[config]
+    assert aa.p50_ratio == pytest.approx(1.06, rel=0.01) and aa.p50_spread == ratio.p50_spread
+
+
+def test_a_candidate_slower_than_every_baseline_process_beyond_the_spread_is_slower() -> None:
+    config = LatencyConfig(1, 1)
+    base, control = _evidence(_noisy(1.0, 1)), _evidence(_noisy(1.03, 2))
+    ratio = slowdowns(
+        {config: _evidence(_noisy(1.15, 3))}, {config: base}, 0.995, control={config: control}
+    )[config]
+    assert ratio.p50_lower is not None and ratio.p50_lower > 1.0
+    assert ratio.p50_upper is not None and ratio.p50_upper >= ratio.p50_ratio  # type: ignore[operator]
+
+
+def test_the_spread_is_what_the_rounds_show_beyond_their_own_noise() -> None:
+    # An interval that holds 1 shows no difference; otherwise its bound nearest 1.
+    assert process_spread(RatioBounds(40, 1.01, 0.98, 1.03)) == 1.0
+    assert process_spread(RatioBounds(40, 1.06, 1.04, 1.08)) == 1.04
+    assert process_spread(RatioBounds(40, 0.94, 0.92, 0.96)) == pytest.approx(1 / 0.96)
+    assert process_spread(RatioBounds(3, 1.06, None, None)) is None
+    widened = beyond_spread(
+        RatioBounds(40, 1.2, 1.1, 1.3), [RatioBounds(40, 1.2, 1.05, 1.35)], 1.04
+    )
+    assert widened.lower == pytest.approx(1.05) and widened.upper == pytest.approx(1.352)

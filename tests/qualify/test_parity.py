@@ -14,7 +14,15 @@ from hypothesis.extra import numpy as hnp
 from qualify import parity
 from qualify.parity import REL_EPS, compare_outputs
 from schemas.cell import ParityResult
-from schemas.project import DEFAULT_TOLERANCES, OutputTolerance, Tolerance
+from schemas.project import (
+    DEFAULT_TOLERANCES,
+    InputSpec,
+    OutputSpec,
+    OutputTolerance,
+    TaskTolerance,
+    Tolerance,
+    Workload,
+)
 from schemas.rules import resolve_tolerance
 
 DIGEST = "sha256:" + "ab" * 32
@@ -256,11 +264,18 @@ def test_all_is_complete() -> None:
         "np",
         "npt",
         "Mapping",
+        "Sequence",
+        "Literal",
+        "dataclass",
         "OutputParity",
         "ParityResult",
         "OutputTolerance",
+        "TaskTolerance",
         "Tolerance",
+        "Workload",
+        "applicable",
         "resolve_tolerance",
+        "task_failures",
         "tolerance_failures",
     }
     assert public == set(parity.__all__)
@@ -329,3 +344,231 @@ def test_shown_values_keep_the_side_of_the_limit_they_were_measured_on(
     assert float(exact) == limit
     assert (float(shown) > limit) == (measured > limit)
     assert (float(shown) < limit) == (measured < limit)
+
+
+# --- what each metric is taken over: the output's samples, its batch axis, its kind ---------
+
+
+def _time_first(rng: np.random.Generator, n: int = 8) -> npt.NDArray[np.float64]:
+    """n samples of a [T=6, N=1, C=5] output, stacked as the child saves them."""
+    return rng.normal(size=(n, 6, 1, 5))
+
+
+def test_a_time_first_output_is_compared_per_sample_not_per_time_step() -> None:
+    rng = np.random.default_rng(5)
+    ref = _time_first(rng)
+    cand = ref.copy()
+    cand[:, 0] = rng.normal(size=cand[:, 0].shape)  # the first step of every sample replaced
+    roles = parity.output_roles(
+        {"y": (6, "N", 5)}, {"x": ("N", 16)}, Workload(inputs={"x": _x_spec()})
+    )
+    assert roles["y"].batch_axis == 1 and "graph" in (roles["y"].axis_from or "")
+    out = compare_outputs(
+        {"y": ref}, {"y": cand}, Tolerance(), reference_digest=DIGEST, roles=roles
+    ).outputs[0]
+    a, b = ref.reshape(8, -1), cand.reshape(8, -1)
+    per_sample = np.sum(a * b, 1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    steps_a, steps_b = ref.reshape(48, 5), cand.reshape(48, 5)
+    per_step = np.sum(steps_a * steps_b, 1) / np.linalg.norm(steps_a, axis=1)
+    per_step /= np.linalg.norm(steps_b, axis=1)
+    assert out.cosine_min == pytest.approx(per_sample.min(), abs=1e-12)
+    assert out.cosine_min > per_step.min() + 0.1  # what concatenating along axis 0 measured
+    assert out.samples == 8
+    assert out.over is not None and "batch axis 1" in out.over and "'N'" in out.over
+    assert "top-1 over 48 positions, 6 per sample" in out.over
+
+
+def _x_spec() -> InputSpec:
+    return InputSpec(shape=[1, 16], source="generated")
+
+
+def test_a_recurrent_state_gets_no_top1_agreement_and_says_why() -> None:
+    rng = np.random.default_rng(6)
+    h = rng.normal(size=(16, 1, 1, 8))  # [layers, N, hidden] per sample
+    cand = h.copy()
+    cand[:, ..., 0] += 3.0  # the arg-max of every sample moves: what top-1 would fail
+    wl = Workload(
+        inputs={
+            "x": _x_spec(),
+            "h": InputSpec(
+                shape=[1, 1, 8], batch_axis=1, source="fixed", value=0, state_from="h_out"
+            ),
+        }
+    )
+    roles = parity.output_roles({"h_out": (1, "N", 8)}, {"x": ("N", 16), "h": (1, "N", 8)}, wl)
+    result = compare_outputs(
+        {"h_out": h},
+        {"h_out": cand},
+        DEFAULT_TOLERANCES["fp16"].model_copy(update={"max_abs": None, "cosine_min": None}),
+        reference_digest=DIGEST,
+        roles=roles,
+    )
+    out = result.outputs[0]
+    assert out.top1_agreement is None
+    assert "recurrent state" in out.skipped["top1_agreement"]
+    assert "'h'" in out.skipped["top1_agreement"]
+    assert out.tolerance.top1_agreement_min is None  # the family's limit did not apply here
+    assert result.passed
+
+
+def test_the_project_can_say_an_output_is_not_class_scores() -> None:
+    ref = scores(rows=32)
+    cand = -ref
+    wl = Workload(inputs={"x": _x_spec()}, outputs={"emb": OutputSpec(kind="values")})
+    roles = parity.output_roles({"emb": ("N", 10)}, {"x": ("N", 16)}, wl)
+    tol = Tolerance(top1_agreement_min=0.99)
+    out = compare_outputs(
+        {"emb": ref}, {"emb": cand}, tol, reference_digest=DIGEST, roles=roles
+    ).outputs[0]
+    assert out.top1_agreement is None and out.passed
+    assert out.skipped == {"top1_agreement": "workload.outputs.emb.kind is values"}
+    # Without the setting, a floating-point [N, classes] output is class scores.
+    plain = compare_outputs({"emb": ref}, {"emb": cand}, tol, reference_digest=DIGEST)
+    assert plain.outputs[0].top1_agreement == 0.0 and not plain.passed
+
+
+def test_a_project_batch_axis_wins_over_the_graph() -> None:
+    wl = Workload(inputs={"x": _x_spec()}, outputs={"y": OutputSpec(batch_axis=2)})
+    roles = parity.output_roles({"y": ("N", 6, 1)}, {"x": ("N", 16)}, wl)
+    assert roles["y"].batch_axis == 2
+    assert roles["y"].axis_from == "workload.outputs.y.batch_axis"
+
+
+def test_strings_are_compared_by_exact_match_and_failures_of_tasks_come_first() -> None:
+    ref = np.array(["cat", "dog", "cow", "hen"])
+    cand = np.array(["cat", "dog", "cov", "hen"])
+    logits = scores(rows=4)
+    result = compare_outputs(
+        {"y": logits, "post.text": ref},
+        {"y": logits + 0.5, "post.text": cand},
+        Tolerance(max_abs=0.1),
+        reference_digest=DIGEST,
+        tasks={"post.text": TaskTolerance(exact_match_min=0.9)},
+    )
+    text, y = result.outputs
+    assert text.name == "post.text"  # the task-level output is listed first
+    assert text.exact_match == 0.75
+    assert text.failures == ["exact_match 0.75 < 0.9"]
+    assert text.max_abs is None and "text" in text.skipped["max_abs"]
+    assert text.tolerance.max_abs is None  # the family's max_abs is not held against text
+    assert y.failures == ["max_abs 0.5 > 0.1"]
+
+
+def test_integers_get_an_exact_match_rate_beside_the_tensor_metrics() -> None:
+    ref = np.array([[3], [1], [4], [1]])
+    out = compare_outputs(
+        {"post": ref},
+        {"post": np.array([[3], [1], [5], [1]])},
+        Tolerance(),
+        reference_digest=DIGEST,
+    ).outputs[0]
+    assert out.exact_match == 0.75 and out.max_abs == 1.0
+    assert out.passed  # no task tolerance asked for it
+
+
+def _boxes(*rows: list[list[float]]) -> list[npt.NDArray[np.float64]]:
+    return [np.asarray(r, dtype=np.float64).reshape(-1, 6) for r in rows]
+
+
+def test_boxes_are_matched_one_to_one_at_the_iou_and_scored_by_f1() -> None:
+    # Sample 0: both boxes found (one shifted a little); sample 1: the candidate lost its box
+    # and found a wrong one; sample 2: nothing on either side.
+    ref = _boxes(
+        [[0, 0, 10, 10, 0.9, 1], [20, 20, 30, 30, 0.8, 2]],
+        [[5, 5, 15, 15, 0.7, 0]],
+        [],
+    )
+    cand = _boxes(
+        [[1, 0, 11, 10, 0.9, 1], [20, 20, 30, 30, 0.8, 2]],
+        [[50, 50, 60, 60, 0.7, 0]],
+        [],
+    )
+    task = TaskTolerance(box_f1_min=0.9, iou=0.5)
+    out = compare_outputs(
+        {"post.boxes": ref},
+        {"post.boxes": cand},
+        Tolerance(max_abs=100.0),
+        reference_digest=DIGEST,
+        tasks={"post.boxes": task},
+    ).outputs[0]
+    assert out.box_f1 == pytest.approx(2 * 2 / (3 + 3))
+    assert out.iou == 0.5
+    assert out.failures[0] == "box_f1 0.667 < 0.9"
+    strict = TaskTolerance(box_f1_min=0.5, iou=0.95)  # the shifted box no longer matches
+    again = compare_outputs(
+        {"post.boxes": ref},
+        {"post.boxes": cand},
+        Tolerance(),
+        reference_digest=DIGEST,
+        tasks={"post.boxes": strict},
+    ).outputs[0]
+    assert again.box_f1 == pytest.approx(2 * 1 / 6)
+
+
+def test_a_detector_that_lost_every_box_fails_however_close_its_tensors_are() -> None:
+    ref = _boxes([[0, 0, 10, 10, 0.9, 1]] * 3, [[5, 5, 9, 9, 0.6, 1]])
+    cand = [np.zeros((0, 6)), np.zeros((0, 6))]
+    out = compare_outputs(
+        {"post.boxes": ref},
+        {"post.boxes": cand},
+        Tolerance(),
+        reference_digest=DIGEST,
+        tasks={"post.boxes": TaskTolerance(box_f1_min=0.5)},
+    ).outputs[0]
+    # Different numbers of boxes per sample: not comparable as tensors, scored as boxes.
+    assert out.box_f1 == 0.0
+    assert out.failures == ["box_f1 0 < 0.5"]
+    assert "differ in shape" in out.skipped["cosine_min"]
+    without = compare_outputs(
+        {"post.boxes": ref}, {"post.boxes": cand}, Tolerance(), reference_digest=DIGEST
+    ).outputs[0]
+    assert "sample 0 of output 'post.boxes' has shape [0, 6]" in without.failures[0]
+
+
+def test_samples_of_different_shapes_round_trip_through_the_childs_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from qualify.worker import _pack
+
+    rows = [np.arange(12.0).reshape(2, 6), np.zeros((0, 6)), np.ones((1, 6))]
+    texts = [np.array("ab"), np.array("abcd"), np.array("")]
+    path = tmp_path / "outputs.npz"
+    np.savez(path, allow_pickle=False, **_pack("post.boxes", rows), **_pack("post.text", texts))
+    with np.load(path) as saved:
+        back = parity.unpack(dict(saved))
+    assert isinstance(back["post.boxes"], list)
+    for got, want in zip(back["post.boxes"], rows, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert back["post.text"].tolist() == ["ab", "abcd", ""]  # one shape: stacked
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.floats(-100, 100, allow_nan=False), min_size=0, max_size=12).map(
+            lambda v: v[: len(v) // 4 * 4]
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.floats(0.05, 1.0),
+)
+def test_box_f1_of_identical_sets_is_one_and_never_leaves_zero_to_one(
+    samples: list[list[float]], iou: float
+) -> None:
+    ref = [np.asarray(s, dtype=np.float64).reshape(-1, 4) for s in samples]
+    shifted = [r + 1.0 for r in ref]
+    task = TaskTolerance(box_f1_min=0.0, iou=iou)
+    same = compare_outputs(
+        {"b": ref},
+        {"b": [r.copy() for r in ref]},
+        Tolerance(),
+        reference_digest=DIGEST,
+        tasks={"b": task},
+    ).outputs[0]
+    # A degenerate box (no area) overlaps nothing, itself included.
+    degenerate = any(((r[:, 2] <= r[:, 0]) | (r[:, 3] <= r[:, 1])).any() for r in ref)
+    assert same.box_f1 is not None
+    assert same.box_f1 == 1.0 or degenerate
+    moved = compare_outputs(
+        {"b": ref}, {"b": shifted}, Tolerance(), reference_digest=DIGEST, tasks={"b": task}
+    ).outputs[0]
+    assert moved.box_f1 is not None and 0.0 <= moved.box_f1 <= 1.0

@@ -210,7 +210,9 @@ def test_unknown_key_lists_the_allowed_keys(tmp_path: Path) -> None:
     path = write_tree(tmp_path, text)
     message = load_error(path)
     assert f"{path}:{line_of(text, 'colour')}:3: workload.colour: unknown key 'colour'" in message
-    assert "Expected one of: batch_sizes, concurrency, confidence, dims, inputs," in message
+    assert "Expected one of: aa_control, batch_sizes, concurrency, confidence, dims, inputs," in (
+        message
+    )
 
 
 def test_misspelt_key_suggests_the_nearest_field(tmp_path: Path) -> None:
@@ -294,8 +296,8 @@ def test_unknown_precision_family_points_at_the_key(tmp_path: Path) -> None:
     path = write_tree(tmp_path, text)
     message = load_error(path)
     line, col = line_of(text, "int4"), column_of(text, "int4")
-    assert f"{path}:{line}:{col}: parity.int4: the key must be one of 'fp32'" in message
-    assert "found 'int4'" in message
+    assert f"{path}:{line}:{col}: parity.int4: unknown key 'int4'" in message
+    assert "Expected one of: fp16, fp32, int8, post, pruned. Fix: rename it to 'int8'." in message
 
 
 def test_model_rule_message_is_kept_at_its_place(tmp_path: Path) -> None:
@@ -690,3 +692,37 @@ def test_family_top1_agreement_that_fits_no_output_is_refused(tmp_path: Path) ->
     message = load_error(path)
     assert "parity.int8.top1_agreement_min: cannot apply to any output of the baseline" in message
     assert "rank 1" in message
+
+
+def test_an_output_described_in_the_workload_must_be_one_the_model_has(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "  batch_sizes: [1]\n",
+        "  outputs: {yy: {batch_axis: 1, kind: scores}}\n  batch_sizes: [1]\n",
+    )
+    message = load_error(write_tree(tmp_path, text))
+    assert "workload.outputs.yy: the baseline has no output named 'yy'" in message
+    assert "rename it to 'y'" in message
+    good = VALID.replace(
+        "  batch_sizes: [1]\n", "  outputs: {y: {kind: values}}\n  batch_sizes: [1]\n"
+    )
+    loaded = load_project(write_tree(tmp_path / "good", good))
+    assert loaded.project.workload.outputs["y"].kind == "values"
+
+
+def test_task_level_tolerances_need_a_post_hook_that_answers(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "parity: {int8: {max_abs: 0.05, cosine_min: 0.99, top1_agreement_min: 0.98}}",
+        "parity:\n  int8: {max_abs: 0.05}\n  post: {text: {exact_match_min: 0.95}}",
+    )
+    message = load_error(write_tree(tmp_path, text))
+    assert "parity.post sets tolerances of the post hook's answers" in message
+    assert "workload.pipeline.post is not set" in message
+
+
+def test_a_task_tolerance_out_of_range_names_its_field(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "parity: {int8: {max_abs: 0.05, cosine_min: 0.99, top1_agreement_min: 0.98}}",
+        "parity: {post: {boxes: {box_f1_min: 0.9, iou: 1.5}}}",
+    )
+    message = load_error(write_tree(tmp_path, text))
+    assert "parity.post.boxes.iou" in message

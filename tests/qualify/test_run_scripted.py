@@ -52,9 +52,11 @@ def test_a_scripted_run_lands_in_the_matrix_with_the_verdicts_its_workers_earned
     with Store.open(tmp_path / "m.duckdb", read_only=True) as db:
         stored = {c.artifact_name: c.verdict for c in db.latest_cells()}
     assert stored == {BASELINE: "pass", CANDIDATE: "fail"}
-    # Each artifact had its own process. With no manifest yet the class rolls back to the
-    # baseline, which this run measured: that cell is the proof, no extra process needed.
-    assert len(workers.started) == 2 and all(w.rounds >= 2 for w in workers.started)
+    # Each artifact had its own process, and the baseline a second one (its A/A control).
+    # With no manifest yet the class rolls back to the baseline, which this run measured: that
+    # cell is the proof, no extra process needed.
+    assert len(workers.started) == 3 and all(w.rounds >= 2 for w in workers.started)
+    assert workers.started[2].job.expected_digest == outcome.bundle.cells[0].artifact_digest
     rollback = outcome.bundle.run.rollback
     assert rollback is not None and rollback.loaded
     assert rollback.artifact_digest == outcome.bundle.cells[0].artifact_digest
@@ -128,3 +130,75 @@ def test_progress_is_said_after_every_round_with_samples_bounds_and_time_left(
     assert f"{BASELINE} " in first and f"{CANDIDATE} " in first
     assert "budget 50 ms" in first and "s left" in first
     assert "p99 <= " in last and "at most 0 s left" in last
+
+
+def test_a_slowdown_within_the_spread_of_two_baseline_processes_is_not_called_slower(
+    tmp_path: Path,
+) -> None:
+    # The baseline's second process (its A/A control) is 6% slower than its first, as two
+    # processes of one artifact can be: a candidate 4% slower than the first is within that.
+    base = Script(per_process=(1.0, 1.06))
+    outcome, _ = _run(tmp_path, base, Script(latency_s=0.002 * 1.04))
+    assert _cells(outcome)[CANDIDATE] == ("pass", [])
+    baseline, candidate = outcome.bundle.cells
+    ratio = candidate.latency[0].vs_baseline
+    assert ratio is not None and ratio.p50_spread is not None
+    assert ratio.p50_spread > 1.04  # what the control showed, beyond the rounds' own noise
+    assert ratio.p50_lower is not None and ratio.p50_lower <= 1.0
+    assert ratio.p50_detectable is not None and ratio.p50_detectable > 1.04
+    control = baseline.latency[0].control
+    assert control is not None and control.p50_ratio is not None and control.p50_ratio > 1.05
+    assert len(baseline.latency[0].control_rounds) == len(baseline.latency[0].rounds)
+
+
+def test_the_run_says_how_big_a_slowdown_it_could_have_seen(tmp_path: Path) -> None:
+    project = write_project(tmp_path, [CANDIDATE])
+    models = tmp_path / "models"
+    workers = ScriptedWorkers(
+        {digest_of(models / f"{n}.onnx"): Script() for n in (BASELINE, CANDIDATE)}
+    )
+    said: list[str] = []
+    qualify_run(
+        load_project(project),
+        "here-cpu",
+        RunOptions(db_path=tmp_path / "m.duckdb", measure_alone=False),
+        workers=workers.seam(),
+        on_event=said.append,
+    )
+    (line,) = [s for s in said if s.startswith(f"{CANDIDATE}: p50 x")]
+    assert ", A/A spread x1.0" in line and ", 40 paired rounds)" in line
+    assert ": could have seen a p50 slowdown from x1.0" in line
+
+
+def test_a_slowdown_beyond_the_spread_is_called_slower_and_says_the_spread(
+    tmp_path: Path,
+) -> None:
+    outcome, _ = _run(tmp_path, Script(per_process=(1.0, 1.06)), Script(latency_s=0.002 * 1.3))
+    verdict, codes = _cells(outcome)[CANDIDATE]
+    assert (verdict, codes) == ("fail", ["slower_than_baseline"])
+    said = outcome.bundle.cells[1].reasons[0].message
+    assert "net of the A/A control's spread x1.0" in said
+
+
+def test_without_the_control_the_same_candidate_is_called_slower(tmp_path: Path) -> None:
+    project = write_project(tmp_path, [CANDIDATE])
+    project.write_text(
+        project.read_text().replace("  warmup: 10\n", "  warmup: 10\n  aa_control: false\n")
+    )
+    models = tmp_path / "models"
+    workers = ScriptedWorkers(
+        {
+            digest_of(models / f"{BASELINE}.onnx"): Script(per_process=(1.0, 1.06)),
+            digest_of(models / f"{CANDIDATE}.onnx"): Script(latency_s=0.002 * 1.04),
+        }
+    )
+    outcome = qualify_run(
+        load_project(project),
+        "here-cpu",
+        RunOptions(db_path=tmp_path / "m.duckdb", measure_alone=False),
+        workers=workers.seam(),
+    )
+    assert len(workers.started) == 2  # no control
+    assert _cells(outcome)[CANDIDATE] == ("fail", ["slower_than_baseline"])
+    ratio = outcome.bundle.cells[1].latency[0].vs_baseline
+    assert ratio is not None and ratio.p50_spread is None

@@ -16,7 +16,7 @@ from qualify.run import RunOptions, qualify_run
 from qualify.worker import _batch  # the feed builder the timed loops use
 from qualify.workload import build_pool
 from schemas.project import InputSpec, Workload
-from tests.models import STATE, recurrent
+from tests.models import CLASSES, STATE, STEPS, recurrent, time_first
 from tests.qualify.jobs import make_job
 
 
@@ -111,9 +111,10 @@ def test_a_recurrent_models_parity_outputs_follow_its_state_from_step_to_step(
             feed["h"] = carried
         y, carried = session.run(None, feed)
         stepped.append(y)
-    np.testing.assert_allclose(answered["y"], np.concatenate(stepped), rtol=1e-5, atol=1e-6)
-    assert not np.allclose(answered["y"], np.concatenate(fresh))  # the state made a difference
-    assert answered["h_out"].shape == (job.parity_rows, 1, STATE)  # rows along axis 0
+    np.testing.assert_allclose(answered["y"], np.stack(stepped), rtol=1e-5, atol=1e-6)
+    assert not np.allclose(answered["y"], np.stack(fresh))  # the state made a difference
+    # Each step's whole output, stacked on a new first axis (h_out batches on its axis 1).
+    assert answered["h_out"].shape == (job.parity_rows, 1, 1, STATE)
 
 
 def test_state_from_must_name_an_output_the_model_has(tmp_path: Path) -> None:
@@ -158,6 +159,13 @@ def test_a_recurrent_model_is_compared_over_a_sequence_of_steps(tmp_path: Path) 
     assert {r.batch_size for r in base.latency} == {1, 4}
     assert cand.parity is not None
     assert {o.name for o in cand.parity.outputs} >= {"y", "h_out"}
+    outputs = {o.name: o for o in cand.parity.outputs}
+    # The state fed back gets no top-1 agreement, and the cell says why; y is class scores.
+    state = outputs["h_out"]
+    assert state.top1_agreement is None and state.tolerance.top1_agreement_min is None
+    assert "recurrent state, fed back as input 'h'" in state.skipped["top1_agreement"]
+    assert state.over is not None and "batch axis 1 from the model's graph" in state.over
+    assert outputs["y"].top1_agreement is not None and "top1_agreement" not in outputs["y"].skipped
 
     assert base.parity is None
     # Each input's batch axis held at both batch sizes, so both configs were timed.
@@ -175,3 +183,46 @@ def test_a_model_without_the_state_output_is_a_load_error_naming_it(tmp_path: Pa
     outcome = run_worker(job, tmp_path / "w", timeout_s=120)
     assert outcome.error_code == "load_failed"
     assert "state_from names outputs this model lacks (x <- h_out)" in (outcome.error_message or "")
+
+
+def test_a_time_first_output_is_compared_per_sample_as_the_runtime_computes_it(
+    tmp_path: Path,
+) -> None:
+    """A recogniser's [T, N, C] output: cosine per sample (not per time step, which is what
+    concatenating the samples along axis 0 measured), the batch axis found in the graph."""
+    import onnxruntime as ort
+
+    models = tmp_path / "models"
+    base = time_first(models)
+    moved = time_first(models, "time_first_moved", step0_noise=1.5)
+    args = ["init", str(base), "--candidate", str(moved), "--out", str(tmp_path / "q.yaml")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    loaded = load_project(tmp_path / "q.yaml")
+    outcome = qualify_run(loaded, "this-host", RunOptions(db_path=tmp_path / "m.duckdb"))
+    cand = outcome.bundle.cells[1]
+    assert cand.parity is not None, cand.error
+    (out,) = cand.parity.outputs
+    # The same inputs through onnxruntime directly: one sample at a time, as the run feeds.
+    pool = build_pool(loaded.project.workload, loaded.resolve)["x"][: cand.parity.samples]
+    a, b = (
+        np.stack(
+            [
+                ort.InferenceSession(str(m), providers=["CPUExecutionProvider"]).run(
+                    None, {"x": row[None]}
+                )[0]
+                for row in pool
+            ]
+        ).astype(np.float64)
+        for m in (base, moved)
+    )
+    fa, fb = a.reshape(len(a), -1), b.reshape(len(b), -1)
+    per_sample = np.sum(fa * fb, 1) / np.linalg.norm(fa, axis=1) / np.linalg.norm(fb, axis=1)
+    sa, sb = a.reshape(-1, CLASSES), b.reshape(-1, CLASSES)
+    per_step = np.sum(sa * sb, 1) / np.linalg.norm(sa, axis=1) / np.linalg.norm(sb, axis=1)
+    assert out.cosine_min == pytest.approx(per_sample.min(), abs=1e-6)
+    assert per_step.min() < per_sample.min() - 0.05  # the per-step figure would mislead
+    assert out.over is not None and "batch axis 1 from the model's graph: 'N'" in out.over
+    assert f"top-1 over {STEPS * len(a)} positions, {STEPS} per sample" in out.over
+    agree = np.argmax(a, axis=-1) == np.argmax(b, axis=-1)
+    assert out.top1_agreement == pytest.approx(float(np.mean(agree)))

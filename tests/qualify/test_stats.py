@@ -15,12 +15,14 @@ from hypothesis import strategies as st
 from qualify import stats
 from qualify.stats import (
     AdaptiveP99,
+    LookPlan,
     Percentiles,
     decide_p99,
     look_schedule,
     p99_bounds,
     percentiles,
     quantile_bound_ranks,
+    spend_alpha,
 )
 from schemas.rules import order_rank
 
@@ -252,7 +254,7 @@ def test_adaptive_with_a_schedule_looks_only_at_scheduled_sizes() -> None:
     schedule = look_schedule(662, 20_000)
     assert schedule[0] == 662 and schedule[-1] == 20_000 and len(schedule) == 10
     adaptive = AdaptiveP99(budget_ms=50.0, schedule=schedule)
-    assert adaptive.look_confidence == pytest.approx(1 - 0.01 / 10)
+    assert adaptive.look_confidence == pytest.approx(1 - 0.99**662)  # the first look's share
     rng = np.random.default_rng(6)
     adaptive.add(rng.exponential(size=900))
     assert adaptive.look_n == 900  # crossed 662
@@ -314,3 +316,45 @@ def test_all_is_complete() -> None:
         "p99_outcome",
     }
     assert public == set(stats.__all__)
+
+
+def test_the_first_look_at_662_can_pass_as_well_as_fail() -> None:
+    """With the default 10 looks an equal split gives each 0.1%, where a p99 upper bound needs
+    688 samples: a first look at 662 could only fail. Its share is now what lets it decide."""
+    schedule = look_schedule(662, 20_000)
+    rng = np.random.default_rng(9)
+    fast = AdaptiveP99(budget_ms=1000.0, schedule=schedule)
+    fast.add(rng.exponential(20.0, size=662))  # p99 ~ 92 ms against a 1,000 ms budget
+    assert (fast.look_n, fast.decision) == (662, "pass")
+    assert fast.bounds[1] == pytest.approx(float(np.max(fast.samples)))  # the largest sample
+    slow = AdaptiveP99(budget_ms=10.0, schedule=schedule)
+    slow.add(rng.exponential(20.0, size=662))
+    assert (slow.look_n, slow.decision) == (662, "fail")
+
+
+def test_spending_keeps_the_whole_error_and_gives_the_first_look_what_it_needs() -> None:
+    plan = spend_alpha(look_schedule(662, 20_000), 0.99)
+    errors = [1 - c for c in plan.confidences]
+    assert sum(errors) == pytest.approx(0.01)
+    assert errors[0] == pytest.approx(0.99**662)
+    assert quantile_bound_ranks(662, 0.99, plan.confidences[0])[1] == 662
+    assert all(e == pytest.approx(errors[1]) for e in errors[1:])
+
+
+def test_a_first_look_too_small_to_pass_moves_to_the_first_size_that_can() -> None:
+    plan = spend_alpha(look_schedule(459, 20_000), 0.99)
+    assert plan.looks[0] == 528  # 0.99**528 <= 0.5% < 0.99**527
+    assert quantile_bound_ranks(528, 0.99, plan.confidences[0])[1] == 528
+    assert sum(1 - c for c in plan.confidences) == pytest.approx(0.01)
+    assert spend_alpha((700,), 0.99) == LookPlan((700,), (0.99,))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 5000), st.integers(0, 30_000), st.sampled_from([0.9, 0.95, 0.99, 0.999]))
+def test_spending_never_exceeds_the_error_and_every_first_look_can_decide(
+    first: int, extra: int, confidence: float
+) -> None:
+    plan = spend_alpha(look_schedule(first, first + extra), confidence)
+    assert sum(1 - c for c in plan.confidences) <= (1 - confidence) * (1 + 1e-9)
+    assert list(plan.looks) == sorted(set(plan.looks)) and plan.looks[0] >= first
+    assert quantile_bound_ranks(plan.looks[0], 0.99, plan.confidences[0])[1] is not None

@@ -86,7 +86,7 @@ def test_fallback_is_highlighted(golden_view: ReportView) -> None:
     candidate = nodes.parts[gpu.artifacts.index(CANDIDATE)]
     assert candidate == (("CUDA 19", False), ("CPU 5 (fallback)", True))
     assert nodes.parts[0] == (("CUDA 24", False),)
-    assert (CANDIDATE, "5 nodes placed on CPUExecutionProvider") in gpu.warnings
+    assert (CANDIDATE, "5 nodes placed on CPUExecutionProvider", 1) in gpu.warnings
 
 
 def test_p99_over_budget_is_bad_and_within_is_ok(golden_view: ReportView) -> None:
@@ -335,3 +335,53 @@ def test_an_open_loop_search_shows_the_highest_rate_and_its_ceiling_or_why_there
     row = _row(_class(_view(fleet), name), "request rate")
     assert row[0][0] == "450/s of 900/s back to back (p99 3.20 ms at it, 2 rates probed)"
     assert row[1][0].startswith("none within p99 5 ms: the worker ended during the search")
+
+
+def test_task_level_parity_is_shown_first_with_what_each_metric_was_taken_over() -> None:
+    from schemas.cell import OutputParity, ParityResult
+    from schemas.project import OutputTolerance, TaskTolerance
+
+    fleet, name, _ = _one_class(3, lambda budget: budget * 0.5, 1000)
+    index = next(i for i, c in enumerate(fleet.cells) if c.role == "candidate")
+    cell = fleet.cells[index]
+    assert cell.parity is not None
+    text = OutputParity(
+        name="post.text",
+        max_abs=None,
+        mean_abs=None,
+        max_rel=None,
+        cosine_min=None,
+        top1_agreement=None,
+        exact_match=0.84,
+        task_tolerance=TaskTolerance(exact_match_min=0.95),
+        samples=256,
+        over="256 samples, one inference each; compared by exact match",
+        skipped={"max_abs": "text: compared by exact match"},
+        tolerance=OutputTolerance(),
+        passed=False,
+        failures=["exact_match 0.84 < 0.95"],
+        min_passing=OutputTolerance(),
+    )
+    state = cell.parity.outputs[0].model_copy(
+        update={"name": "h_out", "skipped": {"top1_agreement": "a recurrent state, fed back"}}
+    )
+    parity = ParityResult(
+        reference_digest=cell.parity.reference_digest,
+        samples=256,
+        passed=False,
+        outputs=[state, text],
+    )
+    fleet.cells[index] = cell.model_copy(update={"parity": parity})
+    cls = _class(_view(fleet), name)
+    first = cls.parity[0]
+    assert (first.output, first.check, first.measured, first.tolerance, first.tone) == (
+        "post.text",
+        "exact match",
+        "0.84",
+        "≥ 0.95",
+        "bad",
+    )
+    checks = [(r.output, r.check) for r in cls.parity]
+    assert ("h_out", "not applied: top1 agreement") in checks
+    assert ("post.text", "measured over") in checks
+    assert _row(cls, "parity")[1][0] == "parity fail (post.text exact match 0.84)"
