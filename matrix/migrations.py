@@ -418,6 +418,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         name="project_views: what matrix show reads of a project file a writer validated",
         statements=(_PROJECT_VIEWS,),
     ),
+    Migration(
+        version=13,
+        name="telemetry.model: the model line an event is about (one host may serve several)",
+        statements=("ALTER TABLE telemetry ADD COLUMN model VARCHAR",),
+    ),
 )
 
 LATEST_VERSION: int = MIGRATIONS[-1].version

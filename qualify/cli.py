@@ -773,6 +773,14 @@ _min_samples_option = click.option(
 @_tolerance_option
 @_min_samples_option
 @click.option(
+    "--propagation-deadline",
+    default=lambda: _check_defaults().propagation_deadline,
+    show_default="6h",
+    help="How long after a manifest version changed what a host runs the host may still be on "
+    "an older one before that is a 'lagging' warning (before it, lagging hosts are only "
+    "reported).",
+)
+@click.option(
     "--manifest",
     "manifest_path",
     type=_RegularFile(exists=True),
@@ -784,11 +792,14 @@ def telemetry_check(
     since: str,
     tolerance: float,
     min_samples: int,
+    propagation_deadline: str,
     manifest_path: Path | None,
     as_json: bool,
     db_path: Path,
 ) -> None:
-    """Alert per host class on digest, provider, fallback, p99, runtime and no-data problems.
+    """Alert per host class on digest, provider, fallback, p99, runtime, lag and no-data
+    problems. Each event is judged against the manifest version it reports (or the one
+    published at its time); events of another model line are skipped and counted.
 
     Exit status: 0 no alerts, 1 alerts raised (gate a cron job or CI on it), 2 usage errors.
     """
@@ -801,10 +812,22 @@ def telemetry_check(
 
     settings = _settings(
         CheckSettings,
-        {"since": since, "p99_tolerance": tolerance, "min_samples": min_samples},
-        {"since": "--since", "p99_tolerance": "--tolerance", "min_samples": "--min-samples"},
+        {
+            "since": since,
+            "p99_tolerance": tolerance,
+            "min_samples": min_samples,
+            "propagation_deadline": propagation_deadline,
+        },
+        {
+            "since": "--since",
+            "p99_tolerance": "--tolerance",
+            "min_samples": "--min-samples",
+            "propagation_deadline": "--propagation-deadline",
+        },
     )
-    parse_duration(settings.since, what="--since")  # a bad value is said before anything is read
+    # a bad value is said before anything is read
+    parse_duration(settings.since, what="--since")
+    parse_duration(settings.propagation_deadline, what="--propagation-deadline")
     _require_db(db_path)
     check = run_check(
         db_path, now=datetime.now(UTC), settings=settings, manifest_path=manifest_path

@@ -155,6 +155,7 @@ def write_demo_telemetry(
             "runtime_package": entry.runtime.package,
             "manifest_version": manifest.signed.version,
             "decision": entry.decision,
+            "model": manifest.signed.model,
         }
         for i, host in enumerate(hosts):
             at = start.timestamp() + 60.0 * (i + 1)
