@@ -307,7 +307,7 @@ def _placement_alerts(name: str, path: _Path) -> tuple[list[Alert], list[str]]:
     fallback = _fallback_alert(name, path, placement.expected_provider, placement.fallback_nodes)
     if fallback is not None:
         alerts.append(fallback)
-    if not any(r.placement == "actual" for r in mine):
+    if path.primary and not any(r.placement == "actual" for r in mine):
         notes.append(
             f"{path.label}: no event with actual placement (record_session on a session with "
             "session.record_ep_graph_assignment_info=1): fallback not judged"
@@ -615,7 +615,8 @@ def _path_alerts(
         )
         primary = state if path.primary else primary
         alerts.extend([p99_alert] if p99_alert is not None else [])
-        notes.extend([p99_note] if p99_note is not None else [])
+        if p99_note is not None and (path.primary or state["latency_samples"]):
+            notes.append(p99_note)  # another digest's p99 is noted once it has latencies
     settings_alert = _settings_alert(name, rows, ctx.releases, current)
     if settings_alert is not None:
         alerts.append(settings_alert)

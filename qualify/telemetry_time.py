@@ -184,8 +184,8 @@ def _digest_verdict(releases: Releases, state: HostState) -> str:
         return "ok"
     allowed = serving_digests(entry)
     rollback = entry.rollback.digest if entry.rollback is not None else None
-    if not allowed and rollback is not None:
-        allowed = {rollback}  # on hold, a host back on the rollback keeps what it should
+    if entry.artifact is None and rollback is not None:
+        allowed.add(rollback)  # on hold, a host back on the rollback keeps what it should
     if state.digest in allowed:
         return "ok"
     return "rollback" if state.digest == rollback else "unexpected"
