@@ -71,7 +71,9 @@ class Pointer:
     rollout: tuple[str, int, str] | None = None
 
 
-def edited(base: Manifest, version: int, created: datetime, pointers: dict[str, Pointer]) -> Manifest:
+def edited(
+    base: Manifest, version: int, created: datetime, pointers: dict[str, Pointer]
+) -> Manifest:
     """``base`` as version ``version``, created then, with the given entries re-pointed."""
     entries = dict(base.signed.entries)
     for name, pointer in pointers.items():

@@ -49,7 +49,9 @@ class Raw:
 def pointers() -> st.SearchStrategy[Pointer]:
     rollout = st.one_of(
         st.none(),
-        st.tuples(st.sampled_from(["r1", "r2"]), st.integers(1, 100), st.sampled_from([INT8, INT4])),
+        st.tuples(
+            st.sampled_from(["r1", "r2"]), st.integers(1, 100), st.sampled_from([INT8, INT4])
+        ),
     )
     return st.builds(
         Pointer,
@@ -140,7 +142,9 @@ def oracle(
         then = _gives(p, e.host)
         if v < current and cur is not None and cur != then:
             newer = next(
-                n for n in range(v + 1, current + 1) if _gives(versions[n][1][e.host_class], e.host) != then
+                n
+                for n in range(v + 1, current + 1)
+                if _gives(versions[n][1][e.host_class], e.host) != then
             )
             since = versions[newer][0]
             lags[e.host_class][(v, newer, NOW - since > DEADLINE)] += 1

@@ -39,7 +39,9 @@ def two_releases(story: Story, *, second: timedelta) -> None:
     """v1 (a day ago): x86 runs fp32; v2 (``second`` ago): x86 runs int8. arm runs int8 in both."""
     story.publish(NOW - 24 * H, x86=Pointer(FP32, rollback=None), arm=Pointer(INT8))
     story.publish(NOW - second, x86=Pointer(INT8))
-    story.events += [event(f"arm-{i}", "arm", NOW - 10 * M, version=2, digest=INT8) for i in range(3)]
+    story.events += [
+        event(f"arm-{i}", "arm", NOW - 10 * M, version=2, digest=INT8) for i in range(3)
+    ]
 
 
 def test_hosts_still_on_the_older_version_are_lagging_not_running_an_unexpected_digest(
@@ -212,9 +214,7 @@ def test_events_of_another_model_line_are_skipped_counted_and_said(tmp_path: Pat
         ("speech", 4, 1, [ROGUE])
     ]
     assert next(s for s in check.classes if s.host_class == "x86").events == 1
-    assert "skipped: 4 event(s) from 1 host(s) that name model line 'speech'" in render_check(
-        check
-    )
+    assert "skipped: 4 event(s) from 1 host(s) that name model line 'speech'" in render_check(check)
 
 
 def test_an_event_without_a_model_is_this_lines_only_when_its_digest_is(tmp_path: Path) -> None:
