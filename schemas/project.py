@@ -402,6 +402,15 @@ class Workload(_ProjectDocument):
         ge=0,
         description="How much slower the last soak window's p99 may be than the first's.",
     )
+    soak_floor: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="The share of the class's p99 budget (budgets.p99_ms) a drift must add to "
+        "the p99 for it to count: a p99 going from 0.02 to 0.06 ms against a 5 ms budget is "
+        "beyond the tolerance but not a class to hold; 2 ms appearing against a 1 ms budget "
+        "is. 0: every drift beyond the tolerance counts.",
+    )
     open_loop: OpenLoop | None = Field(
         default=None,
         description="After the interleaved rounds, find each artifact's highest request rate "
