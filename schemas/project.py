@@ -769,6 +769,39 @@ class HostClass(_ProjectDocument):
     )
     budgets: Budgets = Field(description="Budgets a candidate must meet.")
 
+    @model_validator(mode="after")
+    def _strict_fallback_falls_back_nowhere(self) -> HostClass:
+        """``strict_fallback`` with a provider to fall back to is a class no cell can measure:
+        onnxruntime refuses a session that lists the CPU provider with CPU fallback disabled
+        ("Conflicting session configuration"), and a provider after the expected one is a
+        fallback the class says it forbids. Refused here, where the project loads, not as an
+        error in every cell."""
+        provider = self.provider
+        if not provider.strict_fallback:
+            return self
+        providers = provider.execution_providers
+        after = providers[providers.index(provider.expected) + 1 :]
+        listed = [
+            *after,
+            *(["CPUExecutionProvider"] if "CPUExecutionProvider" in providers else []),
+        ]
+        if listed:
+            raise PydanticCustomError(
+                "strict_fallback_with_fallback",
+                "provider.strict_fallback is true, but execution_providers {providers} lists "
+                "{listed} to fall back to (onnxruntime refuses a session that lists "
+                "CPUExecutionProvider with CPU fallback disabled, and a provider after the "
+                "expected {expected} is a fallback): list only {expected} (nodes it cannot take "
+                "then fail loudly), or set strict_fallback: false (fallback nodes then count "
+                "against fallback_allowance)",
+                {
+                    "providers": list(providers),
+                    "listed": ", ".join(dict.fromkeys(listed)),
+                    "expected": provider.expected,
+                },
+            )
+        return self
+
     def settings_digest(self) -> str:
         """Digest of the runtime and provider settings; a cell measured under another is stale.
 
