@@ -130,6 +130,22 @@ def test_a_check_after_the_demo_raises_exactly_the_alerts_its_story_injected(
     assert all(not g["past_deadline"] for c in doc["classes"] for g in c["lagging"])
 
 
+def test_force_over_a_finished_demo_deletes_everything_it_wrote_and_nothing_else(
+    demo: tuple[Path, str], tmp_path: Path
+) -> None:
+    import shutil
+
+    from qualify.demo import MARKER, prepare_workdir
+
+    work, _ = demo
+    copy = tmp_path / "demo"
+    shutil.copytree(work, copy, symlinks=True)
+    again = run_qualify("demo", "--workdir", str(copy), cwd=tmp_path)
+    assert again.returncode == 2 and "--force" in again.stderr
+    assert prepare_workdir(copy, force=True)  # every entry is one a demo writes
+    assert [p.name for p in copy.iterdir()] == [MARKER]
+
+
 def test_one_rollout_reaches_every_host_and_one_aborts_to_the_rollback_at_a_higher_version(
     demo: tuple[Path, str],
 ) -> None:
