@@ -175,6 +175,10 @@ class Story:
 
     def check(self, tmp_path: Path, settings: CheckSettings | None = None) -> TelemetryCheck:
         """Ingest the events and every version into a matrix, then ``run_check`` at NOW."""
+        return run_check(self.matrix(tmp_path), now=NOW, settings=settings)
+
+    def matrix(self, tmp_path: Path) -> Path:
+        """A matrix with the fleet's runs, every version published and the events ingested."""
         tmp_path.mkdir(parents=True, exist_ok=True)
         db = tmp_path / "qualify.duckdb"
         path = tmp_path / "telemetry.jsonl"
@@ -194,4 +198,4 @@ class Story:
                 )
                 store.mark_published(manifest.signed.version)
             ingest_telemetry(store, [path], now=NOW)
-        return run_check(db, now=NOW, settings=settings)
+        return db

@@ -232,3 +232,57 @@ def test_an_event_without_a_model_is_this_lines_only_when_its_digest_is(tmp_path
     story.events.append(event("x86-2", "x86", NOW - H, version=2, digest=ROGUE))
     named = story.check(tmp_path / "again")
     assert kinds(named) == [("x86", "unexpected_digest", "critical")]
+
+
+# -- rollout advance judges its cohort by the same rules ------------------------------------
+
+
+def session(host: str, at_minute: int, digest: str, **extra: object) -> dict[str, object]:
+    """A session event of a healthy x86 host (the qualified placement, 20 ms) under v2."""
+    found = event(host, "x86", NOW - timedelta(minutes=at_minute), version=2, digest=digest)
+    nodes = {"CPUExecutionProvider": 10}
+    return {
+        **found,
+        "source": "session",
+        "placement": "actual",
+        "providers": sorted(nodes),
+        "nodes_per_provider": nodes,
+        "fallback_nodes": 0,
+        "latency_ms": 20.0,
+        **extra,
+    }
+
+
+def test_a_rollout_step_is_not_halted_by_another_model_lines_events(tmp_path: Path) -> None:
+    from matrix.store import Store
+    from qualify.rollout import advance_rollout
+    from tests.manifest.factories import GOLDEN
+
+    rid = "x86-r1"
+    story = Story()
+    story.publish(NOW - 20 * H, x86=Pointer(FP32, rollback=None))
+    story.publish(NOW - 2 * H, x86=Pointer(FP32, rollback=None, rollout=(rid, 30, INT8)))
+    hosts = [f"x86-{i:03d}" for i in range(60)]
+    canary = [h for h in hosts if cohort_point(rid, h) < 30]
+    for i in range(3000):  # hosts too old to say their side: told apart by their digest
+        host = hosts[i % len(hosts)]
+        story.events.append(session(host, 1 + i % 50, INT8 if host in canary else FP32))
+    # The same hosts serve a second model: its events name their own line, other digests, a
+    # higher version, and come last.
+    story.events += [
+        event(h, "x86", NOW - 30 * timedelta(seconds=1), version=9, digest=ROGUE, model="speech")
+        for h in canary
+    ]
+    db = story.matrix(tmp_path)
+    with Store.open(db) as store:
+        store.record_rollout(rid, "x86", "start", 2, 1, 30, "rec-int8", "t", "", NOW - 2 * H)
+        step, verdict = advance_rollout(
+            store,
+            "x86",
+            key_path=GOLDEN / "test.key",
+            out=tmp_path / "manifest.json",
+            now=NOW,
+            expires_in=timedelta(days=30),
+        )
+    assert verdict.problems == [] and step is not None, verdict.problems
+    assert "advanced to 100%" in step.summary
