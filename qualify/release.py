@@ -45,6 +45,7 @@ __all__ = [
     "artifact_refs",
     "draft_manifest",
     "generate_manifest",
+    "load_published",
     "parse_duration",
     "previous_document",
     "previous_manifest",

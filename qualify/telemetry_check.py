@@ -74,6 +74,7 @@ from schemas.telemetry import (
 __all__ = [
     "TelemetryAggregates",
     "check_telemetry",
+    "judged_digests",
     "tail_size",
     "tails_needed",
 ]
