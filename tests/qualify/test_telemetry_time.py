@@ -286,3 +286,18 @@ def test_a_rollout_step_is_not_halted_by_another_model_lines_events(tmp_path: Pa
         )
     assert verdict.problems == [] and step is not None, verdict.problems
     assert "advanced to 100%" in step.summary
+
+
+def test_matrix_stale_reads_only_this_model_lines_runtimes(tmp_path: Path) -> None:
+    from qualify.telemetry import run_stale
+
+    story = Story()
+    two_releases(story, second=3 * H)
+    other = event("x86-0", "x86", NOW - H, version=5, digest=ROGUE, model="speech")
+    story.events.append({**other, "runtime_revision": "1.40.0"})
+    db = story.matrix(tmp_path)
+    assert run_stale(db, story.simulated.project, now=NOW) == []
+    mine = event("x86-1", "x86", NOW - H, version=2, digest=INT8)
+    story.events.append({**mine, "runtime_revision": "1.41.0"})
+    items = run_stale(story.matrix(tmp_path / "again"), story.simulated.project, now=NOW)
+    assert [(i.host_class, i.runtime_revisions) for i in items] == [("x86", ["1.41.0"])]
