@@ -533,6 +533,14 @@ def _rows_by_class(rows: Iterable[ProfileRow]) -> dict[str, list[ProfileRow]]:
     return by_class
 
 
+def _label(entry: ManifestEntry, digest: str) -> str:
+    """The name the entry gives ``digest`` (its artifact's or its rollout's)."""
+    for art in (entry.artifact, entry.rollout.artifact if entry.rollout else None):
+        if art is not None and art.digest == digest:
+            return art.name
+    return digest[:19]
+
+
 def _paths(name: str, rows: Sequence[ProfileRow], ctx: _Context) -> list[_Path]:
     """The digests judged for placement and p99, the current assigned one first."""
     current = ctx.releases.current.signed.entries[name]
@@ -545,18 +553,10 @@ def _paths(name: str, rows: Sequence[ProfileRow], ctx: _Context) -> list[_Path]:
             if r.model_digest == digest
             and digest in serving_digests(ctx.releases.entry(r.version, name) or current)
         ]
-        label = next(
-            (
-                a.name
-                for a in (entry.artifact, entry.rollout.artifact if entry.rollout else None)
-                if a is not None and a.digest == digest
-            ),
-            digest[:19],
-        )
         found.append(
             _Path(
                 digest=digest,
-                label=label,
+                label=_label(entry, digest),
                 entry=entry,
                 cell=_qualified_cell(entry, ctx.cells, digest),
                 rows=giving,

@@ -69,6 +69,7 @@ class Releases:
     """
 
     items: tuple[Release, ...]
+    _by_version: dict[int, Release] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.items:
@@ -76,6 +77,8 @@ class Releases:
         versions = [r.version for r in self.items]
         if versions != sorted(set(versions)):
             raise ValueError(f"releases must ascend by version without repeats: {versions}")
+        # A lookup per host and per profile row: by version, not by a walk of the list.
+        object.__setattr__(self, "_by_version", {r.version: r for r in self.items})
 
     @classmethod
     def single(cls, manifest: Manifest) -> Releases:
@@ -95,10 +98,7 @@ class Releases:
 
     def release(self, version: int | None) -> Release | None:
         """The release of ``version``, if it is one of these."""
-        for item in self.items:
-            if item.version == version:
-                return item
-        return None
+        return self._by_version.get(version) if version is not None else None
 
     def entry(self, version: int | None, host_class: str) -> ManifestEntry | None:
         """The class's entry in ``version`` (None or not one of these: the current one's); a
