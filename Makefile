@@ -16,7 +16,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	touch $@
 
 demo: $(VENV)/.installed-dev
-	$(BIN)/qualify demo --workdir demo
+	$(BIN)/qualify demo --workdir demo --force
 
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

@@ -21,7 +21,7 @@ session with the assignment record switched on, then sample::
     session = onnxruntime.InferenceSession(path, so, providers=[...])
     ...
     record_session(session, path="/var/log/model/telemetry.jsonl", host_class="x86-v4",
-                   model_digest=digest, manifest_version=7,
+                   model_digest=digest, manifest_version=7, model="ocr-rec",
                    expected_provider="CPUExecutionProvider", latency_ms=elapsed_ms)
 
 Without that entry the event says ``placement: "registered"`` and lists
@@ -161,7 +161,7 @@ def event_from_resolution(
 
     Args:
         answer: ``resolve``'s answer (the ``--json`` object): host_class, decision, artifact,
-            manifest_version and providers.
+            manifest_version, model and providers.
         runtime_package: The host's onnxruntime distribution, if known.
         runtime_version: Its version, if known ("unknown" is written otherwise).
         when: The event time, ``format_time`` style.
@@ -173,6 +173,7 @@ def event_from_resolution(
     artifact = answer.get("artifact")
     digest = artifact.get("digest") if isinstance(artifact, Mapping) else None
     version = answer.get("manifest_version")
+    model = answer.get("model")
     return {
         "format": FORMAT,
         "time": when,
@@ -189,6 +190,7 @@ def event_from_resolution(
         "latency_ms": None,
         "manifest_version": version if isinstance(version, int) and version >= 1 else None,
         "decision": answer.get("decision"),
+        "model": model if isinstance(model, str) and model else None,
         **cohort_fields(answer.get("cohort")),
     }
 
@@ -326,6 +328,7 @@ def record_session(
     decision: str | None = None,
     cohort: Mapping[str, Any] | None = None,
     settings: Mapping[str, str] | None = None,
+    model: str | None = None,
     fsync: bool = False,
 ) -> dict[str, Any] | None:
     """Append, with probability ``sample_rate``, the event of a live session's inference.
@@ -358,6 +361,10 @@ def record_session(
             with). The event reports the settings the session really runs with
             (`session_settings`, which reads the keys these name too); ``qualify telemetry
             check`` alerts ``settings_differ`` where they differ.
+        model: The model line the session serves (resolve-artifact's ``model`` answer, the
+            manifest's ``model``): a host serving several models writes them into one file,
+            and ``qualify telemetry check`` judges each line's events only against its own
+            manifests. Without it an event is attributed by its digest.
         fsync: Force the line to disk.
 
     Returns:
@@ -403,6 +410,8 @@ def record_session(
         "decision": decision,
         **cohort_fields(cohort),
     }
+    if model:
+        event["model"] = model
     observed = session_settings(session, settings)
     if observed is not None:
         event["settings"] = encode_settings(observed)

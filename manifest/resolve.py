@@ -35,7 +35,8 @@ layout of earlier releases).
 none is writable it says so on stderr and runs without rollback protection across runs.
 ``--emit-telemetry FILE`` (or ``$QUALIFY_TELEMETRY``) appends one ``qualify-telemetry/1`` event
 for the answer (``manifest.host_events``): class, served digest, the requested providers this host
-has, runtime revision and manifest version; a failure to append warns on stderr and never
+has, runtime revision, manifest version and model line (the document's ``model``, which the
+answer also carries as ``model``); a failure to append warns on stderr and never
 changes the exit code. The ``--json`` answer's ``providers`` lists the served artifact's
 execution providers that this host has, in order (empty on hold), and its ``settings`` the
 session settings the class was qualified with, in `schemas.settings` form (threads, execution
@@ -579,6 +580,12 @@ def _cohort(
     return {"rollout": rid, "step": step, "percent": percent, "member": member}
 
 
+def _model_line(signed: Mapping[str, Any]) -> str | None:
+    """The document's model line, for the answer and its telemetry (None: not a bounded text)."""
+    model = signed.get("model")
+    return model if isinstance(model, str) and 0 < len(model) <= 256 else None
+
+
 def _answer(
     signed: Mapping[str, Any],
     host_class: str,
@@ -599,6 +606,7 @@ def _answer(
         "rollback": None,
         "manifest_version": signed["version"],
         "release": signed.get("release"),
+        "model": _model_line(signed),
         "served": None,
         "providers": [],
         "settings": None,

@@ -433,6 +433,11 @@ MIGRATIONS: tuple[Migration, ...] = (
             "json_array_length(json_extract(document, '$.signatures')) > 0",
         ),
     ),
+    Migration(
+        version=14,
+        name="telemetry.model: the model line an event is about (one host may serve several)",
+        statements=("ALTER TABLE telemetry ADD COLUMN model VARCHAR",),
+    ),
 )
 
 LATEST_VERSION: int = MIGRATIONS[-1].version

@@ -1049,6 +1049,15 @@ class Store:
         )
         return (int(row[0]), str(row[1])) if row is not None else None
 
+    def published_versions(self) -> list[tuple[int, datetime]]:
+        """Every *published* manifest version with its ``created`` time (when it was signed for
+        publishing: from then on hosts could pick it up), ascending by version. Documents are
+        not read: a check loads only the versions its window needs (`manifest`)."""
+        rows = self._conn.execute(
+            "SELECT version, created FROM manifests WHERE published_at IS NOT NULL ORDER BY version"
+        ).fetchall()
+        return [(int(v), c if c.tzinfo else c.replace(tzinfo=UTC)) for v, c in rows]
+
     def latest_draft(self) -> tuple[int, str] | None:
         """The newest *draft* as (version, document JSON): recorded, never published, and newer
         than every published version (an older one can no longer be published); or None."""

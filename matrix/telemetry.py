@@ -61,6 +61,7 @@ from pyarrow._compute import call_function as _kernel
 from matrix.errors import MatrixError, TelemetryFileError
 from matrix.migrations import _rollback_quietly
 from matrix.store import Store
+from matrix.telemetry_scope import Attribution, Cohort, Versions, scope_sql
 from schemas.settings import MAX_SETTINGS_CHARS, decode_settings
 from schemas.telemetry_format import MAX_PROVIDERS, MAX_TEXT_CHARS, TELEMETRY_FORMAT
 
@@ -195,6 +196,7 @@ _PARSE_SCHEMA = pa.schema(
         ("rollout", pa.string()),
         ("cohort", pa.string()),
         ("settings", pa.string()),
+        ("model", pa.string()),
     ]
 )
 
@@ -294,6 +296,7 @@ _VALUE_RULES: dict[str, Callable[[str | None], bool]] = {
     "rollout": lambda v: v is None or _text(v),
     "cohort": lambda v: v in (None, "canary", "rest"),
     "settings": _settings_ok,
+    "model": lambda v: v is None or _text(v),
 }
 """The model's rule for each low-cardinality text column, applied once per distinct value (a
 fleet reports a handful of classes, digests, runtimes and settings, not one per event)."""
@@ -1218,8 +1221,8 @@ def ingest_telemetry(
 
 @dataclass(frozen=True)
 class ProfileRow:
-    """Events of one (class, digest, runtime, placement kind, providers, fallback, settings) in
-    the window.
+    """Events of one (class, digest, runtime, placement kind, providers, fallback, settings,
+    judged version) in the window.
 
     Attributes:
         host_class: The class the hosts reported.
@@ -1237,6 +1240,9 @@ class ProfileRow:
         manifest_versions: Manifest versions the hosts reported, sorted (unknown left out).
         settings: The session settings the hosts reported (`schemas.settings` encoding; None:
             not reported).
+        version: The manifest version these events are judged against
+            (``matrix.telemetry_scope``): the one they report, or the one published at their
+            time; None without versions given and none reported.
     """
 
     host_class: str
@@ -1253,6 +1259,7 @@ class ProfileRow:
     last: datetime
     manifest_versions: tuple[int, ...]
     settings: str | None = None
+    version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -1270,13 +1277,13 @@ _PROFILE_SQL = """
 WITH w AS (
     SELECT host_class, model_digest, runtime_revision, placement,
            list_sort(providers) AS providers, fallback_nodes, settings, host_id, latency_ms,
-           time, manifest_version
+           time, manifest_version, {judged} AS judged
     FROM telemetry
-    WHERE time >= $start AND time <= $end {cohort}
+    WHERE {where}
 ),
 h AS (
     SELECT host_class, model_digest, runtime_revision, placement, providers, fallback_nodes,
-           settings, host_id, count(*) AS events, count(latency_ms) AS latency_samples,
+           settings, judged, host_id, count(*) AS events, count(latency_ms) AS latency_samples,
            min(time) AS first, max(time) AS last,
            list(DISTINCT manifest_version) FILTER (WHERE manifest_version IS NOT NULL) AS mv
     FROM w
@@ -1285,36 +1292,20 @@ h AS (
 SELECT host_class, model_digest, runtime_revision, placement, providers, fallback_nodes,
        sum(events)::BIGINT, count(*)::BIGINT, min(host_id, $examples),
        sum(latency_samples)::BIGINT, min(first), max(last),
-       list_sort(list_distinct(flatten(list(mv)))), settings
+       list_sort(list_distinct(flatten(list(mv)))), settings, judged
 FROM h
 GROUP BY host_class, model_digest, runtime_revision, placement, providers, fallback_nodes,
-         settings
+         settings, judged
 ORDER BY host_class, model_digest NULLS FIRST, runtime_revision, placement, providers,
-         fallback_nodes NULLS FIRST, settings NULLS FIRST
+         fallback_nodes NULLS FIRST, settings NULLS FIRST, judged NULLS FIRST
 """
 
 _CLASS_SQL = """
 SELECT host_class, count(*)::BIGINT, count(DISTINCT host_id)::BIGINT
 FROM telemetry
-WHERE time >= $start AND time <= $end {cohort}
+WHERE {where}
 GROUP BY host_class
 """
-
-Cohort = tuple[str, str]
-"""(rollout id, 'canary' or 'rest'): only the events of that side of that rollout; the rest
-are every event not reported from its canary (hosts that report no rollout count as the rest)."""
-
-
-def _cohort_filter(cohort: Cohort | None, alias: str = "") -> tuple[str, dict[str, str]]:
-    if cohort is None:
-        return "", {}
-    rollout, side = cohort
-    canary = f"coalesce({alias}rollout = $rollout AND {alias}cohort = 'canary', false)"
-    if side == "canary":
-        return f"AND {canary}", {"rollout": rollout}
-    if side == "rest":
-        return f"AND NOT {canary}", {"rollout": rollout}
-    raise ValueError(f"a cohort is 'canary' or 'rest', not {side!r}")
 
 
 def rollout_reported(store: Store, rollout: str, *, start: datetime, end: datetime) -> bool:
@@ -1328,7 +1319,13 @@ def rollout_reported(store: Store, rollout: str, *, start: datetime, end: dateti
 
 
 def telemetry_profile(
-    store: Store, *, start: datetime, end: datetime, cohort: Cohort | None = None
+    store: Store,
+    *,
+    start: datetime,
+    end: datetime,
+    cohort: Cohort | None = None,
+    attribution: Attribution | None = None,
+    versions: Versions | None = None,
 ) -> TelemetryProfile:
     """The events of a time window, grouped for a check.
 
@@ -1337,18 +1334,25 @@ def telemetry_profile(
         start: Window start (inclusive, aware).
         end: Window end (inclusive, aware).
         cohort: Only one side of a staged rollout (see `Cohort`).
+        attribution: Only this model line's events (``matrix.telemetry_scope.Attribution``).
+        versions: The published versions each group's judged version is read from
+            (``matrix.telemetry_scope.Versions``).
 
     Returns:
-        One row per (class, digest, runtime, placement kind, providers, fallback), sorted, plus
-        events and distinct hosts per class.
+        One row per (class, digest, runtime, placement kind, providers, fallback, settings,
+        judged version), sorted, plus events and distinct hosts per class.
     """
     conn = store.connection
-    where, extra = _cohort_filter(cohort)
-    params: dict[str, Any] = {"start": start, "end": end, **extra}
+    where, judged, params = scope_sql(
+        start=start, end=end, cohort=cohort, attribution=attribution, versions=versions
+    )
     rows = conn.execute(
-        _PROFILE_SQL.format(cohort=where), {**params, "examples": _EXAMPLE_HOSTS}
+        _PROFILE_SQL.format(where=where, judged=judged), {**params, "examples": _EXAMPLE_HOSTS}
     ).fetchall()
-    per_class = conn.execute(_CLASS_SQL.format(cohort=where), params).fetchall()
+    class_where, _, class_params = scope_sql(
+        start=start, end=end, cohort=cohort, attribution=attribution
+    )
+    per_class = conn.execute(_CLASS_SQL.format(where=class_where), class_params).fetchall()
     return TelemetryProfile(
         start=start,
         end=end,
@@ -1368,6 +1372,7 @@ def telemetry_profile(
                 last=r[11],
                 manifest_versions=tuple(int(v) for v in r[12] or ()),
                 settings=r[13],
+                version=None if r[14] is None else int(r[14]),
             )
             for r in rows
         ),
@@ -1383,6 +1388,7 @@ def latency_tails(
     end: datetime,
     wanted: dict[tuple[str, str], int],
     cohort: Cohort | None = None,
+    attribution: Attribution | None = None,
 ) -> dict[tuple[str, str], npt.NDArray[np.float64]]:
     """The largest latencies of chosen (class, digest) pairs in a window, largest first.
 
@@ -1396,6 +1402,7 @@ def latency_tails(
         end: Window end (inclusive).
         wanted: (host class, model digest) -> how many of the largest latencies to return.
         cohort: Only one side of a staged rollout (see `Cohort`).
+        attribution: Only this model line's events.
 
     Returns:
         (host class, model digest) -> latencies in ms, descending, at most the number asked
@@ -1411,16 +1418,18 @@ def latency_tails(
         }
     )
     conn = store.connection
-    where, extra = _cohort_filter(cohort, "t.")
+    where, _, params = scope_sql(
+        start=start, end=end, cohort=cohort, attribution=attribution, alias="t."
+    )
     conn.register("_wanted_pairs", pairs)
     try:
         rows = conn.execute(
             "SELECT t.host_class, t.model_digest, max(t.latency_ms, $top) "
             "FROM telemetry AS t SEMI JOIN _wanted_pairs AS p "
             "ON t.host_class = p.host_class AND t.model_digest = p.model_digest "
-            f"WHERE t.time >= $start AND t.time <= $end AND t.latency_ms IS NOT NULL {where} "
+            f"WHERE t.latency_ms IS NOT NULL AND {where} "
             "GROUP BY t.host_class, t.model_digest",
-            {"start": start, "end": end, "top": max(wanted.values()), **extra},
+            {**params, "top": max(wanted.values())},
         ).fetchall()
     finally:
         conn.unregister("_wanted_pairs")
@@ -1433,7 +1442,7 @@ def latency_tails(
 
 
 def revisions_by_class(
-    store: Store, *, start: datetime, end: datetime
+    store: Store, *, start: datetime, end: datetime, attribution: Attribution | None = None
 ) -> dict[str, dict[str, int]]:
     """Runtime revisions reported per class in a window, with the number of distinct hosts.
 
@@ -1441,14 +1450,16 @@ def revisions_by_class(
         store: An open store.
         start: Window start (inclusive).
         end: Window end (inclusive).
+        attribution: Only this model line's events.
 
     Returns:
         host class -> {runtime revision: hosts}.
     """
+    where, _, params = scope_sql(start=start, end=end, attribution=attribution)
     rows = store.connection.execute(
         "SELECT host_class, runtime_revision, count(DISTINCT host_id) FROM telemetry "
-        "WHERE time >= $start AND time <= $end GROUP BY ALL",
-        {"start": start, "end": end},
+        f"WHERE {where} GROUP BY ALL",
+        params,
     ).fetchall()
     found: dict[str, dict[str, int]] = {}
     for host_class, revision, hosts in rows:

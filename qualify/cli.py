@@ -196,7 +196,25 @@ GATE_EXIT = 3
 """Exit status of ``--gate`` when the release cannot proceed."""
 
 
+def _published_options(f: F) -> F:
+    f = click.option(
+        "--pubkey",
+        "published_pubkey",
+        type=click.Path(path_type=Path, dir_okay=False, exists=True),
+        help="Check --manifest's signature (and expiry) with this trusted public key.",
+    )(f)
+    return click.option(
+        "--manifest",
+        "published_manifest",
+        type=click.Path(path_type=Path, dir_okay=False, exists=True),
+        help="The published manifest to compare with (as a CI job fetched it); default: the "
+        "newest the matrix published. A fresh checkout's matrix has none: fetch it, or restore "
+        "the matrix (docs/ci.md).",
+    )(f)
+
+
 def _ci_options(f: F) -> F:
+    f = _published_options(f)
     f = click.option(
         "--gate",
         is_flag=True,
@@ -226,22 +244,40 @@ def _ci_outputs(
     summary: Path | None,
     gate: bool,
     unserved: list[str] | None = None,
+    published: tuple[Path | None, Path | None] = (None, None),
 ) -> bool:
-    """Write the CI files asked for; True when ``gate`` is on and the release is blocked."""
+    """Write the CI files asked for; True when ``gate`` is on and the release is blocked.
+    ``published``: --manifest and --pubkey, the published manifest to compare with."""
     if junit is None and summary is None and not gate:
         return False
+    from datetime import UTC, datetime
+
     from matrix.store import Store
     from qualify.coverage import junit_xml, summary_markdown
-    from qualify.release import release_check
+    from qualify.release import load_published, release_check
     from schemas.atomic import write_atomic
 
+    path, pubkey = published
+    current = (
+        load_published(path, model=loaded.project.model, pubkey=pubkey, now=datetime.now(UTC))
+        if path is not None
+        else None
+    )
     with Store.open(db_path, read_only=True) as db:
-        check = release_check(loaded, db, scope=scope, unserved=unserved or [])
+        check = release_check(loaded, db, scope=scope, unserved=unserved or [], current=current)
     if junit is not None:
         write_atomic(junit, junit_xml(check.items, check.gate, reasons=check.reasons))
     if summary is not None:
         title = f"qualify: {loaded.project.model} on {', '.join(scope)}"
-        write_atomic(summary, summary_markdown(check.items, check.gate, title=title))
+        write_atomic(
+            summary, summary_markdown(check.items, check.gate, title=title, against=check.against)
+        )
+    if check.against is None:
+        click.echo(
+            "release gate: no published manifest to compare with: a regression from what hosts "
+            "run cannot be seen (pass --manifest, or restore the matrix; docs/ci.md)",
+            err=True,
+        )
     for name, why in check.gate.problems.items():
         click.echo(f"release gate: {name}: {why}", err=True)
     return gate and check.gate.blocked
@@ -307,6 +343,8 @@ def run_cmd(
     junit_xml: Path | None,
     summary_md: Path | None,
     gate: bool,
+    published_manifest: Path | None,
+    published_pubkey: Path | None,
 ) -> None:
     """Qualify every artifact on one host class and store the cells in the matrix.
 
@@ -357,7 +395,13 @@ def run_cmd(
     else:
         display.print_cells(outcome.bundle, loaded.project)
     blocked = _ci_outputs(
-        loaded, db_path, [host_class], junit=junit_xml, summary=summary_md, gate=gate
+        loaded,
+        db_path,
+        [host_class],
+        junit=junit_xml,
+        summary=summary_md,
+        gate=gate,
+        published=(published_manifest, published_pubkey),
     )
     sys.exit(1 if not outcome.ok else GATE_EXIT if blocked else 0)
 
@@ -611,6 +655,7 @@ def _require_db(db_path: Path) -> None:
 @matrix_group.command("gate")
 @_db_option
 @_project_option
+@_published_options
 @click.option("--classes", help="Comma-separated classes in scope; default: every class.")
 @click.option(
     "--junit-xml",
@@ -627,11 +672,16 @@ def _require_db(db_path: Path) -> None:
 def matrix_gate(
     db_path: Path,
     project_path: Path,
+    published_manifest: Path | None,
+    published_pubkey: Path | None,
     classes: str | None,
     junit_xml: Path | None,
     summary_md: Path | None,
 ) -> None:
     """Whether a release can proceed from the matrix as it is (e.g. after ingesting bundles).
+
+    Compares with --manifest (the published manifest, fetched), else the newest manifest the
+    matrix published; with neither it says that a regression cannot be seen.
 
     Exit status: 0 when every class in scope has a measured decision and none regressed from
     the current manifest, 3 when the release cannot proceed, 2 for a usage or project error.
@@ -645,7 +695,15 @@ def matrix_gate(
     unknown = [c for c in scope if c not in known]
     if unknown:
         _fail(f"--classes: {', '.join(unknown)} not in {loaded.path}; pick from {', '.join(known)}")
-    blocked = _ci_outputs(loaded, db_path, scope, junit=junit_xml, summary=summary_md, gate=True)
+    blocked = _ci_outputs(
+        loaded,
+        db_path,
+        scope,
+        junit=junit_xml,
+        summary=summary_md,
+        gate=True,
+        published=(published_manifest, published_pubkey),
+    )
     if not blocked:
         click.echo("release gate: the release can proceed for " + ", ".join(scope))
     sys.exit(GATE_EXIT if blocked else 0)
@@ -776,6 +834,14 @@ _min_samples_option = click.option(
 @_tolerance_option
 @_min_samples_option
 @click.option(
+    "--propagation-deadline",
+    default=lambda: _check_defaults().propagation_deadline,
+    show_default="6h",
+    help="How long after a manifest version changed what a host runs the host may still be on "
+    "an older one before that is a 'lagging' warning (before it, lagging hosts are only "
+    "reported).",
+)
+@click.option(
     "--manifest",
     "manifest_path",
     type=_RegularFile(exists=True),
@@ -787,11 +853,14 @@ def telemetry_check(
     since: str,
     tolerance: float,
     min_samples: int,
+    propagation_deadline: str,
     manifest_path: Path | None,
     as_json: bool,
     db_path: Path,
 ) -> None:
-    """Alert per host class on digest, provider, fallback, p99, runtime and no-data problems.
+    """Alert per host class on digest, provider, fallback, p99, runtime, lag and no-data
+    problems. Each event is judged against the manifest version it reports (or the one
+    published at its time); events of another model line are skipped and counted.
 
     Exit status: 0 no alerts, 1 alerts raised (gate a cron job or CI on it), 2 usage errors.
     """
@@ -804,10 +873,22 @@ def telemetry_check(
 
     settings = _settings(
         CheckSettings,
-        {"since": since, "p99_tolerance": tolerance, "min_samples": min_samples},
-        {"since": "--since", "p99_tolerance": "--tolerance", "min_samples": "--min-samples"},
+        {
+            "since": since,
+            "p99_tolerance": tolerance,
+            "min_samples": min_samples,
+            "propagation_deadline": propagation_deadline,
+        },
+        {
+            "since": "--since",
+            "p99_tolerance": "--tolerance",
+            "min_samples": "--min-samples",
+            "propagation_deadline": "--propagation-deadline",
+        },
     )
-    parse_duration(settings.since, what="--since")  # a bad value is said before anything is read
+    # a bad value is said before anything is read
+    parse_duration(settings.since, what="--since")
+    parse_duration(settings.propagation_deadline, what="--propagation-deadline")
     _require_db(db_path)
     check = run_check(
         db_path, now=datetime.now(UTC), settings=settings, manifest_path=manifest_path
@@ -1178,13 +1259,23 @@ def report_cmd(
     type=click.Path(path_type=Path, file_okay=False),
     default="demo",
     show_default=True,
-    help="Directory to build the demo in.",
+    help="Directory to build the demo in: missing or empty.",
 )
-def demo_cmd(workdir: Path) -> None:
-    """Build the demo project offline and qualify all of its host classes."""
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Start clean over an earlier demo: delete what a demo wrote in --workdir first. A "
+    "folder no demo made, or holding other files, is refused and left as it is.",
+)
+def demo_cmd(workdir: Path, force: bool) -> None:
+    """Build the demo project offline and qualify all of its host classes.
+
+    The demo is one story in one folder: over an existing non-empty --workdir it refuses
+    (exit 2) unless --force.
+    """
     from qualify.demo import run_demo
 
-    ok = run_demo(workdir, echo=click.echo)
+    ok = run_demo(workdir, echo=click.echo, force=force)
     sys.exit(0 if ok else 1)
 
 
@@ -1306,6 +1397,8 @@ def fleet_run_cmd(
     junit_xml: Path | None,
     summary_md: Path | None,
     gate: bool,
+    published_manifest: Path | None,
+    published_pubkey: Path | None,
 ) -> None:
     """Qualify each class on a host of that class, in parallel across hosts, into this matrix.
 
@@ -1342,6 +1435,7 @@ def fleet_run_cmd(
         summary=summary_md,
         gate=gate,
         unserved=unserved,
+        published=(published_manifest, published_pubkey),
     )
     sys.exit(1 if not outcome.ok else GATE_EXIT if blocked else 0)
 

@@ -249,15 +249,25 @@ def _cell_md(text: str) -> str:
     return flat[:300]
 
 
-def summary_markdown(items: Sequence[CoverageItem], gate: ReleaseGate, *, title: str) -> str:
-    """A markdown summary for a CI job: the verdict line, the release decisions per class,
-    and the class x artifact table."""
+def summary_markdown(
+    items: Sequence[CoverageItem], gate: ReleaseGate, *, title: str, against: str | None = None
+) -> str:
+    """A markdown summary for a CI job: the verdict line, what it compared with (``against``,
+    the current manifest; None: there was none), the release decisions per class, and the
+    class x artifact table."""
     lines = [f"## {_cell_md(title)}", ""]
     if gate.blocked:
         lines.append(f"**Release blocked** ({len(gate.problems)} class(es)):")
         lines += [f"- `{_cell_md(n)}`: {_cell_md(why)}" for n, why in gate.problems.items()]
     else:
         lines.append("**Release can proceed**: every class has a decision and none regressed.")
+    lines += [
+        "",
+        f"Compared with the current manifest: {_cell_md(against)}."
+        if against is not None
+        else "No published manifest to compare with: a regression from what hosts run cannot "
+        "be seen (fetch it and pass `--manifest`, or restore the matrix).",
+    ]
     lines += ["", "| class | current manifest | matrix now | |", "|---|---|---|---|"]
     for name, now in gate.decisions.items():
         before = gate.current.get(name)

@@ -4,6 +4,12 @@ Owns laying out a demo workdir (models and recorded inputs copied from the packa
 ``qualify.yaml`` written for this host's onnxruntime) and running the main job end to end:
 every class qualified (emulated where this host is not of the class), then the matrix printed.
 It builds nothing at run time and downloads nothing.
+
+A demo is one story in one folder (`prepare_workdir`): it starts only in a missing or empty
+folder, and marks it as a demo's (`MARKER`) before writing anything else. Run again over it,
+it refuses (two stories mixed: telemetry counted twice, versions carried on, the rollout log
+interleaved) unless told ``force``, which deletes what a demo writes there (`DEMO_ENTRIES`) and
+starts clean; a folder without the marker, or holding anything else, is never cleaned.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from schemas.project import (
     Workload,
 )
 
-__all__ = ["demo_project", "lay_out", "run_demo"]
+__all__ = ["DEMO_ENTRIES", "MARKER", "demo_project", "lay_out", "prepare_workdir", "run_demo"]
 
 Echo = Callable[[str], None]
 
@@ -53,6 +59,35 @@ usual 20% slack on top. With the default 0.2, the rollout of a candidate that th
 at 1.3 times the baseline's latency halts as "slower than the rest" wherever int8 measures that
 much slower, and completes where it does not: the story would depend on the CPU and its load."""
 
+
+MARKER = ".qualify-demo"
+"""Written first into a demo's folder: what ``--force`` looks for before it deletes anything."""
+
+DEMO_ENTRIES = frozenset(
+    {
+        MARKER,
+        "qualify.yaml",
+        "prep.py",
+        "models",
+        "data",
+        "qualify.duckdb",
+        "qualify.duckdb.wal",
+        "artifacts",
+        "bundles",
+        "release.key",
+        "release.pub",
+        "manifest.json",
+        "manifest.draft.json",
+        "manifest.d",
+        "hosts",
+        "telemetry.jsonl",
+        "rollout-telemetry",
+        "report.html",
+        "__pycache__",
+    }
+)
+"""Every name a demo writes at the top of its folder (and the README's commands there add to):
+``--force`` deletes these and nothing else."""
 
 RELEASED_AGO = timedelta(hours=3)
 """How long before the demo ends its release is dated: its rollouts take the time since."""
@@ -164,6 +199,56 @@ def scale(feed):
 """``prep.py`` of the demo workdir: the ``workload.pipeline.pre`` hook."""
 
 
+def prepare_workdir(workdir: Path, *, force: bool = False) -> list[str]:
+    """Make ``workdir`` ready for a new demo and mark it as a demo's.
+
+    A missing or empty folder is used as it is. A folder that holds anything is refused unless
+    ``force``; with it, a folder a demo marked and that holds nothing but what a demo writes is
+    emptied of those entries (symbolic links are removed, never followed).
+
+    Returns:
+        The entries deleted, sorted (empty when the folder was new or empty).
+
+    Raises:
+        QualifyError: the folder is not empty and ``force`` is off; or, with ``force``, it was
+            not a demo's (no `MARKER`) or holds entries a demo does not write (named).
+    """
+    from qualify.errors import QualifyError
+
+    if workdir.exists() and not workdir.is_dir():
+        raise QualifyError(f"--workdir {workdir}: not a folder; choose another --workdir")
+    present = sorted(p.name for p in workdir.iterdir()) if workdir.exists() else []
+    if present and not force:
+        shown = ", ".join(present[:6]) + (", ..." if len(present) > 6 else "")
+        raise QualifyError(
+            f"--workdir {workdir} is not empty ({shown}): a demo over another mixes two stories "
+            "(telemetry counted twice, manifest versions carried on, the rollout log "
+            "interleaved). Pass --force to delete the earlier demo and start clean, or choose "
+            "another --workdir"
+        )
+    if present and MARKER not in present:
+        raise QualifyError(
+            f"--workdir {workdir} holds files no demo marked as its own ({MARKER} is missing): "
+            "--force deletes only a demo's folder; choose another --workdir (or delete an "
+            "old demo's folder yourself)"
+        )
+    foreign = [name for name in present if name not in DEMO_ENTRIES]
+    if foreign:
+        raise QualifyError(
+            f"--workdir {workdir} holds files a demo does not write ({', '.join(foreign[:6])}): "
+            "--force deletes only what a demo wrote; move them, or choose another --workdir"
+        )
+    for name in present:
+        entry = workdir / name
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    workdir.mkdir(parents=True, exist_ok=True)
+    write_atomic(workdir / MARKER, "written by qualify demo: --force may delete this folder\n")
+    return present
+
+
 def lay_out(workdir: Path) -> Path:
     """Copy the packaged model and data into ``workdir`` and write ``qualify.yaml``.
 
@@ -236,11 +321,20 @@ def _resolve_as_host(
     return proc.returncode, answer, said[-1] if said else ""
 
 
-def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
+def run_demo(workdir: Path, *, echo: Echo = print, force: bool = False) -> bool:
     """Lay out the demo, qualify every class, sign a manifest, resolve every class, report.
+
+    Args:
+        workdir: The demo's folder: missing or empty, or with ``force`` an earlier demo's
+            (`prepare_workdir`).
+        echo: Prints a line.
+        force: Delete an earlier demo in ``workdir`` first.
 
     Returns:
         True when every cell was measured (no ``error`` verdicts).
+
+    Raises:
+        QualifyError: ``workdir`` is not one a demo may use (see `prepare_workdir`).
     """
     import sys
 
@@ -250,6 +344,9 @@ def run_demo(workdir: Path, *, echo: Echo = print) -> bool:
     from qualify.run import RunOptions, qualify_run
     from qualify.table import matrix_table, use_color, with_budgets
 
+    cleaned = prepare_workdir(workdir, force=force)
+    if cleaned:
+        echo(f"--force: deleted the earlier demo in {workdir} ({len(cleaned)} entries)")
     project_path = lay_out(workdir)
     echo(f"demo project: {project_path}")
     loaded = load_project(project_path)

@@ -115,6 +115,7 @@ def _window_events(
                 "latency_ms": round(gate.p50_ms * float(np.exp(0.1 * rng.standard_normal())), 4),
                 "manifest_version": manifest.signed.version,
                 "decision": entry.decision,
+                "model": manifest.signed.model,
                 "rollout": rollout.id,
                 "cohort": side,
             }

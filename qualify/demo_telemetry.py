@@ -17,6 +17,7 @@ Does not own the check (``qualify.telemetry_check``) or the rest of the demo (``
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -114,7 +115,7 @@ def write_demo_telemetry(
 ) -> DemoTelemetry:
     """Write a day of telemetry for every class of ``manifest`` (file replaced atomically).
 
-    Every class gets ``DEMO_HOSTS_PER_CLASS`` hosts, one resolve event per host and
+    Every class gets ``DEMO_HOSTS_PER_CLASS`` hosts, an hourly resolve event per host and
     ``DEMO_SAMPLES_PER_CLASS`` session events spread over the 23 hours before ``now``. A class on
     hold sends only its resolve events (nothing served). See the module docstring for the two
     injected problems; the classes are ``x86-v4`` and ``x86-v3-1t`` when the manifest has them
@@ -155,9 +156,12 @@ def write_demo_telemetry(
             "runtime_package": entry.runtime.package,
             "manifest_version": manifest.signed.version,
             "decision": entry.decision,
+            "model": manifest.signed.model,
         }
-        for i, host in enumerate(hosts):
-            at = start.timestamp() + 60.0 * (i + 1)
+        # Hosts resolve at service start and then on an hourly timer, so that even a class on
+        # hold, which serves nothing new, says it is alive all day.
+        for hour, (i, host) in itertools.product(range(23), enumerate(hosts)):
+            at = start.timestamp() + 3600.0 * hour + 60.0 * (i + 1)
             events.append(
                 (
                     at,

@@ -47,6 +47,7 @@ __all__ = [
     "artifact_refs",
     "draft_manifest",
     "generate_manifest",
+    "load_published",
     "parse_duration",
     "previous_document",
     "previous_manifest",
@@ -525,16 +526,24 @@ class ReleaseCheck:
     items: list[CoverageItem]
     gate: ReleaseGate
     reasons: dict[tuple[str, str], list[str]]
+    against: str | None = None
+    """The manifest the gate compared with ("manifest v7 (ocr-2)"); None: there was none."""
 
 
 def release_check(
-    loaded: LoadedProject, db: Store, *, scope: Sequence[str], unserved: Sequence[str] = ()
+    loaded: LoadedProject,
+    db: Store,
+    *,
+    scope: Sequence[str],
+    unserved: Sequence[str] = (),
+    current: Manifest | None = None,
 ) -> ReleaseCheck:
     """Coverage and the release gate for the classes in ``scope``, from the matrix as it is
     (``unserved`` adds to the classes the matrix knows a fleet run found no host for).
 
     Every class is decided as ``manifest generate`` would now (nothing is written) and compared
-    with its entry in the newest published manifest.
+    with its entry in ``current`` (the published manifest a CI job fetched, `load_published`),
+    else in the newest manifest the matrix published.
     """
     budgets = {name: c.budgets.p99_ms for name, c in loaded.project.host_classes.items()}
     rows = [{**row, "p99_budget_ms": budgets.get(row["host_class"])} for row in db.matrix_rows()]
@@ -546,11 +555,42 @@ def release_check(
     # settings went back, or whose latest run was emulated, is decided on older ones). They
     # hold the latest per key and digest too, whose reasons the coverage rows cite.
     cells = db.decision_cells()
-    previous = previous_manifest(db)
+    previous = current if current is not None else previous_manifest(db)
     decisions = decide(loaded.project, cells, runs, previous=previous)
-    current = previous.signed.entries if previous is not None else None
-    gate = release_gate(decisions, current, scope=list(scope))
+    entries = previous.signed.entries if previous is not None else None
+    gate = release_gate(decisions, entries, scope=list(scope))
     reasons = {
         (c.run_id, c.artifact_digest): [f"{r.code}: {r.message}" for r in c.reasons] for c in cells
     }
-    return ReleaseCheck(items=items, gate=gate, reasons=reasons)
+    against = (
+        f"manifest v{previous.signed.version} ({previous.signed.release})"
+        if previous is not None
+        else None
+    )
+    return ReleaseCheck(items=items, gate=gate, reasons=reasons, against=against)
+
+
+def load_published(
+    path: Path, *, model: str, pubkey: Path | None = None, now: datetime | None = None
+) -> Manifest:
+    """The published manifest a gate compares with, read from a file a CI job fetched (or
+    restored): its signature checked with ``pubkey`` when given, and its model line checked
+    against the project's.
+
+    Raises:
+        QualifyError: the manifest is another model line's.
+        ManifestError: not a manifest, or its signature does not verify (or it expired).
+    """
+    from manifest.load import read_manifest_file
+    from manifest.signing import load_public_key, verify
+
+    raw = read_manifest_file(path)
+    if pubkey is not None:
+        verify(raw, load_public_key(pubkey), now=now, source=str(path))
+    found = load_manifest(raw, source=str(path))
+    if found.signed.model != model:
+        raise QualifyError(
+            f"{path}: this manifest is model line {found.signed.model!r}, the project is "
+            f"{model!r}; fetch {model}'s published manifest"
+        )
+    return found

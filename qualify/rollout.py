@@ -527,7 +527,7 @@ def advance_rollout(
     Returns:
         What was published (None when halted) and the verdict with its evidence.
     """
-    from qualify.telemetry import gather_aggregates
+    from qualify.telemetry import gather_aggregates, load_releases
     from qualify.telemetry_check import check_telemetry
 
     settings = settings or CheckSettings()
@@ -547,17 +547,30 @@ def advance_rollout(
         if rollout_reported(db, rollout["id"], start=start, end=now)
         else (None, None)
     )
+    # The cohort is judged against the manifest as it sees it; the rest of the class as
+    # `telemetry check` judges it, each host against the version it reports.
     cohort = check_telemetry(
         view,
         cells,
-        gather_aggregates(db, view, start=start, end=now, settings=settings, cohort=sides[0]),
+        gather_aggregates(
+            db, view, start=start, end=now, settings=settings, cohort=sides[0], cells=cells
+        ),
         now=now,
         settings=settings,
     )
     whole = check_telemetry(
         manifest,
         cells,
-        gather_aggregates(db, manifest, start=start, end=now, settings=settings, cohort=sides[1]),
+        gather_aggregates(
+            db,
+            manifest,
+            start=start,
+            end=now,
+            settings=settings,
+            cohort=sides[1],
+            releases=load_releases(db, manifest, start=start, end=now),
+            cells=cells,
+        ),
         now=now,
         settings=settings,
     )

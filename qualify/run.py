@@ -407,6 +407,7 @@ def _interleaved_outcomes(
                 soak_s,
                 confidence=loaded.project.workload.confidence,
                 tolerance=loaded.project.workload.soak_tolerance,
+                floor=loaded.project.workload.soak_floor,
                 max_samples=loaded.project.workload.max_samples,
                 on_progress=on_progress,
             )

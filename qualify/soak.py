@@ -8,7 +8,8 @@ temperatures the host exposes at its end (``/sys/devices/system/cpu/*/cpufreq``,
 ``/sys/class/thermal``; null where it exposes none). The drift rule: the last window's p99
 lower bound above the first window's p99 upper bound times ``1 + workload.soak_tolerance``, so
 a slowdown is only called when the evidence excludes noise. Does not judge the cell (the
-``sustained`` gate of ``manifest.gates`` reads the verdict).
+``sustained`` gate of ``manifest.gates`` reads the verdict, and counts a drift only where it
+adds at least ``workload.soak_floor`` of the class's p99 budget).
 """
 
 from __future__ import annotations
@@ -109,6 +110,7 @@ def soak(
     confidence: float,
     tolerance: float,
     max_samples: int,
+    floor: float = 0.1,
     on_progress: Callable[[str], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
     heat: Callable[[], tuple[float | None, float | None]] = host_heat,
@@ -162,6 +164,7 @@ def soak(
             dims=config.sizes,
             seconds=seconds,
             tolerance=tolerance,
+            floor=floor,
             windows=windows,
             drifted=drifted(windows, tolerance),
         )

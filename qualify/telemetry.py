@@ -3,7 +3,8 @@ call, reading the matrix and handing what they read to the pure modules.
 
 Owns the I/O of those commands: ``ingest_files`` (``qualify telemetry ingest``),
 ``gather_aggregates`` (the queries a check needs, in order), ``load_current_manifest`` (which
-manifest a check compares with), ``run_check`` (``qualify telemetry check``) and ``run_stale``
+manifest a check compares with), ``load_releases`` (the published versions before it that the
+window's events may be judged against), ``run_check`` (``qualify telemetry check``) and ``run_stale``
 (``qualify matrix stale``), each with the clock as a parameter. Does not own the judgement
 (``qualify.telemetry_check``), what is stale (``qualify.staleness``), the text people read
 (``qualify.telemetry_render``), SQL or parsing event files (``matrix.telemetry``), the event
@@ -26,6 +27,12 @@ from matrix.telemetry import (
     revisions_by_class,
     telemetry_profile,
 )
+from matrix.telemetry_scope import (
+    Attribution,
+    host_states,
+    reported_versions,
+    skipped_events,
+)
 from qualify.errors import QualifyError
 from qualify.hostlock import lock_wait_message
 
@@ -33,6 +40,8 @@ if TYPE_CHECKING:
     # Loaded where used: ``telemetry ingest`` needs none of them, and the manifest's, the
     # release's and the check's modules cost a fresh process about 0.15 s.
     from qualify.telemetry_check import TelemetryAggregates
+    from qualify.telemetry_time import Releases
+    from schemas.cell import Cell
     from schemas.manifest import Manifest
     from schemas.project import Project
     from schemas.telemetry import CheckSettings, StaleItem, TelemetryCheck
@@ -42,6 +51,7 @@ __all__ = [
     "gather_aggregates",
     "ingest_files",
     "load_current_manifest",
+    "load_releases",
     "run_check",
     "run_stale",
 ]
@@ -58,27 +68,88 @@ def gather_aggregates(
     end: datetime,
     settings: CheckSettings,
     cohort: Cohort | None = None,
+    releases: Releases | None = None,
+    cells: Sequence[Cell] | None = None,
 ) -> TelemetryAggregates:
-    """Run the queries a check needs: the profile, then the tail of each judged (class, digest).
+    """Run the queries a check needs: the profile, the tail of each judged (class, digest), each
+    host's latest event, and what was skipped as another model line's.
 
     Args:
         store: An open store.
-        manifest: The manifest the check compares with (which digest each class runs).
+        manifest: The current manifest (which digest each class runs now).
         start: Window start.
         end: Window end (the check's ``now``).
         settings: min_samples and confidence decide which tails are read and how long
             (``qualify.telemetry_check.tails_needed``).
         cohort: Only one side of a staged rollout (``matrix.telemetry.Cohort``).
+        releases: The published manifests events are judged against (`load_releases`); by
+            default ``manifest`` alone (every event judged against it: a rollout's cohort view).
+        cells: The matrix's cells, whose digests tell this line's events from others' (default:
+            read from ``store``).
 
     Returns:
         The aggregates for ``check_telemetry``.
     """
     from qualify.telemetry_check import TelemetryAggregates, tails_needed
+    from qualify.telemetry_time import Releases
+    from schemas.telemetry import SkippedEvents
 
-    profile = telemetry_profile(store, start=start, end=end, cohort=cohort)
-    wanted = tails_needed(profile, manifest, settings)
-    tails = latency_tails(store, start=start, end=end, wanted=wanted, cohort=cohort)
-    return TelemetryAggregates(profile=profile, tails=tails)
+    releases = releases or Releases.single(manifest)
+    attribution = releases.attribution(store.cells() if cells is None else cells)
+    versions = releases.versions
+    profile = telemetry_profile(
+        store, start=start, end=end, cohort=cohort, attribution=attribution, versions=versions
+    )
+    wanted = tails_needed(profile, releases, settings)
+    tails = latency_tails(
+        store, start=start, end=end, wanted=wanted, cohort=cohort, attribution=attribution
+    )
+    hosts = host_states(
+        store, start=start, end=end, cohort=cohort, attribution=attribution, versions=versions
+    )
+    skipped = [
+        SkippedEvents(model=model, events=events, hosts=n, example_digests=digests)
+        for model, events, n, digests in skipped_events(
+            store, start=start, end=end, attribution=attribution, cohort=cohort
+        )
+    ]
+    return TelemetryAggregates(
+        profile=profile, tails=tails, releases=releases, hosts=hosts, skipped=skipped
+    )
+
+
+def load_releases(store: Store, current: Manifest, *, start: datetime, end: datetime) -> Releases:
+    """The manifests a check over [start, end] judges against: ``current`` and every published
+    version of its model line before it, from the oldest that an event of the window reports or
+    that was current during the window (so that a lagging host's "since" is the version that
+    changed its assignment, whichever came between).
+
+    Raises:
+        MalformedError: a stored version does not load as a manifest.
+    """
+    from manifest.envelope import parse_time
+    from manifest.load import load_manifest
+    from qualify.telemetry_time import Release, Releases
+
+    version = current.signed.version
+    published = [(v, t) for v, t in store.published_versions() if v < version]
+    reported = reported_versions(store, start=start, end=end)
+    wanted = {v for v, t in published if v in reported or start < t <= end}
+    at_start = [v for v, t in published if t <= start]
+    if at_start:
+        wanted.add(max(at_start))
+    oldest = min(wanted, default=version)
+    items = []
+    for v, t in published:
+        text = store.manifest(v) if v >= oldest else None
+        if text is None:
+            continue
+        older = load_manifest(text.encode(), source=f"matrix {store.path} manifest v{v}")
+        if older.signed.model == current.signed.model:
+            items.append(Release(v, t, older))
+    times = dict(store.published_versions())
+    when = times.get(version) or parse_time(current.signed.created)
+    return Releases((*items, Release(version, when, current)))
 
 
 def _window(now: datetime, since: str) -> tuple[datetime, datetime]:
@@ -151,10 +222,23 @@ def run_check(
 
     settings = settings or CheckSettings()
     start, end = _window(now, settings.since)
+    from qualify.release import parse_duration
+
+    # a bad deadline is said before anything is read
+    parse_duration(settings.propagation_deadline, what="--propagation-deadline")
     with Store.open(db_path, read_only=True) as store:
         manifest = load_current_manifest(store, manifest_path)
+        releases = load_releases(store, manifest, start=start, end=end)
         cells = store.cells()
-        aggregates = gather_aggregates(store, manifest, start=start, end=end, settings=settings)
+        aggregates = gather_aggregates(
+            store,
+            manifest,
+            start=start,
+            end=end,
+            settings=settings,
+            releases=releases,
+            cells=cells,
+        )
     return check_telemetry(manifest, cells, aggregates, now=now, settings=settings)
 
 
@@ -178,5 +262,7 @@ def run_stale(
     start, end = _window(now, since)
     with Store.open(db_path, read_only=True) as store:
         cells = store.cells()
-        revisions = revisions_by_class(store, start=start, end=end)
+        # Only this model line's events: another model on the same hosts runs its own runtime.
+        line = Attribution(project.model, tuple(sorted({c.artifact_digest for c in cells})))
+        revisions = revisions_by_class(store, start=start, end=end, attribution=line)
     return stale_items(project, cells, revisions)

@@ -9,18 +9,25 @@ the runtime revisions a class counts as qualified (``qualify.staleness``, so tha
 ``unqualified_runtime`` alert and ``qualify matrix stale`` agree), the text people read
 (``qualify.telemetry_render``) nor what hosts write (``manifest.host_events``).
 
-Per class in the manifest, the check raises:
+Each event is judged against the manifest version it reports, or the one published at its time
+(``qualify.telemetry_time``: the releases, host states and lagging hosts; only the model line's
+own events are read, ``matrix.telemetry_scope``). Per class in the current manifest, the check
+raises:
 
-* ``unexpected_digest``: hosts run a digest the manifest does not assign to the class (the
-  rollback digest of an entry is a warning: resolve-artifact served it because the host cannot
-  run the entry's artifact; a staged rollout's artifact is assigned to its cohort);
-* ``provider_changed`` and ``fallback_appeared``: events of the assigned digest whose providers
-  differ from the qualified cell's actual placement, or with more nodes off the expected
-  provider than that cell had (a driver or image change does not change the digest);
-* ``p99_regression``: with at least ``min_samples`` latencies of the assigned digest, the
-  observed p99's distribution-free lower confidence bound exceeds the qualified p99 upper bound
-  times ``1 + p99_tolerance`` (below ``min_samples``, or when the bounds straddle the threshold,
-  the p99 state is ``insufficient_data``, never a pass);
+* ``unexpected_digest``: hosts whose latest event runs a digest its own version does not give
+  them (its rollback is a warning: resolve-artifact served it because the host cannot run the
+  entry's artifact; a staged rollout's artifact is assigned to its cohort), each host counted
+  once;
+* ``lagging``: hosts whose latest event reports an older version than the one that now gives
+  them something else, past the propagation deadline (within it they are only reported);
+* ``provider_changed`` and ``fallback_appeared``: events of a digest their version gives the
+  class (its artifact or rollout artifact) whose providers differ from that digest's qualified
+  cell's actual placement, or with more nodes off the expected provider than that cell had (a
+  driver or image change does not change the digest);
+* ``p99_regression``: per digest the class's versions gave it, with at least ``min_samples``
+  latencies of it, the observed p99's distribution-free lower confidence bound exceeds the
+  qualified p99 upper bound times ``1 + p99_tolerance`` (below ``min_samples``, or when the
+  bounds straddle the threshold, the p99 state is ``insufficient_data``, never a pass);
 * ``no_data``: no event at all in the window (its own state, never a pass);
 * ``unqualified_runtime``: hosts report an onnxruntime revision no cell of the class's key ran on;
 * ``unknown_class``: hosts report a class the manifest does not know.
@@ -38,8 +45,17 @@ import numpy as np
 import numpy.typing as npt
 
 from matrix.telemetry import ProfileRow, TelemetryProfile
+from matrix.telemetry_scope import HostState
 from qualify.staleness import qualified_revisions
 from qualify.stats import quantile_bound_ranks
+from qualify.telemetry_time import (
+    ClassHosts,
+    Releases,
+    digest_alert,
+    judge_hosts,
+    lagging_alert,
+    serving_digests,
+)
 from schemas.cell import Cell, latest
 from schemas.manifest import Manifest, ManifestEntry
 from schemas.rules import order_rank, p99_outcome
@@ -51,12 +67,14 @@ from schemas.telemetry import (
     ClassState,
     ClassStateName,
     Severity,
+    SkippedEvents,
     TelemetryCheck,
 )
 
 __all__ = [
     "TelemetryAggregates",
     "check_telemetry",
+    "judged_digests",
     "tail_size",
     "tails_needed",
 ]
@@ -67,16 +85,24 @@ _Tail = npt.NDArray[np.float64]
 
 @dataclass(frozen=True)
 class TelemetryAggregates:
-    """What a check reads from the matrix: the window's profile and the latency tails.
+    """What a check reads from the matrix: the window's profile, the latency tails, each host's
+    latest event, and the manifests they are judged against.
 
     Attributes:
-        profile: Events of the window grouped per (class, digest, runtime, providers, fallback).
+        profile: The line's events of the window grouped per (class, digest, runtime,
+            providers, fallback, settings, judged version).
         tails: (class, digest) -> largest latencies in ms, descending: at least ``tail_size``
             of the pair's sample count, for the pairs with enough samples.
+        releases: The published manifests the events are judged against (the last current).
+        hosts: Each host's latest event of the window (of the line).
+        skipped: Events of the window that are not the line's, per model line they name.
     """
 
     profile: TelemetryProfile
     tails: Mapping[tuple[str, str], _Tail]
+    releases: Releases
+    hosts: Sequence[HostState] = ()
+    skipped: Sequence[SkippedEvents] = ()
 
 
 def tail_size(n: int, *, confidence: float) -> int:
@@ -98,30 +124,54 @@ def _assigned(entry: ManifestEntry) -> str | None:
     return entry.artifact.digest if entry.artifact is not None else None
 
 
+def judged_digests(
+    profile: TelemetryProfile, releases: Releases
+) -> dict[str, dict[str, ManifestEntry]]:
+    """Per class, the digests whose latency and placement are judged, each with the entry that
+    gives it (the newest of the events' versions that does): the current assigned artifact, and
+    every digest an event's own version gave the class (its artifact or rollout artifact)."""
+    found: dict[str, dict[str, ManifestEntry]] = defaultdict(dict)
+    versions: dict[tuple[str, str], int] = {}
+    for name, entry in releases.current.signed.entries.items():
+        if entry.artifact is not None:
+            found[name][entry.artifact.digest] = entry
+            versions[(name, entry.artifact.digest)] = releases.current.signed.version
+    for row in profile.rows:
+        giving = releases.entry(row.version, row.host_class)
+        digest = row.model_digest
+        if giving is None or digest is None or digest not in serving_digests(giving):
+            continue
+        version = row.version if row.version is not None else 0
+        if version > versions.get((row.host_class, digest), -1):
+            found[row.host_class][digest] = giving
+            versions[(row.host_class, digest)] = version
+    return dict(found)
+
+
 def tails_needed(
-    profile: TelemetryProfile, manifest: Manifest, settings: CheckSettings
+    profile: TelemetryProfile, releases: Releases, settings: CheckSettings
 ) -> dict[tuple[str, str], int]:
     """Which latency tails a check judges, and how many of the largest latencies each needs.
 
     Args:
         profile: The window's profile (its sample counts per class and digest).
-        manifest: The manifest the check compares with (which digest each class runs).
+        releases: The manifests the events are judged against (`judged_digests`).
         settings: min_samples and confidence.
 
     Returns:
-        (class, assigned digest) -> ``tail_size`` for each class whose assigned digest has at
-        least ``min_samples`` latencies in the window.
+        (class, digest) -> ``tail_size`` for each judged digest of a class with at least
+        ``min_samples`` latencies in the window (all of the class's events of that digest).
     """
     counts: dict[tuple[str, str], int] = defaultdict(int)
     for row in profile.rows:
         if row.model_digest is not None:
             counts[(row.host_class, row.model_digest)] += row.latency_samples
     wanted: dict[tuple[str, str], int] = {}
-    for name, entry in manifest.signed.entries.items():
-        digest = _assigned(entry)
-        n = counts.get((name, digest), 0) if digest else 0
-        if digest and n >= settings.min_samples:
-            wanted[(name, digest)] = tail_size(n, confidence=settings.confidence)
+    for name, digests in judged_digests(profile, releases).items():
+        for digest in digests:
+            n = counts.get((name, digest), 0)
+            if n >= settings.min_samples:
+                wanted[(name, digest)] = tail_size(n, confidence=settings.confidence)
     return wanted
 
 
@@ -143,10 +193,9 @@ def _group(rows: Sequence[ProfileRow], **extra: Any) -> dict[str, Any]:
     }
 
 
-def _qualified_cell(entry: ManifestEntry, cells: Sequence[Cell]) -> Cell | None:
-    digest = _assigned(entry)
-    if digest is None:
-        return None
+def _qualified_cell(entry: ManifestEntry, cells: Sequence[Cell], digest: str) -> Cell | None:
+    """The cell ``digest`` was qualified on for the entry's key: the one the entry's evidence
+    cites, else the latest."""
     key = entry.key.as_tuple()
     mine = [c for c in cells if c.key.as_tuple() == key and c.artifact_digest == digest]
     if entry.evidence is not None and entry.evidence.artifact_digest == digest:
@@ -156,11 +205,11 @@ def _qualified_cell(entry: ManifestEntry, cells: Sequence[Cell]) -> Cell | None:
     return latest(mine)
 
 
-def _qualified_p99(entry: ManifestEntry, cell: Cell | None) -> float | None:
+def _qualified_p99(entry: ManifestEntry, cell: Cell | None, digest: str) -> float | None:
     evidence = entry.evidence
     if (
         evidence is not None
-        and evidence.artifact_digest == _assigned(entry)
+        and evidence.artifact_digest == digest
         and evidence.p99_upper_us is not None
     ):
         return evidence.p99_upper_us / 1000.0
@@ -193,70 +242,33 @@ def _alert(
     )
 
 
-def _digest_alert(
-    name: str,
-    entry: ManifestEntry,
-    rows: Sequence[ProfileRow],
-    short: Mapping[str, str],
-    version: int,
-) -> Alert | None:
-    assigned = _assigned(entry)
-    rollback = entry.rollback.digest if entry.rollback is not None else None
-    allowed = {assigned} if assigned is not None else ({rollback} if rollback else set())
-    if entry.rollout is not None:  # the canary cohort runs the rollout's artifact, as assigned
-        allowed.add(entry.rollout.artifact.digest)
-    by_digest: dict[str, list[ProfileRow]] = defaultdict(list)
-    for row in rows:
-        if row.model_digest is not None and row.model_digest not in allowed:
-            by_digest[row.model_digest].append(row)
-    if not by_digest:
-        return None
-    seen = [
-        _group(found, digest=digest, name=short.get(digest), is_rollback=digest == rollback)
-        for digest, found in sorted(by_digest.items())
-    ]
-    only_rollback = all(item["is_rollback"] for item in seen)
-    hosts = sum(item["hosts"] for item in seen)
-    wanted = (
-        f"{entry.artifact.name} ({assigned})"
-        if entry.artifact is not None
-        else "nothing new (the class is on hold)"
-    )
-    names = ", ".join(f"{item['name'] or item['digest'][:19]}" for item in seen)
-    if only_rollback:
-        action = (
-            "These hosts were served the rollback: resolve-artifact found that their runtime or "
-            "providers cannot run the entry's artifact. Fix the host image, or re-qualify the "
-            f"class on it (qualify run --host-class {name})."
-        )
-    else:
-        action = (
-            "Find what deployed that model; re-run resolve-artifact on the hosts (it answers "
-            f"{wanted}), or hold the class in the next manifest."
-        )
-    return _alert(
-        name,
-        "unexpected_digest",
-        "warning" if only_rollback else "critical",
-        f"{hosts} host(s) of {name} run {names}; manifest v{version} assigns {wanted}",
-        {"assigned": assigned, "rollback": rollback, "seen": seen},
-        action,
-    )
+@dataclass(frozen=True)
+class _Path:
+    """One digest a class's versions gave it, as the check judges it."""
+
+    digest: str
+    label: str
+    entry: ManifestEntry  # the newest of the events' versions that gives it
+    cell: Cell | None  # where it was qualified on the class's key
+    rows: Sequence[ProfileRow]  # the class's events of this digest, under a version giving it
+    primary: bool  # the current manifest's assigned artifact
 
 
-def _placement_alerts(
-    name: str, entry: ManifestEntry, cell: Cell | None, rows: Sequence[ProfileRow]
-) -> tuple[list[Alert], list[str]]:
-    assigned = _assigned(entry)
+def _placement_alerts(name: str, path: _Path) -> tuple[list[Alert], list[str]]:
     notes: list[str] = []
-    if assigned is None:
-        return [], [f"{name} is on hold: no qualified path to compare providers and latency with"]
-    mine = [r for r in rows if r.model_digest == assigned]
+    mine = path.rows
     if not mine:
-        return [], [f"no event of the assigned digest {assigned[:19]}: providers not judged"]
+        if path.primary:
+            notes.append(
+                f"no event of the assigned digest {path.digest[:19]}: providers not judged"
+            )
+        return [], notes
+    cell = path.cell
     placement = cell.placement if cell is not None else None
     if placement is None:
-        return [], ["the qualified cell's placement is unknown: providers not judged"]
+        return [], [
+            f"{path.label}: the qualified cell's placement is unknown: providers not judged"
+        ]
     qualified = sorted(p for p, n in placement.nodes_per_provider.items() if n > 0)
     alerts: list[Alert] = []
     changed = [
@@ -279,11 +291,11 @@ def _placement_alerts(
                 name,
                 "provider_changed",
                 "critical",
-                f"{sum(o['hosts'] for o in observed)} host(s) of {name} run "
-                f"{entry.artifact.name if entry.artifact else assigned} on {shown}; it was "
-                f"qualified on {'+'.join(qualified) or 'no provider'} (run {cell.run_id if cell else '?'})",
+                f"{sum(o['hosts'] for o in observed)} host(s) of {name} run {path.label} on "
+                f"{shown}; it was qualified on {'+'.join(qualified) or 'no provider'} (run "
+                f"{cell.run_id if cell else '?'})",
                 {
-                    "digest": assigned,
+                    "digest": path.digest,
                     "qualified_providers": qualified,
                     "qualified_run_id": cell.run_id if cell else None,
                     "observed": observed,
@@ -293,67 +305,68 @@ def _placement_alerts(
                 f"--host-class {name}), or pin the image and hold the class until then.",
             )
         )
-    qualified_fallback = placement.fallback_nodes
-    worse = [
-        r
-        for r in mine
-        if r.placement == "actual"
-        and r.fallback_nodes is not None
-        and r.fallback_nodes > qualified_fallback
-    ]
-    if worse:
-        alerts.append(
-            _alert(
-                name,
-                "fallback_appeared",
-                "critical",
-                f"{sum(r.hosts for r in worse)} host(s) of {name} run up to "
-                f"{max(r.fallback_nodes or 0 for r in worse)} node(s) off "
-                f"{placement.expected_provider}; the qualified cell had {qualified_fallback}",
-                {
-                    "digest": assigned,
-                    "expected_provider": placement.expected_provider,
-                    "qualified_fallback_nodes": qualified_fallback,
-                    "observed_max_fallback_nodes": max(r.fallback_nodes or 0 for r in worse),
-                    **_group(worse),
-                },
-                "Nodes fell back off the expected provider (look for provider warnings in the "
-                "service log); fix the host's provider install, or set strict_fallback so the "
-                f"session fails loudly, and re-qualify the class (qualify run --host-class {name}).",
-            )
-        )
-    if not any(r.placement == "actual" for r in mine):
+    fallback = _fallback_alert(name, path, placement.expected_provider, placement.fallback_nodes)
+    if fallback is not None:
+        alerts.append(fallback)
+    if path.primary and not any(r.placement == "actual" for r in mine):
         notes.append(
-            "no event with actual placement (record_session on a session with "
+            f"{path.label}: no event with actual placement (record_session on a session with "
             "session.record_ep_graph_assignment_info=1): fallback not judged"
         )
     return alerts, notes
 
 
+def _fallback_alert(name: str, path: _Path, expected: str, qualified: int) -> Alert | None:
+    worse = [
+        r
+        for r in path.rows
+        if r.placement == "actual" and r.fallback_nodes is not None and r.fallback_nodes > qualified
+    ]
+    if not worse:
+        return None
+    return _alert(
+        name,
+        "fallback_appeared",
+        "critical",
+        f"{sum(r.hosts for r in worse)} host(s) of {name} run {path.label} with up to "
+        f"{max(r.fallback_nodes or 0 for r in worse)} node(s) off {expected}; the qualified "
+        f"cell had {qualified}",
+        {
+            "digest": path.digest,
+            "expected_provider": expected,
+            "qualified_fallback_nodes": qualified,
+            "observed_max_fallback_nodes": max(r.fallback_nodes or 0 for r in worse),
+            **_group(worse),
+        },
+        "Nodes fell back off the expected provider (look for provider warnings in the "
+        "service log); fix the host's provider install, or set strict_fallback so the "
+        f"session fails loudly, and re-qualify the class (qualify run --host-class {name}).",
+    )
+
+
 def _qualified_settings_of(entry: ManifestEntry, digest: str) -> dict[str, str] | None:
     """The settings ``digest`` was approved under in this entry; None: not one of its own."""
     provider = entry.provider
-    if (
-        entry.rollback is not None
-        and digest == entry.rollback.digest
-        and digest != _assigned(entry)
-    ):
+    assigned = entry.artifact.digest if entry.artifact is not None else None
+    if entry.rollback is not None and digest == entry.rollback.digest and digest != assigned:
         provider = entry.rollback.provider or entry.provider
-    elif digest != _assigned(entry) and (
-        entry.rollout is None or digest != entry.rollout.artifact.digest
-    ):
+    elif digest != assigned and (entry.rollout is None or digest != entry.rollout.artifact.digest):
         return None
     return qualified_settings(provider.model_dump(mode="json"))
 
 
-def _settings_alert(name: str, entry: ManifestEntry, rows: Sequence[ProfileRow]) -> Alert | None:
-    """Hosts whose sessions run one of the class's artifacts under other session settings."""
+def _settings_alert(
+    name: str, rows: Sequence[ProfileRow], releases: Releases, current: ManifestEntry
+) -> Alert | None:
+    """Hosts whose sessions run one of the class's artifacts under other session settings
+    than the version each event is judged against approved it under."""
     combos: dict[tuple[str, str], list[ProfileRow]] = defaultdict(list)
     phrases: dict[tuple[str, str], list[str]] = {}
     for row in rows:
         if row.settings is None or row.model_digest is None:
             continue
-        qualified = _qualified_settings_of(entry, row.model_digest)
+        entry = releases.entry(row.version, name)
+        qualified = _qualified_settings_of(entry, row.model_digest) if entry else None
         if qualified is None:
             continue  # an unexpected digest: its own alert
         differences = settings_differences(qualified, decode_settings(row.settings))
@@ -376,7 +389,7 @@ def _settings_alert(name: str, entry: ManifestEntry, rows: Sequence[ProfileRow])
         f"{hosts} host(s) of {name} run the model with other session settings than it was "
         f"qualified with: {shown}",
         {
-            "qualified": qualified_settings(entry.provider.model_dump(mode="json")),
+            "qualified": qualified_settings(current.provider.model_dump(mode="json")),
             "observed": observed,
         },
         "Build the session with resolve-artifact's settings (threads, execution mode, graph "
@@ -409,17 +422,8 @@ def _runtime_alert(
     )
 
 
-def _p99(
-    name: str,
-    entry: ManifestEntry,
-    cell: Cell | None,
-    rows: Sequence[ProfileRow],
-    tails: Mapping[tuple[str, str], _Tail],
-    settings: CheckSettings,
-) -> tuple[dict[str, Any], Alert | None, str | None]:
-    assigned = _assigned(entry)
-    n = sum(r.latency_samples for r in rows if r.model_digest == assigned) if assigned else 0
-    state: dict[str, Any] = {
+def _p99_state(n: int) -> dict[str, Any]:
+    return {
         "latency_samples": n,
         "observed_p99_ms": None,
         "observed_p99_lower_ms": None,
@@ -428,59 +432,43 @@ def _p99(
         "p99_threshold_ms": None,
         "p99": "not_judged",
     }
-    if assigned is None:
-        return state, None, None
-    qualified = _qualified_p99(entry, cell)
+
+
+def _p99(
+    name: str,
+    path: _Path,
+    n: int,
+    tails: Mapping[tuple[str, str], _Tail],
+    settings: CheckSettings,
+) -> tuple[dict[str, Any], Alert | None, str | None]:
+    """One judged digest's p99 over all of the class's latencies of it in the window."""
+    state = _p99_state(n)
+    qualified = _qualified_p99(path.entry, path.cell, path.digest)
     threshold = qualified * (1.0 + settings.p99_tolerance) if qualified is not None else None
     state["qualified_p99_upper_ms"] = qualified
     state["p99_threshold_ms"] = threshold
-    tail = tails.get((name, assigned))
+    tail = tails.get((name, path.digest))
     if n >= settings.min_samples and tail is not None:
         lower_rank, upper_rank = quantile_bound_ranks(n, _Q, settings.confidence)
         state["observed_p99_ms"] = _at_rank(tail, n, order_rank(n, _Q))
         state["observed_p99_lower_ms"] = _at_rank(tail, n, lower_rank)
         state["observed_p99_upper_ms"] = _at_rank(tail, n, upper_rank)
+    which = "the assigned digest" if path.primary else path.label
     if threshold is None:
-        return state, None, "no qualified p99 bound for the assigned artifact: p99 not judged"
+        return state, None, f"no qualified p99 bound for {which}: p99 not judged"
     if n < settings.min_samples or tail is None:
         state["p99"] = "insufficient_data"
         return (
             state,
             None,
-            f"insufficient data: {n} latency sample(s) of the assigned digest, a p99 needs "
+            f"insufficient data: {n} latency sample(s) of {which}, a p99 needs "
             f"{settings.min_samples}",
         )
     lower, upper = state["observed_p99_lower_ms"], state["observed_p99_upper_ms"]
     outcome = p99_outcome(lower, upper, threshold)
     if outcome == "fail":
         state["p99"] = "regressed"
-        alert = _alert(
-            name,
-            "p99_regression",
-            "critical",
-            f"{name}'s observed p99 is {state['observed_p99_ms']:.3g} ms (lower bound "
-            f"{lower:.3g} ms at {settings.confidence:.0%} confidence, {n} samples); qualified "
-            f"p99 upper bound {qualified:.3g} ms, threshold {threshold:.3g} ms "
-            f"(+{settings.p99_tolerance:.0%})",
-            {
-                "digest": assigned,
-                "samples": n,
-                "observed_p99_ms": state["observed_p99_ms"],
-                "observed_p99_lower_ms": lower,
-                "observed_p99_upper_ms": upper,
-                "qualified_p99_upper_ms": qualified,
-                "qualified_run_id": cell.run_id if cell else None,
-                "threshold_ms": threshold,
-                "tolerance": settings.p99_tolerance,
-                "confidence": settings.confidence,
-                "example_hosts": _hosts(r for r in rows if r.model_digest == assigned),
-            },
-            "Compare the hosts' load, batch and image with the qualified run; re-qualify the "
-            f"class (qualify run --host-class {name}) and regenerate the manifest, or roll the "
-            f"class back to {entry.rollback.name if entry.rollback else 'the baseline'} if "
-            "users are hurt.",
-        )
-        return state, alert, None
+        return state, _p99_alert(name, path, state, settings), None
     if outcome == "pass":
         state["p99"] = "ok"
         return state, None, None
@@ -488,8 +476,40 @@ def _p99(
     return (
         state,
         None,
-        f"insufficient data: the observed p99 bounds ({lower} to {upper} ms) straddle the "
-        f"threshold {threshold:.3g} ms",
+        f"insufficient data: the observed p99 bounds of {which} ({lower} to {upper} ms) "
+        f"straddle the threshold {threshold:.3g} ms",
+    )
+
+
+def _p99_alert(name: str, path: _Path, state: dict[str, Any], settings: CheckSettings) -> Alert:
+    lower, n = state["observed_p99_lower_ms"], state["latency_samples"]
+    qualified, threshold = state["qualified_p99_upper_ms"], state["p99_threshold_ms"]
+    rollback = path.entry.rollback
+    of = "" if path.primary else f" running {path.label}"
+    return _alert(
+        name,
+        "p99_regression",
+        "critical",
+        f"{name}'s observed p99{of} is {state['observed_p99_ms']:.3g} ms (lower bound "
+        f"{lower:.3g} ms at {settings.confidence:.0%} confidence, {n} samples); qualified "
+        f"p99 upper bound {qualified:.3g} ms, threshold {threshold:.3g} ms "
+        f"(+{settings.p99_tolerance:.0%})",
+        {
+            "digest": path.digest,
+            "samples": n,
+            "observed_p99_ms": state["observed_p99_ms"],
+            "observed_p99_lower_ms": lower,
+            "observed_p99_upper_ms": state["observed_p99_upper_ms"],
+            "qualified_p99_upper_ms": qualified,
+            "qualified_run_id": path.cell.run_id if path.cell else None,
+            "threshold_ms": threshold,
+            "tolerance": settings.p99_tolerance,
+            "confidence": settings.confidence,
+            "example_hosts": _hosts(path.rows),
+        },
+        "Compare the hosts' load, batch and image with the qualified run; re-qualify the "
+        f"class (qualify run --host-class {name}) and regenerate the manifest, or roll the "
+        f"class back to {rollback.name if rollback else 'the baseline'} if users are hurt.",
     )
 
 
@@ -501,8 +521,9 @@ class _Context:
     aggregates: TelemetryAggregates
     settings: CheckSettings
     now: datetime
-    version: int
-    short: Mapping[str, str]  # digest -> artifact name, for messages
+    releases: Releases
+    judged: Mapping[str, Mapping[str, ManifestEntry]]  # class -> digest -> entry giving it
+    hosts: Mapping[str, ClassHosts]
 
 
 def _rows_by_class(rows: Iterable[ProfileRow]) -> dict[str, list[ProfileRow]]:
@@ -512,14 +533,37 @@ def _rows_by_class(rows: Iterable[ProfileRow]) -> dict[str, list[ProfileRow]]:
     return by_class
 
 
-def _artifact_names(manifest: Manifest) -> dict[str, str]:
-    """digest -> name of every artifact and rollback the manifest assigns."""
-    short: dict[str, str] = {}
-    for entry in manifest.signed.entries.values():
-        for art in (entry.artifact, entry.rollback):
-            if art is not None:
-                short[art.digest] = art.name
-    return short
+def _label(entry: ManifestEntry, digest: str) -> str:
+    """The name the entry gives ``digest`` (its artifact's or its rollout's)."""
+    for art in (entry.artifact, entry.rollout.artifact if entry.rollout else None):
+        if art is not None and art.digest == digest:
+            return art.name
+    return digest[:19]
+
+
+def _paths(name: str, rows: Sequence[ProfileRow], ctx: _Context) -> list[_Path]:
+    """The digests judged for placement and p99, the current assigned one first."""
+    current = ctx.releases.current.signed.entries[name]
+    assigned = current.artifact.digest if current.artifact is not None else None
+    found = []
+    for digest, entry in ctx.judged.get(name, {}).items():
+        giving = [
+            r
+            for r in rows
+            if r.model_digest == digest
+            and digest in serving_digests(ctx.releases.entry(r.version, name) or current)
+        ]
+        found.append(
+            _Path(
+                digest=digest,
+                label=_label(entry, digest),
+                entry=entry,
+                cell=_qualified_cell(entry, ctx.cells, digest),
+                rows=giving,
+                primary=digest == assigned,
+            )
+        )
+    return sorted(found, key=lambda p: (not p.primary, p.label, p.digest))
 
 
 def _no_data_alert(name: str, start: datetime, now: datetime) -> Alert:
@@ -537,35 +581,50 @@ def _no_data_alert(name: str, start: datetime, now: datetime) -> Alert:
 
 
 def _path_alerts(
-    name: str,
-    entry: ManifestEntry,
-    cell: Cell | None,
-    rows: Sequence[ProfileRow],
-    ctx: _Context,
-    p99_alert: Alert | None,
-    p99_note: str | None,
-) -> tuple[list[Alert], list[str]]:
-    """Alerts and notes of a class that sent events: digest, placement, settings, p99 and
-    runtime."""
+    name: str, rows: Sequence[ProfileRow], paths: Sequence[_Path], ctx: _Context
+) -> tuple[list[Alert], list[str], dict[str, Any] | None]:
+    """Alerts and notes of a class that sent events (digest, lag, placement, settings, p99 and
+    runtime), and the p99 state of its current assigned digest."""
+    current = ctx.releases.current.signed.entries[name]
+    hosts = ctx.hosts.get(name, ClassHosts())
     alerts: list[Alert] = []
     notes: list[str] = []
-    digest_alert = _digest_alert(name, entry, rows, ctx.short, ctx.version)
-    if digest_alert is not None:
-        alerts.append(digest_alert)
-    placement_alerts, placement_notes = _placement_alerts(name, entry, cell, rows)
-    alerts.extend(placement_alerts)
-    settings_alert = _settings_alert(name, entry, rows)
+    found = digest_alert(name, ctx.releases, hosts, current)
+    if found is not None:
+        alerts.append(found)
+    lag, lag_notes = lagging_alert(
+        name, hosts, now=ctx.now, deadline=ctx.settings.propagation_deadline
+    )
+    if lag is not None:
+        alerts.append(lag)
+    notes.extend(lag_notes)
+    if current.artifact is None:
+        notes.append(f"{name} is on hold: no qualified path to compare providers and latency with")
+    counts: dict[str, int] = defaultdict(int)
+    for row in rows:
+        if row.model_digest is not None:
+            counts[row.model_digest] += row.latency_samples
+    primary: dict[str, Any] | None = None
+    for path in paths:
+        placement_alerts, placement_notes = _placement_alerts(name, path)
+        alerts.extend(placement_alerts)
+        notes.extend(placement_notes)
+        if not path.primary and not path.rows:
+            continue
+        state, p99_alert, p99_note = _p99(
+            name, path, counts.get(path.digest, 0), ctx.aggregates.tails, ctx.settings
+        )
+        primary = state if path.primary else primary
+        alerts.extend([p99_alert] if p99_alert is not None else [])
+        if p99_note is not None and (path.primary or state["latency_samples"]):
+            notes.append(p99_note)  # another digest's p99 is noted once it has latencies
+    settings_alert = _settings_alert(name, rows, ctx.releases, current)
     if settings_alert is not None:
         alerts.append(settings_alert)
-    notes.extend(placement_notes)
-    if p99_alert is not None:
-        alerts.append(p99_alert)
-    if p99_note is not None:
-        notes.append(p99_note)
-    runtime_alert = _runtime_alert(name, entry.key.as_tuple(), ctx.cells, rows)
+    runtime_alert = _runtime_alert(name, current.key.as_tuple(), ctx.cells, rows)
     if runtime_alert is not None:
         alerts.append(runtime_alert)
-    return alerts, notes
+    return alerts, notes, primary
 
 
 def _state_name(events: int, alerts: Sequence[Alert], p99: str) -> ClassStateName:
@@ -580,29 +639,33 @@ def _state_name(events: int, alerts: Sequence[Alert], p99: str) -> ClassStateNam
 
 
 def _judge_class(
-    name: str, entry: ManifestEntry, rows: Sequence[ProfileRow], ctx: _Context
+    name: str, rows: Sequence[ProfileRow], ctx: _Context
 ) -> tuple[list[Alert], ClassState]:
-    """One class of the manifest: its alerts (sorted by kind) and its state."""
+    """One class of the current manifest: its alerts (sorted by kind) and its state."""
+    entry = ctx.releases.current.signed.entries[name]
     profile = ctx.aggregates.profile
     events = profile.class_events.get(name, 0)
-    cell = _qualified_cell(entry, ctx.cells)
-    p99_state, p99_alert, p99_note = _p99(
-        name, entry, cell, rows, ctx.aggregates.tails, ctx.settings
-    )
+    paths = _paths(name, rows, ctx)
+    primary: dict[str, Any] | None = None
     if events == 0:
         mine = [_no_data_alert(name, profile.start, ctx.now)]
         notes: list[str] = []
+        first = next((p for p in paths if p.primary), None)
+        if first is not None:
+            primary, _, _ = _p99(name, first, 0, ctx.aggregates.tails, ctx.settings)
     else:
-        mine, notes = _path_alerts(name, entry, cell, rows, ctx, p99_alert, p99_note)
+        mine, notes, primary = _path_alerts(name, rows, paths, ctx)
     mine.sort(key=lambda a: a.kind)
+    p99_state = primary if primary is not None else _p99_state(0)
     state = ClassState(
         host_class=name,
         state=_state_name(events, mine, p99_state["p99"]),
         decision=entry.decision,
         events=events,
         hosts=profile.class_hosts.get(name, 0),
-        alerts=sorted(a.kind for a in mine),
+        alerts=sorted({a.kind for a in mine}),
         notes=notes,
+        lagging=list(ctx.hosts[name].lagging) if name in ctx.hosts else [],
         **p99_state,
     )
     return mine, state
@@ -649,25 +712,40 @@ def check_telemetry(
     now: datetime,
     settings: CheckSettings | None = None,
 ) -> TelemetryCheck:
-    """Judge the window's telemetry against the manifest and the matrix, class by class.
+    """Judge the window's telemetry against the manifests and the matrix, class by class.
 
     Pure: no clock, no database; ``aggregates`` comes from
     ``qualify.telemetry.gather_aggregates``.
 
     Args:
-        manifest: The manifest hosts should be following.
+        manifest: The current manifest (the last of ``aggregates.releases``): its classes are
+            judged, hosts on older versions against those.
         cells: Cells of the matrix (all of them: any run counts for the runtime revisions; the
-            placement compared with is the cell the manifest's evidence cites, else the latest
-            on the class's key for the assigned digest).
-        aggregates: The window's profile and latency tails.
+            placement compared with is the cell the giving entry's evidence cites, else the
+            latest on the class's key for that digest).
+        aggregates: The window's profile, latency tails, host states and releases.
         now: The reference time (the window's end).
-        settings: Tolerance, min_samples, confidence; defaults to ``CheckSettings()``.
+        settings: Tolerance, min_samples, confidence, propagation deadline; defaults to
+            ``CheckSettings()``.
 
     Returns:
         Alerts (sorted by class, kind) and one state per class: the manifest's classes plus any
         unknown class that sent events.
+
+    Raises:
+        ValueError: ``manifest`` is not the newest of ``aggregates.releases``.
+        QualifyError: the propagation deadline is not a duration.
     """
+    from qualify.release import parse_duration
+
     settings = settings or CheckSettings()
+    releases = aggregates.releases
+    if releases.current.signed.version != manifest.signed.version:
+        raise ValueError(
+            f"manifest v{manifest.signed.version} is not the newest release judged "
+            f"(v{releases.current.signed.version})"
+        )
+    deadline = parse_duration(settings.propagation_deadline, what="propagation_deadline")
     profile = aggregates.profile
     version = manifest.signed.version
     rows_by_class = _rows_by_class(profile.rows)
@@ -676,14 +754,14 @@ def check_telemetry(
         aggregates=aggregates,
         settings=settings,
         now=now,
-        version=version,
-        short=_artifact_names(manifest),
+        releases=releases,
+        judged=judged_digests(profile, releases),
+        hosts=judge_hosts(releases, aggregates.hosts, now=now, deadline=deadline),
     )
     alerts: list[Alert] = []
     states: list[ClassState] = []
     for name in sorted(manifest.signed.entries):
-        rows = rows_by_class.get(name, [])
-        mine, state = _judge_class(name, manifest.signed.entries[name], rows, ctx)
+        mine, state = _judge_class(name, rows_by_class.get(name, []), ctx)
         alerts.extend(mine)
         states.append(state)
     for name in sorted(set(rows_by_class) - set(manifest.signed.entries)):
@@ -694,6 +772,10 @@ def check_telemetry(
         checked_at=now,
         window_start=profile.start,
         manifest_version=version,
+        model=manifest.signed.model,
+        versions=sorted({r.version for r in profile.rows if r.version is not None}),
+        propagation_deadline=settings.propagation_deadline,
+        skipped=list(aggregates.skipped),
         p99_tolerance=settings.p99_tolerance,
         min_samples=settings.min_samples,
         confidence=settings.confidence,

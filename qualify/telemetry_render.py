@@ -19,9 +19,13 @@ __all__ = ["render_check", "render_stale"]
 
 def render_check(check: TelemetryCheck) -> str:
     """Plain text for people: one line per class, then each alert with its action."""
+    judged = ", ".join(f"v{v}" for v in check.versions)
     lines = [
         f"telemetry {check.window_start:%Y-%m-%d %H:%M} .. {check.checked_at:%Y-%m-%d %H:%M} "
-        f"UTC, {check.events} events, manifest v{check.manifest_version}"
+        f"UTC, {check.events} events"
+        + (f" of {one_line(check.model)}" if check.model else "")
+        + f", manifest v{check.manifest_version}"
+        + (f", events judged against {judged}" if judged else "")
     ]
     for state in check.classes:
         p99 = (
@@ -32,6 +36,7 @@ def render_check(check: TelemetryCheck) -> str:
             f"{state.hosts:>5} hosts  {p99}  {one_line(', '.join(state.alerts))}"
         )
         lines.extend(f"      {one_line(note)}" for note in state.notes)
+    lines.extend(_skipped(check))
     for alert in check.alerts:
         # Every part may carry text from hosts' events: one line each, never forged ones.
         lines.append(
@@ -43,6 +48,23 @@ def render_check(check: TelemetryCheck) -> str:
         f"\n{len(check.alerts)} alert(s)" if check.alerts else "\nno alerts: every class is ok"
     )
     return "\n".join(lines)
+
+
+def _skipped(check: TelemetryCheck) -> list[str]:
+    """What was left unjudged as another model line's, one line each."""
+    found = []
+    for skipped in check.skipped:
+        whose = (
+            f"name model line {one_line(skipped.model)!r}"
+            if skipped.model is not None
+            else "name no model line and run digests this line never had ("
+            + ", ".join(d[:19] for d in skipped.example_digests)
+            + "): add 'model' to the hosts' events if they are this line's"
+        )
+        found.append(
+            f"  skipped: {skipped.events} event(s) from {skipped.hosts} host(s) that {whose}"
+        )
+    return found
 
 
 def render_stale(items: Sequence[StaleItem]) -> str:

@@ -363,6 +363,14 @@ class Soak(Document):
     )
     seconds: float = Field(description="How long it was served.")
     tolerance: float = Field(description="workload.soak_tolerance it was judged with.")
+    floor: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="workload.soak_floor it was measured with: a drift counts against the class "
+        "only when the last window's p99 lower bound is above the first window's upper bound "
+        "by at least this share of the class's p99 budget (0.1 for soaks recorded before it).",
+    )
     windows: list[SoakWindow] = Field(description="Equal windows, in order.")
     drifted: bool | None = Field(
         description="The last window's p99 lower bound above the first's upper bound times "

@@ -449,6 +449,15 @@ class Workload(_ProjectDocument):
         ge=0,
         description="How much slower the last soak window's p99 may be than the first's.",
     )
+    soak_floor: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="The share of the class's p99 budget (budgets.p99_ms) a drift must add to "
+        "the p99 for it to count: a p99 going from 0.02 to 0.06 ms against a 5 ms budget is "
+        "beyond the tolerance but not a class to hold; 2 ms appearing against a 1 ms budget "
+        "is. 0: every drift beyond the tolerance counts.",
+    )
     open_loop: OpenLoop | None = Field(
         default=None,
         description="After the interleaved rounds, find each artifact's highest request rate "
@@ -873,6 +882,39 @@ class HostClass(_ProjectDocument):
         default_factory=ProviderSpec, description="Providers and options."
     )
     budgets: Budgets = Field(description="Budgets a candidate must meet.")
+
+    @model_validator(mode="after")
+    def _strict_fallback_falls_back_nowhere(self) -> HostClass:
+        """``strict_fallback`` with a provider to fall back to is a class no cell can measure:
+        onnxruntime refuses a session that lists the CPU provider with CPU fallback disabled
+        ("Conflicting session configuration"), and a provider after the expected one is a
+        fallback the class says it forbids. Refused here, where the project loads, not as an
+        error in every cell."""
+        provider = self.provider
+        if not provider.strict_fallback:
+            return self
+        providers = provider.execution_providers
+        after = providers[providers.index(provider.expected) + 1 :]
+        listed = [
+            *after,
+            *(["CPUExecutionProvider"] if "CPUExecutionProvider" in providers else []),
+        ]
+        if listed:
+            raise PydanticCustomError(
+                "strict_fallback_with_fallback",
+                "provider.strict_fallback is true, but execution_providers {providers} lists "
+                "{listed} to fall back to (onnxruntime refuses a session that lists "
+                "CPUExecutionProvider with CPU fallback disabled, and a provider after the "
+                "expected {expected} is a fallback): list only {expected} (nodes it cannot take "
+                "then fail loudly), or set strict_fallback: false (fallback nodes then count "
+                "against fallback_allowance)",
+                {
+                    "providers": list(providers),
+                    "listed": ", ".join(dict.fromkeys(listed)),
+                    "expected": provider.expected,
+                },
+            )
+        return self
 
     def settings_digest(self) -> str:
         """Digest of the runtime and provider settings; a cell measured under another is stale.

@@ -34,7 +34,8 @@ REASONS: dict[str, str] = {
     "energy_missing": "energy was not measured (no readable counters) although the class has "
     "a budget",
     "sustained_drift": "under sustained load the last window's p99 is above the first's "
-    "beyond workload.soak_tolerance, with confidence (throttling, leaks, a slowing hook)",
+    "beyond workload.soak_tolerance, with confidence, by at least workload.soak_floor of the p99 "
+    "budget (throttling, leaks, a slowing hook)",
     "soak_insufficient": "a soak window had too few samples to bound its p99, so drift "
     "cannot be judged",
     "slower_than_baseline": "the candidate is measurably slower than the baseline at p50 or p99 "

@@ -14,7 +14,7 @@ An event line looks like::
      "runtime_revision": "1.32.0", "runtime_package": "onnxruntime",
      "providers": ["CPUExecutionProvider"], "placement": "actual",
      "nodes_per_provider": {"CPUExecutionProvider": 12}, "fallback_nodes": 0,
-     "latency_ms": 3.412, "manifest_version": 7, "decision": "candidate"}
+     "latency_ms": 3.412, "manifest_version": 7, "decision": "candidate", "model": "ocr-rec"}
 """
 
 from __future__ import annotations
@@ -40,8 +40,10 @@ __all__ = [
     "CheckSettings",
     "ClassState",
     "ClassStateName",
+    "LaggingHosts",
     "Placement",
     "Severity",
+    "SkippedEvents",
     "StaleItem",
     "TelemetryCheck",
     "TelemetryEvent",
@@ -59,6 +61,7 @@ AlertKind = Literal[
     "unqualified_runtime",
     "unknown_class",
     "settings_differ",
+    "lagging",
 ]
 
 ALERT_KINDS: dict[str, str] = {
@@ -76,6 +79,8 @@ ALERT_KINDS: dict[str, str] = {
     "settings_differ": "hosts run the class's artifact with session settings (threads, "
     "execution mode, graph level, session config, provider options) other than those it was "
     "qualified with",
+    "lagging": "hosts still run what an older manifest version gave them, past the propagation "
+    "deadline after a newer version changed their assignment",
 }
 """Alert kinds, each with what it means."""
 
@@ -165,6 +170,12 @@ class TelemetryEvent(Document):
     decision: Literal["candidate", "baseline", "hold"] | None = Field(
         default=None, description="The manifest's decision for the class, when the host knows it."
     )
+    model: _Text | None = Field(
+        default=None,
+        description="The model line the event is about (the manifest's 'model', e.g. 'ocr-rec'): "
+        "a host serving several models writes all of them into one file, and a check judges "
+        "only its own line's. Null (old writers): attributed by digest, see docs/telemetry.md.",
+    )
     rollout: _Text | None = Field(
         default=None,
         description="The id of the staged rollout the class was in when the host resolved it "
@@ -228,6 +239,14 @@ class CheckSettings(Document):
         lt=1.0,
         description="One-sided confidence of the observed p99 bounds.",
     )
+    propagation_deadline: str = Field(
+        default="6h",
+        description="How long after a manifest version changed what a host should run the host "
+        "may still run what an older version gave it before that is a 'lagging' warning (a "
+        "number and a unit: s, m, h, d, w). Hosts pick a manifest up at service start or on "
+        "their next poll, minutes to hours late; six hours covers a rollout step and a "
+        "working day's restarts, and a host still behind after that is stuck, not slow.",
+    )
 
 
 class Alert(Document):
@@ -244,6 +263,37 @@ class Alert(Document):
         "providers, bounds."
     )
     suggested_action: str = Field(description="What a person should do next.")
+
+
+class LaggingHosts(Document):
+    """Hosts of one class whose latest event reports an older manifest version than the one that
+    now gives them something else to run."""
+
+    version: int = Field(description="The manifest version their latest events were judged under.")
+    hosts: int = Field(ge=0, description="How many hosts (each counted once, by its latest event).")
+    example_hosts: list[str] = Field(description="Up to five of them, sorted.")
+    newer_version: int = Field(
+        description="The first version after theirs that changed what they should run."
+    )
+    since: datetime = Field(
+        description="When newer_version was published (its 'created'): they lag since then."
+    )
+    past_deadline: bool = Field(
+        description="Whether since is longer ago than the check's propagation deadline (then a "
+        "'lagging' warning, else only reported)."
+    )
+
+
+class SkippedEvents(Document):
+    """Events of the window a check did not judge because they are not this model line's."""
+
+    model: str | None = Field(
+        description="The model line the events name; null: they name none and run a digest "
+        "this line never had (not attributable)."
+    )
+    events: int = Field(ge=0, description="Events skipped.")
+    hosts: int = Field(ge=0, description="Distinct hosts that sent them.")
+    example_digests: list[str] = Field(description="Up to five digests they ran, sorted.")
 
 
 class ClassState(Document):
@@ -282,6 +332,11 @@ class ClassState(Document):
     )
     alerts: list[AlertKind] = Field(description="Kinds of the class's alerts, sorted.")
     notes: list[str] = Field(description="Sentences on what was and was not judged.")
+    lagging: list[LaggingHosts] = Field(
+        default_factory=list,
+        description="Hosts still on an older version that gave them something else to run, "
+        "per version, oldest first; empty when every host runs under its current assignment.",
+    )
 
 
 class TelemetryCheck(Document):
@@ -289,7 +344,24 @@ class TelemetryCheck(Document):
 
     checked_at: datetime = Field(description="The reference time (UTC).")
     window_start: datetime = Field(description="Events from here up to checked_at were judged.")
-    manifest_version: int = Field(description="The manifest compared against.")
+    manifest_version: int = Field(
+        description="The current manifest: hosts on older versions are judged against the version "
+        "they report (or the one published at their time) and reported as lagging."
+    )
+    model: str | None = Field(
+        default=None, description="The model line judged (the manifest's 'model')."
+    )
+    versions: list[int] = Field(
+        default_factory=list,
+        description="The manifest versions the window's events were judged against, ascending.",
+    )
+    propagation_deadline: str = Field(
+        default="6h", description="How long hosts may lag behind a new assignment unwarned."
+    )
+    skipped: list[SkippedEvents] = Field(
+        default_factory=list,
+        description="Events of other model lines (or of none this line can claim): not judged.",
+    )
     p99_tolerance: float = Field(description="Relative slack over the qualified p99 bound.")
     min_samples: int = Field(description="Fewest latency samples a p99 is judged on.")
     confidence: float = Field(description="Confidence of the observed p99 bounds.")

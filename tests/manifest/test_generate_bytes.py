@@ -63,7 +63,8 @@ def _classes(*, second: bool) -> dict[str, dict[str, Any]]:
         match={"arch": "x86_64", "accelerator": "CUDAExecutionProvider", "min_memory_mb": 16384},
     )
     gpu["provider"] |= {
-        "execution_providers": ["CUDAExecutionProvider", "CPUExecutionProvider"],
+        # strict_fallback lists nothing to fall back to (a project with both is refused)
+        "execution_providers": ["CUDAExecutionProvider"],
         "provider_options": {"CUDAExecutionProvider": {"device_id": 0, "use_tf32": False}},
         "strict_fallback": True,
     }

@@ -237,7 +237,32 @@ def test_resolve_artifact_emit_telemetry_appends_the_decision_it_made(
     assert served.providers == ["CPUExecutionProvider"]
     assert served.latency_ms is None and served.fallback_nodes is None
     assert (held.decision, held.model_digest, held.providers) == ("hold", None, [])
+    # Each event names the manifest's model line: one host may serve several into one file.
+    assert served.model == held.model == "ocr-rec"
     capsys.readouterr()
+
+
+def test_a_sessions_event_names_its_model_line_when_told(tmp_path: Path) -> None:
+    class Session:
+        def get_providers(self) -> list[str]:
+            return ["CPUExecutionProvider"]
+
+    out = tmp_path / "t.jsonl"
+    for model in ("speech", None):
+        record_session(
+            Session(),
+            path=out,
+            host_class="a",
+            model_digest=DIGEST,
+            manifest_version=3,
+            expected_provider="CPUExecutionProvider",
+            sample_rate=1.0,
+            host="h",
+            when=WHEN,
+            model=model,
+        )
+    named, unnamed = (valid(e) for e in lines(out))
+    assert (named.model, unnamed.model) == ("speech", None)
 
 
 def test_a_telemetry_file_that_cannot_be_written_never_changes_the_exit_code(

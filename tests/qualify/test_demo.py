@@ -103,6 +103,49 @@ def test_telemetry_check_alerts_on_exactly_the_two_injected_problems(
     assert stale.returncode == 0 and json.loads(stale.stdout) == {"stale": []}
 
 
+def test_a_check_after_the_demo_raises_exactly_the_alerts_its_story_injected(
+    demo: tuple[Path, str],
+) -> None:
+    """After three releases' worth of rollouts, hosts on older versions (the rest of a
+    25% cohort under v5, a completed rollout's hosts still on its 100% step, the aborted
+    canary's hosts) are judged against the version they report: no unexpected digest, no
+    lagging warning, only what the story injected."""
+    work, out = demo
+    provider_class, p99_class = re.findall(
+        r"injected: ([\w-]+)'s provider changed after a driver update, ([\w-]+)'s p99", out
+    )[0]
+    injected = {
+        (provider_class, "provider_changed"),  # the day's driver update
+        (provider_class, "fallback_appeared"),
+        (p99_class, "p99_regression"),  # the day's regression
+    }
+    if "(skipped: the rollout demo" not in out:  # the aborted rollout's canary fault
+        injected |= {(p99_class, "provider_changed"), (p99_class, "fallback_appeared")}
+    checked = run_qualify("telemetry", "check", "--json", cwd=work)
+    assert checked.returncode == 1, checked.stderr
+    doc = json.loads(checked.stdout)
+    raised = [(a["host_class"], a["kind"], a["severity"]) for a in doc["alerts"]]
+    assert sorted(raised) == sorted((c, k, "critical") for c, k in injected)
+    assert doc["skipped"] == []
+    assert all(not g["past_deadline"] for c in doc["classes"] for g in c["lagging"])
+
+
+def test_force_over_a_finished_demo_deletes_everything_it_wrote_and_nothing_else(
+    demo: tuple[Path, str], tmp_path: Path
+) -> None:
+    import shutil
+
+    from qualify.demo import MARKER, prepare_workdir
+
+    work, _ = demo
+    copy = tmp_path / "demo"
+    shutil.copytree(work, copy, symlinks=True)
+    again = run_qualify("demo", "--workdir", str(copy), cwd=tmp_path)
+    assert again.returncode == 2 and "--force" in again.stderr
+    assert prepare_workdir(copy, force=True)  # every entry is one a demo writes
+    assert [p.name for p in copy.iterdir()] == [MARKER]
+
+
 def test_one_rollout_reaches_every_host_and_one_aborts_to_the_rollback_at_a_higher_version(
     demo: tuple[Path, str],
 ) -> None:

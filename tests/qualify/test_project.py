@@ -36,6 +36,7 @@ from schemas.project import (
     Workload,
 )
 from tests.models import passthrough
+from tests.qualify.projects import run_qualify
 
 VALID = """\
 model: ocr-rec
@@ -550,6 +551,43 @@ def test_session_config_keys_qualify_sets_itself_are_refused(tmp_path: Path) -> 
     message = load_error(write_tree(tmp_path, text))
     assert "'session.disable_cpu_ep_fallback' is set by qualify itself" in message
     assert "strict_fallback: true" in message
+
+
+def test_strict_fallback_with_a_fallback_provider_listed_is_refused_at_load(
+    tmp_path: Path,
+) -> None:
+    # onnxruntime refuses such a session ("Conflicting session configuration"): every cell
+    # would be an error. Refused where the project loads, naming the file, field and fix.
+    text = VALID.replace(
+        "provider: {execution_providers: [CPUExecutionProvider], intra_op_threads: 2}",
+        "provider: {execution_providers: [CUDAExecutionProvider, CPUExecutionProvider], "
+        "strict_fallback: true}",
+    )
+    path = write_tree(tmp_path, text)
+    message = load_error(path)
+    assert str(path) in message and "host_classes.arm-r5" in message
+    assert "strict_fallback is true" in message
+    assert "lists CPUExecutionProvider to fall back to" in message
+    assert "list only CUDAExecutionProvider" in message and "strict_fallback: false" in message
+    proc = run_qualify("run", "--host-class", "arm-r5", "--project", str(path), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "strict_fallback" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_strict_fallback_with_only_the_expected_provider_loads(tmp_path: Path) -> None:
+    text = VALID.replace(
+        "provider: {execution_providers: [CPUExecutionProvider], intra_op_threads: 2}",
+        "provider: {execution_providers: [CUDAExecutionProvider], strict_fallback: true}",
+    )
+    loaded = load_project(write_tree(tmp_path, text))
+    assert loaded.project.host_classes["arm-r5"].provider.strict_fallback
+
+
+def test_strict_fallback_on_the_cpu_provider_itself_is_refused(tmp_path: Path) -> None:
+    # The CPU provider listed at all conflicts with CPU fallback disabled, even alone.
+    text = VALID.replace("intra_op_threads: 2}", "intra_op_threads: 2, strict_fallback: true}")
+    message = load_error(write_tree(tmp_path, text))
+    assert "lists CPUExecutionProvider to fall back to" in message
 
 
 # --- the workload against the model's own graph ---------------------------------------------

@@ -13,7 +13,8 @@ from manifest.gates import judge
 from qualify.project import load_project
 from qualify.run import RunOptions, qualify_run
 from qualify.soak import WINDOWS, host_heat, soak
-from schemas.cell import LatencyConfig
+from schemas.cell import LatencyConfig, Soak, SoakWindow
+from tests.manifest.factories import Fleet, class_spec, make_project
 from tests.qualify.projects import write_project
 
 
@@ -69,6 +70,55 @@ def test_a_model_that_slows_halfway_through_a_soak_has_drifted() -> None:
 def test_a_steady_model_has_not_drifted() -> None:
     found = _soak(after_s=0.002)
     assert found is not None and found.drifted is False
+
+
+def soaked(first_ms: float, last_ms: float, *, budget_ms: float, floor: float = 0.1) -> Any:
+    """A candidate cell of a class with p99 budget ``budget_ms`` whose soak's p99 went from
+    ``first_ms`` to ``last_ms`` (tight bounds: the relative test calls it a drift), and the
+    class."""
+    project = make_project({"c": class_spec(0, p99_ms=budget_ms)})
+    fleet = Fleet(project)
+    fleet.qualify("c", p99_ms=budget_ms / 4, p99_upper_ms=budget_ms / 2, p99_lower_ms=0.0)
+    windows = [
+        SoakWindow(
+            start_s=12.0 * i,
+            samples=5000,
+            p50_ms=ms * 0.9,
+            p99_ms=ms,
+            p99_lower_ms=ms * 0.98,
+            p99_upper_ms=ms * 1.02,
+        )
+        for i, ms in enumerate([first_ms, first_ms, last_ms, last_ms, last_ms])
+    ]
+    soak = Soak(
+        batch_size=1,
+        concurrency=1,
+        seconds=60,
+        tolerance=0.2,
+        floor=floor,
+        windows=windows,
+        drifted=True,
+    )
+    return fleet.cells[-1].model_copy(update={"soak": soak}), project.host_classes["c"]
+
+
+def test_a_drift_too_small_to_matter_against_the_budget_does_not_hold_the_class() -> None:
+    # The issue's noise: 0.02 to 0.06 ms against a 5 ms budget, beyond the 20% tolerance.
+    verdict, reasons = judge(*soaked(0.02, 0.06, budget_ms=5.0))
+    assert (verdict, [r.code for r in reasons]) == ("pass", [])
+
+
+def test_a_real_drift_against_a_tight_budget_still_fails() -> None:
+    # 2 ms of sleep appearing against a 1 ms budget.
+    verdict, reasons = judge(*soaked(0.05, 2.05, budget_ms=1.0))
+    assert verdict == "fail"
+    [reason] = [r for r in reasons if r.code == "sustained_drift"]
+    assert "at least 10% of the 1 ms budget" in reason.message
+
+
+def test_a_floor_of_zero_counts_every_drift_beyond_the_tolerance() -> None:
+    verdict, reasons = judge(*soaked(0.02, 0.06, budget_ms=5.0, floor=0.0))
+    assert verdict == "fail" and [r.code for r in reasons] == ["sustained_drift"]
 
 
 def test_host_heat_reads_frequency_and_the_hottest_zone_or_says_nothing(tmp_path: Path) -> None:
@@ -130,7 +180,9 @@ def test_a_soak_flags_a_service_that_slows_down_and_not_a_steady_one(
     text = project.read_text().replace(
         "workload:\n", f"workload:\n  pipeline: {{pre: 'prep:{hook}'}}\n", 1
     )
-    project.write_text(text.replace("concurrency: [1, 2]", "concurrency: [1]"))
+    text = text.replace("concurrency: [1, 2]", "concurrency: [1]")
+    # A 1 ms budget: the 2 ms the tiring service adds matters against it (workload.soak_floor).
+    project.write_text(text.replace("budgets: {p99_ms: 50, ", "budgets: {p99_ms: 1, ", 1))
     outcome = qualify_run(
         load_project(project),
         "here-cpu",

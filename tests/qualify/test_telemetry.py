@@ -36,6 +36,8 @@ from tests.manifest.factories import (
 )
 
 NOW = datetime(2025, 6, 2, 12, 0, tzinfo=UTC)
+MODEL = "ocr-rec"
+"""The model line of ``tests.manifest.factories.make_project``."""
 CANDIDATE = digest_of("rec-int8")
 BASELINE = digest_of("rec-fp32")
 
@@ -81,8 +83,10 @@ def traffic(
     latency: Sequence[float] | None = None,
     runtime: str = "1.32.0",
     hosts: int = 4,
+    model: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Session events of one class within the last hour; healthy unless told otherwise."""
+    """Session events of one class within the last hour; healthy unless told otherwise (an
+    event names its model line only when ``model`` is given, as old writers did not)."""
     counts = nodes if nodes is not None else {expected: 10}
     values = list(latency) if latency is not None else np.linspace(10, 30, n).tolist()
     events = []
@@ -105,6 +109,7 @@ def traffic(
                 else None,
                 "latency_ms": values[i % len(values)],
                 "manifest_version": 3,
+                **({"model": model} if model is not None else {}),
             }
         )
     return events
@@ -171,7 +176,8 @@ def test_a_host_running_a_digest_the_manifest_does_not_assign_is_an_alert(
     tmp_path: Path,
 ) -> None:
     rogue = digest_of("rec-int4-experimental")
-    check = judge(tmp_path, healthy() + traffic("x86", n=5, digest=rogue, hosts=1))
+    # The event names the model line: a digest this line never had is still its own.
+    check = judge(tmp_path, healthy() + traffic("x86", n=5, digest=rogue, hosts=1, model=MODEL))
     assert kinds(check) == [("x86", "unexpected_digest")]
     [alert] = check.alerts
     assert alert.severity == "critical"
