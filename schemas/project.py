@@ -18,7 +18,7 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from schemas.base import NAME_RE, NAME_RULE, Document, Name, Precision
-from schemas.rules import batched_on, sample_at
+from schemas.rules import batched_on, merge_tolerance, sample_at
 
 __all__ = [
     "DEFAULT_TOLERANCES",
@@ -479,23 +479,39 @@ class Workload(_ProjectDocument):
         return self
 
 
-class OutputTolerance(_ProjectDocument):
-    """Parity tolerances for one output; unset fields are not checked."""
+_INHERITED = (
+    " Left out: inherited (per output from its family's entry, a family's from the built-in "
+    "default); null: not checked."
+)
 
-    max_abs: float | None = Field(default=None, ge=0, description="Largest allowed |a-b|.")
-    mean_abs: float | None = Field(default=None, ge=0, description="Largest allowed mean |a-b|.")
+
+class OutputTolerance(_ProjectDocument):
+    """Parity tolerances for one output. A limit left out is inherited field by field (an
+    output's from its family's entry, a family's from the built-in defaults); a limit set to
+    null is not checked (`schemas.rules.merge_tolerance`)."""
+
+    max_abs: float | None = Field(
+        default=None, ge=0, description="Largest allowed |a-b|." + _INHERITED
+    )
+    mean_abs: float | None = Field(
+        default=None, ge=0, description="Largest allowed mean |a-b|." + _INHERITED
+    )
     max_rel: float | None = Field(
-        default=None, ge=0, description="Largest allowed |a-b| / max(|a|, eps)."
+        default=None, ge=0, description="Largest allowed |a-b| / max(|a|, eps)." + _INHERITED
     )
     cosine_min: float | None = Field(
-        default=None, ge=-1, le=1, description="Smallest allowed cosine similarity per sample."
+        default=None,
+        ge=-1,
+        le=1,
+        description="Smallest allowed cosine similarity per sample." + _INHERITED,
     )
     top1_agreement_min: float | None = Field(
         default=None,
         ge=0,
         le=1,
         description="Smallest allowed share of positions whose arg-max over the last axis agrees "
-        "(class-score outputs of rank 2 or more: per row, or per step of a sequence).",
+        "(class-score outputs of rank 2 or more: per row, or per step of a sequence)."
+        + _INHERITED,
     )
 
 
@@ -503,7 +519,9 @@ class Tolerance(OutputTolerance):
     """Parity tolerances of one precision family, overridable per output."""
 
     outputs: dict[str, OutputTolerance] = Field(
-        default_factory=dict, description="Per-output overrides, by output name."
+        default_factory=dict,
+        description="Per-output overrides, by output name: each limit given here replaces the "
+        "family's for that output alone (null turns it off there); the others are the family's.",
     )
 
 
@@ -827,7 +845,19 @@ class Project(_ProjectDocument):
     workload: Workload = Field(description="Inputs and the latency protocol.")
     parity: dict[Precision, Tolerance] = Field(
         default_factory=dict,
-        description="Parity tolerances per precision family; unset families use the defaults.",
+        description="Parity tolerances per precision family, merged field by field over the "
+        "built-in defaults ("
+        + "; ".join(
+            f"{family}: "
+            + ", ".join(
+                f"{name} {value:g}"
+                for name, value in tolerance.model_dump(exclude={"outputs"}).items()
+                if value is not None
+            )
+            for family, tolerance in DEFAULT_TOLERANCES.items()
+        )
+        + "): a family left out, or a limit left out of a family's entry, keeps the default; "
+        "a limit set to null is not checked.",
     )
     policy: Policy = Field(default_factory=Policy, description="Fleet decision policy.")
     host_classes: dict[Name, HostClass] = Field(
@@ -855,6 +885,9 @@ class Project(_ProjectDocument):
         return self
 
     def tolerance(self, precision: str) -> Tolerance:
-        """The tolerance for a precision family: the project's, else the default."""
+        """The tolerance of a precision family: the built-in default, with each limit the
+        project's family entry sets (null included) in its place, and the entry's per-output
+        overrides (`schemas.rules.merge_tolerance`, `schemas.rules.resolve_tolerance`)."""
+        default = DEFAULT_TOLERANCES[precision]
         found = self.parity.get(precision)  # type: ignore[call-overload]
-        return found if isinstance(found, Tolerance) else DEFAULT_TOLERANCES[precision]
+        return merge_tolerance(default, found) if isinstance(found, Tolerance) else default
