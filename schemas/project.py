@@ -510,8 +510,7 @@ class OutputTolerance(_ProjectDocument):
         ge=0,
         le=1,
         description="Smallest allowed share of positions whose arg-max over the last axis agrees "
-        "(class-score outputs of rank 2 or more: per row, or per step of a sequence)."
-        + _INHERITED,
+        "(class-score outputs of rank 2 or more: per row, or per step of a sequence)." + _INHERITED,
     )
 
 

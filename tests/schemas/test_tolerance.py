@@ -31,9 +31,7 @@ def project(parity: str) -> Project:
 
 def test_a_per_output_override_keeps_the_family_defaults_it_does_not_name() -> None:
     # The case: pruned's cosine_min 0.98 used to vanish, and a cosine of 0.936 passed.
-    found = project(
-        "parity: {pruned: {outputs: {probs: {max_abs: 0.5, top1_agreement_min: 0.3}}}}"
-    )
+    found = project("parity: {pruned: {outputs: {probs: {max_abs: 0.5, top1_agreement_min: 0.3}}}}")
     limits = resolve_tolerance(found.tolerance("pruned"), "probs")
     assert limits == OutputTolerance(
         max_abs=0.5, cosine_min=0.98, top1_agreement_min=0.3, mean_abs=None, max_rel=None
@@ -90,9 +88,7 @@ def test_each_limit_comes_from_the_nearest_level_that_sets_it(
     entry: dict[str, float | None], override: dict[str, float | None]
 ) -> None:
     base = DEFAULT_TOLERANCES["int8"]
-    merged = merge_tolerance(
-        base, Tolerance(**entry, outputs={"y": OutputTolerance(**override)})
-    )
+    merged = merge_tolerance(base, Tolerance(**entry, outputs={"y": OutputTolerance(**override)}))
     limits = resolve_tolerance(merged, "y")
     for field in TOLERANCE_FIELDS:
         expected = override.get(field, entry.get(field, getattr(base, field)))
