@@ -238,7 +238,7 @@ def _ci_outputs(
     with Store.open(db_path, read_only=True) as db:
         check = release_check(loaded, db, scope=scope, unserved=unserved or [])
     if junit is not None:
-        write_atomic(junit, junit_xml(check.items, check.gate, reasons=check.reasons))
+        write_atomic(junit, junit_xml(check.items, check.gate))
     if summary is not None:
         title = f"qualify: {loaded.project.model} on {', '.join(scope)}"
         write_atomic(summary, summary_markdown(check.items, check.gate, title=title))
@@ -555,33 +555,51 @@ def matrix_group() -> None:
     help="Output format.",
 )
 def matrix_show(db_path: Path, project_path: Path, fmt: str) -> None:
-    """Show the latest cell per (hardware, runtime, provider, artifact)."""
+    """Show each class x artifact of the project with its verdict under the project file now
+    (budgets, tolerances and the artifacts' bytes as they are today; stale where the stored
+    evidence cannot say), and every gap. Without a project file: the latest cell per
+    (hardware, runtime, provider, artifact), as measured."""
     from matrix.store import Store
-    from qualify.table import print_matrix, rows_to_csv, with_budgets
+    from qualify.coverage import CoverageItem, coverage_line, unmeasured
+    from qualify.table import TITLE, TITLE_NOW, print_matrix, rows_to_csv, with_budgets
     from qualify.text import one_line
 
     _require_db(db_path)
+    items: list[CoverageItem] | None = None
+    orphans = 0
+    title = TITLE
     with Store.open(db_path, read_only=True) as db:  # showing never writes, nor migrates
-        rows = db.matrix_rows()
+        rows = with_budgets(db.matrix_rows(), None)
         unserved = db.unserved()
-        view = _project_view(project_path, db) if project_path.exists() else None
-    rows = with_budgets(rows, view.budgets() if view is not None else None)
+        if project_path.exists() and not rows:
+            # Nothing measured: every class x artifact is a gap, which the project's recorded
+            # view says without validating the file again.
+            items = unmeasured(_project_view(project_path, db), unserved=unserved)
+        elif project_path.exists():
+            from qualify.current import show_now
+            from qualify.project import load_project
+
+            shown = show_now(load_project(project_path, check_models=False), db, unserved=unserved)
+            rows, items, orphans, title = shown.rows, shown.items, shown.orphans, TITLE_NOW
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2, default=str))
     elif fmt == "csv":
         click.echo(rows_to_csv(rows), nl=False)
     else:
-        print_matrix(rows, sys.stdout)
-        if view is not None:
-            from qualify.coverage import coverage
-
-            gaps = [i for i in coverage(view, rows, unserved=unserved) if i.gap is not None]
-            for item in gaps:
+        print_matrix(rows, sys.stdout, title=title)
+        for item in items or ():
+            if item.gap is not None:
                 click.echo(
-                    f"gap: {one_line(item.host_class)} x {one_line(item.artifact)}: {item.note}"
+                    f"gap: {one_line(item.host_class)} x {one_line(item.artifact)}: "
+                    + one_line(item.note)
                 )
-            if not gaps:
-                click.echo("coverage: every class x artifact has a current cell")
+        line = coverage_line(items) if items is not None else None
+        if line is not None:
+            click.echo(line)
+        if orphans:
+            click.echo(
+                f"not shown: {orphans} cell(s) measured on keys no class of {project_path} has"
+            )
 
 
 def _project_view(project_path: Path, db: Store) -> ProjectView:
@@ -699,13 +717,20 @@ def matrix_stale(db_path: Path, project_path: Path, since: str, as_json: bool) -
     import json
     from datetime import UTC, datetime
 
+    from qualify.current import file_digests
     from qualify.project import load_project
     from qualify.telemetry import run_stale
     from qualify.telemetry_render import render_stale
 
-    project = load_project(project_path, check_models=False).project
+    loaded = load_project(project_path, check_models=False)
     _require_db(db_path)
-    items = run_stale(db_path, project, now=datetime.now(UTC), since=since)
+    items = run_stale(
+        db_path,
+        loaded.project,
+        now=datetime.now(UTC),
+        since=since,
+        digests=file_digests(loaded),
+    )
     if as_json:
         click.echo(json.dumps({"stale": [i.model_dump(mode="json") for i in items]}, indent=2))
     else:
