@@ -45,6 +45,7 @@ __all__ = [
     "CurrentVerdict",
     "Judge",
     "Now",
+    "OutputNow",
     "Pick",
     "Standing",
     "pick",
@@ -54,15 +55,30 @@ __all__ = [
 Now = Literal["pass", "fail", "insufficient", "error", "stale"]
 """A cell's verdict under today's project: a runner's verdict, or ``stale``."""
 
-STALE_CODES: frozenset[str] = frozenset(
-    {"not_in_project", "artifact_changed", "stale", "parity_reference_mismatch", "budget_changed"}
-)
-"""The reason codes that make a verdict ``stale`` (their meanings: ``schemas.reasons``)."""
+STALE_CODES: dict[str, str] = {
+    "stale": "settings changed",
+    "artifact_changed": "artifact re-exported",
+    "parity_reference_mismatch": "parity against another baseline",
+    "budget_changed": "budget changed",
+    "not_in_project": "not in the project file",
+}
+"""The reason codes that make a verdict ``stale``, each in a few words (their meanings:
+``schemas.reasons``)."""
 
 _Key = tuple[str, str, str]
 
 _NO_PARITY = frozenset({"parity"})
 """The gates re-judged by `judge` when the parity is re-judged here."""
+
+
+class OutputNow(NamedTuple):
+    """One output's parity under the project's tolerances now."""
+
+    name: str
+    limits: OutputTolerance
+    """The limits applied (built-in default, family entry, per output: field by field)."""
+    failures: tuple[str, ...]
+    """``max_abs 0.5 > 0.05``-style phrases, one per limit it fails; empty when it passes."""
 
 
 @dataclass(frozen=True)
@@ -72,8 +88,9 @@ class CurrentVerdict:
     verdict: Now
     reasons: tuple[Reason, ...]
     """Failures first, then what could not be decided; for ``stale``, why it is stale."""
-    limits: tuple[tuple[str, OutputTolerance], ...] = ()
-    """The parity limits applied now, per output (a candidate's cell with parity; else empty)."""
+    parity: tuple[OutputNow, ...] = ()
+    """Each output's parity under the tolerances now (a candidate's cell with parity and not
+    stale; else empty)."""
 
     @property
     def stale(self) -> bool:
@@ -245,7 +262,7 @@ class Judge:
         )
 
     def _rejudged(self, cell: Cell, cls: HostClass, role: Role) -> CurrentVerdict:
-        limits: tuple[tuple[str, OutputTolerance], ...] = ()
+        outputs: tuple[OutputNow, ...] = ()
         fails: list[Reason] = []
         skip: frozenset[str] = frozenset()
         parity = cell.parity
@@ -256,8 +273,15 @@ class Judge:
                     f"parity was measured against {parity.reference_digest[:19]}, not the "
                     f"baseline {self.baseline_digest[:19]} of the project now",
                 )
-            limits = tuple((o.name, self.limits(cell.precision, o.name)) for o in parity.outputs)
-            failures = [f for o in parity.outputs for f in self._failures(cell.precision, o)]
+            outputs = tuple(
+                OutputNow(
+                    o.name,
+                    self.limits(cell.precision, o.name),
+                    tuple(f.removeprefix(f"{o.name} ") for f in self._failures(cell.precision, o)),
+                )
+                for o in parity.outputs
+            )
+            failures = [f"{o.name} {f}" for o in outputs for f in o.failures]
             if failures:
                 fails.append(
                     Reason.of(
@@ -269,11 +293,11 @@ class Judge:
             skip = _NO_PARITY
         budget = _rate_budget_changed(cell, cls)
         if budget is not None:
-            return CurrentVerdict("stale", (budget,), limits)
+            return CurrentVerdict("stale", (budget,))
         verdict, reasons = judge(cell, cls, skip=skip)
         if fails:  # the parity's failure first, then the gates' (failures before the undecided)
-            return CurrentVerdict("fail", (*fails, *reasons), limits)
-        return CurrentVerdict(verdict, tuple(reasons), limits)  # type: ignore[arg-type]
+            return CurrentVerdict("fail", (*fails, *reasons), outputs)
+        return CurrentVerdict(verdict, tuple(reasons), outputs)  # type: ignore[arg-type]
 
     def _failures(self, precision: str, out: OutputParity) -> tuple[str, ...]:
         """``<output> <phrase>`` for each limit the output fails now, remembered per distinct
