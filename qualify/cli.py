@@ -235,7 +235,7 @@ def _ci_outputs(
     from qualify.release import release_check
     from schemas.atomic import write_atomic
 
-    with Store.open(db_path, read_only=True) as db:
+    with Store.open(db_path, read_only=True, model=loaded.project.model) as db:
         check = release_check(loaded, db, scope=scope, unserved=unserved or [])
     if junit is not None:
         write_atomic(junit, junit_xml(check.items, check.gate))
@@ -571,15 +571,17 @@ def matrix_show(db_path: Path, project_path: Path, fmt: str) -> None:
     with Store.open(db_path, read_only=True) as db:  # showing never writes, nor migrates
         rows = with_budgets(db.matrix_rows(), None)
         unserved = db.unserved()
-        if project_path.exists() and not rows:
-            # Nothing measured: every class x artifact is a gap, which the project's recorded
-            # view says without validating the file again.
+        if project_path.exists() and not rows and db.model_line() is None:
+            # Nothing measured, of any line: every class x artifact is a gap, which the
+            # project's recorded view says without validating the file again.
             items = unmeasured(_project_view(project_path, db), unserved=unserved)
         elif project_path.exists():
             from qualify.current import show_now
             from qualify.project import load_project
 
-            shown = show_now(load_project(project_path, check_models=False), db, unserved=unserved)
+            loaded = load_project(project_path, check_models=False)
+            db.require_model_line(loaded.project.model)
+            shown = show_now(loaded, db, unserved=unserved)
             rows, items, orphans, title = shown.rows, shown.items, shown.orphans, TITLE_NOW
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2, default=str))
@@ -700,6 +702,28 @@ def matrix_export(out_dir: Path, db_path: Path) -> None:
         paths = db.export_parquet(out_dir)
     for p in paths:
         click.echo(str(p))
+
+
+@matrix_group.command("split")
+@click.option("--model", required=True, help="The model line to copy out (a project's 'model').")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The new matrix to write (must not exist).",
+)
+@_db_option
+def matrix_split(model: str, out: Path, db_path: Path) -> None:
+    """Copy one model line out of a matrix that mixes lines (written before qualify kept one line
+    per matrix) into a new matrix of that line alone: its runs, cells and samples, its manifests
+    and rollouts, and the telemetry, tunes and lineage of its artifacts. The source is only
+    read; run it once per line, then give each project its own --db."""
+    from matrix.store import Store
+
+    _require_db(db_path)
+    copied = Store.split_model_line(db_path, model, out)
+    said = ", ".join(f"{n} {table}" for table, n in copied.items() if n)
+    click.echo(f"{out}: model line {model!r}: {said or 'nothing'} copied from {db_path}")
 
 
 @matrix_group.command("stale")
@@ -1006,7 +1030,7 @@ def manifest_generate(
     target = out or Path("manifest.json" if publish else "manifest.draft.json")
     loaded = load_project(project_path)
     _require_db(db_path)
-    with Store.open(db_path, on_wait=lock_wait_message()) as db:
+    with Store.open(db_path, on_wait=lock_wait_message(), model=loaded.project.model) as db:
         record_view(db, loaded.project, loaded.sha256)
         if publish:
             result = generate_manifest(
@@ -1176,7 +1200,7 @@ def report_cmd(
 
     loaded = load_project(project_path, check_models=False)
     _require_db(db_path)
-    with Store.open(db_path, read_only=True) as db:
+    with Store.open(db_path, read_only=True, model=loaded.project.model) as db:
         path = write_qualification_report(
             loaded, db, out, now=datetime.now(UTC), manifest_path=manifest_path, pubkey=pubkey
         )
@@ -1390,8 +1414,11 @@ def _rollout_publish_options(f: F) -> F:
 
 
 @contextlib.contextmanager
-def _rollout_session(db_path: Path, expires: str) -> Iterator[tuple[Any, dict[str, Any]]]:
-    """The matrix opened for a rollout action, and the action's time and validity."""
+def _rollout_session(
+    db_path: Path, expires: str, model: str | None = None
+) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """The matrix opened for a rollout action (of model line ``model``, when the action reads the
+    project file), and the action's time and validity."""
     from datetime import UTC, datetime
 
     from matrix.store import Store
@@ -1400,7 +1427,7 @@ def _rollout_session(db_path: Path, expires: str) -> Iterator[tuple[Any, dict[st
 
     validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
     _require_db(db_path)
-    with Store.open(db_path, on_wait=lock_wait_message()) as db:
+    with Store.open(db_path, on_wait=lock_wait_message(), model=model) as db:
         yield db, {"now": datetime.now(UTC), "expires_in": validity}
 
 
@@ -1435,7 +1462,7 @@ def rollout_start(
 
     plan = parse_steps(steps)
     loaded = load_project(project_path)
-    with _rollout_session(db_path, expires) as (db, when):
+    with _rollout_session(db_path, expires, loaded.project.model) as (db, when):
         done = start_rollout(
             loaded,
             db,
@@ -1475,7 +1502,7 @@ def rollout_abort(
     from qualify.rollout import abort_rollout
 
     loaded = load_project(project_path, check_models=False)
-    with _rollout_session(db_path, expires) as (db, when):
+    with _rollout_session(db_path, expires, loaded.project.model) as (db, when):
         done = abort_rollout(
             loaded,
             db,
@@ -1593,7 +1620,7 @@ def rollout_pin(
     from qualify.rollout import pin_class
 
     loaded = load_project(project_path)
-    with _rollout_session(db_path, expires) as (db, when):
+    with _rollout_session(db_path, expires, loaded.project.model) as (db, when):
         done = pin_class(
             loaded,
             db,

@@ -182,7 +182,7 @@ def run_stale(
     from qualify.staleness import stale_items
 
     start, end = _window(now, since)
-    with Store.open(db_path, read_only=True) as store:
+    with Store.open(db_path, read_only=True, model=project.model) as store:
         cells = store.cells()
         revisions = revisions_by_class(store, start=start, end=end)
     return stale_items(project, cells, revisions, digests=digests)

@@ -604,7 +604,7 @@ def tune_class(
         outcome=why,
         trials=trials,
     )
-    with Store.open(options.db_path, wait_s=options.lock_wait_s) as db:
+    with Store.open(options.db_path, wait_s=options.lock_wait_s, model=loaded.project.model) as db:
         db.write_tune(record)
     return TuneOutcome(record=record, qualification=qualification, measured=compared)
 
