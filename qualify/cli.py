@@ -595,9 +595,8 @@ def matrix_show(db_path: Path, project_path: Path, fmt: str) -> None:
                     f"gap: {one_line(item.host_class)} x {one_line(item.artifact)}: "
                     + one_line(item.note)
                 )
-        line = coverage_line(items) if items is not None else None
-        if line is not None:
-            click.echo(line)
+        if items is not None:
+            click.echo(coverage_line(items))
         if orphans:
             click.echo(
                 f"not shown: {orphans} cell(s) measured on keys no class of {project_path} has"

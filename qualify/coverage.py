@@ -137,19 +137,27 @@ def unmeasured(view: ProjectView, *, unserved: Iterable[str] = ()) -> list[Cover
     ]
 
 
-def coverage_line(items: Sequence[CoverageItem]) -> str | None:
-    """``matrix show``'s summary line when nothing is missing: every class x artifact has a
-    current cell, and how many of them fail or cannot decide under the project now; None when
-    some item has a gap (each gap is printed instead)."""
-    if any(item.gap is not None for item in items):
-        return None
+def coverage_line(items: Sequence[CoverageItem]) -> str:
+    """``matrix show``'s summary line: how many class x artifact pairs have a current cell and
+    how those judge under the project now (a pass under an old budget is never counted as one),
+    or that every pair has one."""
     counts: dict[str, int] = {}
     for item in items:
-        counts[item.verdict or ""] = counts.get(item.verdict or "", 0) + 1
+        if item.gap is None and item.verdict is not None:
+            counts[item.verdict] = counts.get(item.verdict, 0) + 1
     said = ", ".join(
         f"{counts[v]} {v}" for v in ("pass", "fail", "insufficient", "error") if v in counts
     )
-    return f"coverage: every class x artifact has a current cell ({said}, under the project now)"
+    current = sum(counts.values())
+    if current == len(items):
+        return (
+            f"coverage: every class x artifact has a current cell ({said}, under the project now)"
+        )
+    return (
+        f"coverage: {current} of {len(items)} class x artifact have a current cell"
+        + (f" ({said}, under the project now)" if said else "")
+        + f"; {len(items) - current} gap(s)"
+    )
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,13 @@ def test_after_a_budget_is_tightened_the_cell_fails_and_no_line_calls_it_a_pass(
     items = covered(tightened, files(tightened), budgets={"x86-vnni": 0.5})
     assert [(i.verdict, i.gap) for i in items] == [("fail", None), ("fail", None)]
     line = coverage_line(items)
-    assert line is not None and "2 fail" in line and "pass" not in line
+    assert "2 fail" in line and "pass" not in line
+    assert line.startswith("coverage: every class x artifact has a current cell")
+    gaps = covered(tightened, files(tightened, rec_int8="sha256:" + "3" * 64))
+    assert coverage_line(gaps) == (
+        "coverage: 1 of 2 class x artifact have a current cell (1 fail, under the project now); "
+        "1 gap(s)"
+    )
 
 
 def test_the_gate_blocks_a_class_without_evidence_and_one_that_regressed() -> None:
