@@ -47,7 +47,7 @@ from manifest._batch import paused_gc
 from manifest.envelope import format_time
 from manifest.errors import PolicyError
 from manifest.gates import gate_of
-from manifest.verdict import CurrentVerdict, Judge, Standing
+from manifest.verdict import CurrentVerdict, Judge, Standing, pick
 from schemas.cell import Cell, Reason, RunRecord, recency
 from schemas.manifest import (
     ClassDecision,
@@ -408,8 +408,8 @@ _HOLD_UNKNOWN = Reason.of(code="hold", message="the policy for unknown classes i
 _BASELINE_UNKNOWN = Reason.of(
     code="baseline_chosen", message="the policy for unknown classes is 'baseline'"
 )
-_NO_PARITY = frozenset({"parity"})
-"""The gates the policy skips when it re-judges a candidate (it judges parity itself)."""
+_PASSED = CurrentVerdict("pass", ())
+"""The current verdict of every candidate that qualifies (one that did not pass never does)."""
 
 
 def _unusable(
@@ -524,14 +524,11 @@ def _decide_class(
         reasons.append(Reason.of(code="no_evidence", message=f"no cell was measured on {key_text}"))
         return unknown(f"nothing was measured on {key_text}")
 
-    standing = judge_.standing(name, baseline_label, key_cells)
-    base, base_now = standing.cell, standing.current
-    unusable = _unusable(standing, policy.allow_emulated, runs)
+    # The baseline's cell now; its verdict is judged only when no candidate qualifies.
+    found = pick(key_cells, baseline_digest, current) if baseline_digest else None
+    base = found.cell if found is not None else None
     if base is not None:
         looked.add(base.run_id)
-
-    def base_evidence() -> Evidence | None:
-        return _standing_evidence(standing, cls, runs)
 
     passing = _passing_candidates(
         name, cls, project, key_cells, runs, judge_, rollback, reasons, looked
@@ -560,13 +557,20 @@ def _decide_class(
         return decision(
             "candidate",
             (chosen.artifact_digest, chosen.artifact_name),
-            _evidence(chosen, judge_.verdict(chosen, name=name), cls, _emulated(chosen, runs)),
+            _evidence(chosen, _PASSED, cls, _emulated(chosen, runs)),
             f"{name} gets candidate {chosen.artifact_name}: it passed every gate on {key_text} in "
             f"run {chosen.run_id} (p99 upper bound {upper}, budget {budget}).",
         )
 
     failed_codes = sorted({r.code for r in reasons if r.code not in ("no_candidates",)})
     why = f"no candidate qualified ({', '.join(failed_codes)})" if failed_codes else "no candidate"
+    base_now = judge_.verdict(base, name=name) if base is not None else None
+    standing = Standing(name, baseline_label, "baseline", baseline_digest, base, base_now)
+    unusable = _unusable(standing, policy.allow_emulated, runs)
+
+    def base_evidence() -> Evidence | None:
+        return _standing_evidence(standing, cls, runs)
+
     if base is not None and unusable is None and _verdict_of(standing) == "error":
         reasons.append(
             Reason.of(

@@ -30,14 +30,14 @@ policy (``manifest.policy``) weighs; they are not part of a cell's verdict.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import Literal, NamedTuple
 
 from manifest.gates import judge
 from schemas.base import Role
 from schemas.cell import Cell, OutputParity, Reason, latest
-from schemas.project import HostClass, OutputTolerance, Project
+from schemas.project import HostClass, HostClassKey, OutputTolerance, Project
 from schemas.rules import resolve_tolerance, tolerance_failures
 
 __all__ = [
@@ -66,6 +66,8 @@ STALE_CODES: dict[str, str] = {
 ``schemas.reasons``)."""
 
 _Key = tuple[str, str, str]
+_key_of: Callable[[HostClassKey], _Key] = attrgetter("hardware", "runtime", "provider")
+"""``HostClassKey.as_tuple`` in C: asked for every cell judged."""
 
 _NO_PARITY = frozenset({"parity"})
 """The gates re-judged by `judge` when the parity is re-judged here."""
@@ -81,9 +83,11 @@ class OutputNow(NamedTuple):
     """``max_abs 0.5 > 0.05``-style phrases, one per limit it fails; empty when it passes."""
 
 
-@dataclass(frozen=True)
-class CurrentVerdict:
-    """One cell's verdict under today's project, with why."""
+class CurrentVerdict(NamedTuple):
+    """One cell's verdict under today's project, with why.
+
+    (Named tuples, here and for `Standing`: made once per class x artifact of a fleet, and a
+    frozen dataclass's ``__init__`` costs a few times as much.)"""
 
     verdict: Now
     reasons: tuple[Reason, ...]
@@ -127,8 +131,7 @@ def pick(cells: Iterable[Cell], digest: str, settings: str) -> Pick | None:
     return None if old is None else Pick(old, other_settings=True)
 
 
-@dataclass(frozen=True)
-class Standing:
+class Standing(NamedTuple):
     """One class x artifact of the project today: the cell it rests on and its current verdict."""
 
     host_class: str
@@ -179,13 +182,14 @@ class Judge:
                 self.labels.setdefault(digest, spec.label)
         self.baseline_digest = self.digests.get(project.artifacts.baseline.label)
         self.classes: dict[_Key, str] = {
-            cls.key.as_tuple(): name for name, cls in project.host_classes.items()
+            _key_of(cls.key): name for name, cls in project.host_classes.items()
         }
+        self._keys: dict[str, _Key] = {name: key for key, name in self.classes.items()}
         self._overrides = dict(current_settings or {})
         self._settings: dict[str, str] = {}
         self._settings_by_json: dict[tuple[bytes, bytes], str] = {}
         self._limits: dict[tuple[str, str], OutputTolerance] = {}
-        self._found: dict[tuple[str, str, tuple[float | None, ...]], tuple[str, ...]] = {}
+        self._found: dict[tuple[str, str, tuple[float | None, ...]], OutputNow] = {}
 
     # -- what "today" is ------------------------------------------------------------------
 
@@ -227,14 +231,15 @@ class Judge:
             cell: A stored cell.
             name: The class whose key the cell is on, when the caller knows it.
         """
-        name = name if name is not None else self.classes.get(cell.key.as_tuple())
-        cls = self.project.host_classes.get(name) if name is not None else None
-        if name is None or cls is None or cls.key != cell.key:
+        key = _key_of(cell.key)
+        name = name if name is not None else self.classes.get(key)
+        if name is None or self._keys.get(name) != key:
             return _stale(
                 "not_in_project",
-                f"no class of the project has the key ({', '.join(cell.key.as_tuple())}) "
+                f"no class of the project has the key ({', '.join(key)}) "
                 f"{cell.artifact_name} was measured on",
             )
+        cls = self.project.host_classes[name]
         label = self.labels.get(cell.artifact_digest)
         if label is None:
             return self._unknown_bytes(cell)
@@ -273,14 +278,7 @@ class Judge:
                     f"parity was measured against {parity.reference_digest[:19]}, not the "
                     f"baseline {self.baseline_digest[:19]} of the project now",
                 )
-            outputs = tuple(
-                OutputNow(
-                    o.name,
-                    self.limits(cell.precision, o.name),
-                    tuple(f.removeprefix(f"{o.name} ") for f in self._failures(cell.precision, o)),
-                )
-                for o in parity.outputs
-            )
+            outputs = tuple(self._output(cell.precision, o) for o in parity.outputs)
             failures = [f"{o.name} {f}" for o in outputs for f in o.failures]
             if failures:
                 fails.append(
@@ -299,19 +297,23 @@ class Judge:
             return CurrentVerdict("fail", (*fails, *reasons), outputs)
         return CurrentVerdict(verdict, tuple(reasons), outputs)  # type: ignore[arg-type]
 
-    def _failures(self, precision: str, out: OutputParity) -> tuple[str, ...]:
-        """``<output> <phrase>`` for each limit the output fails now, remembered per distinct
-        measured values (values holding a zero are not: 0.0 == -0.0 as a key, and the sign
-        would show in a phrase)."""
+    def _output(self, precision: str, out: OutputParity) -> OutputNow:
+        """One output's parity under the limits now, remembered per distinct measured values
+        (values holding a zero are not: 0.0 == -0.0 as a key, and the sign would show in a
+        phrase)."""
         values = (out.max_abs, out.mean_abs, out.max_rel, out.cosine_min, out.top1_agreement)
         key = (precision, out.name, values)
         found = self._found.get(key)
         if found is None:
             limits = self.limits(precision, out.name)
-            found = tuple(f"{out.name} {f}" for f in tolerance_failures(_measured(out), limits))
+            found = OutputNow(out.name, limits, tuple(tolerance_failures(_measured(out), limits)))
             if 0.0 not in values:
                 self._found[key] = found
         return found
+
+    def _failures(self, precision: str, out: OutputParity) -> tuple[str, ...]:
+        """``<output> <phrase>`` for each limit the output fails now."""
+        return tuple(f"{out.name} {f}" for f in self._output(precision, out).failures)
 
     # -- a class x artifact -----------------------------------------------------------------
 

@@ -146,7 +146,7 @@ def test_junit_and_markdown_carry_the_reasons_and_survive_hostile_names() -> Non
                 "fail",
                 (Reason.of(code="p99_over_budget", message='p99 <script>&"|</script>\x07\x00'),),
             )
-            items[i] = replace(item, standing=replace(item.standing, current=current))
+            items[i] = replace(item, standing=item.standing._replace(current=current))
     gate = release_gate([], None, scope=[])
     doc = junit_xml(items, gate)
     root = ElementTree.fromstring(doc.encode())
