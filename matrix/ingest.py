@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from matrix.bundle import bundle_paths, read_bundle, read_run
-from matrix.errors import ModelLineError
+from matrix.errors import BundleError, ModelLineError
 from matrix.store import Store
 
 __all__ = ["IngestReport", "IngestedBundle", "ingest_bundles"]
@@ -98,12 +98,16 @@ def ingest_bundles(store: Store, paths: Iterable[str | Path]) -> IngestReport:
 
 def _one_line(store: Store, paths: list[str | Path]) -> None:
     """Refuse the whole ingest, before anything is written, when a bundle is of another model
-    line than the matrix holds (or, for a matrix of no line yet, than the first bundle)."""
+    line than the matrix holds (or, for a matrix of no line yet, than the first bundle). Bundles
+    after one that cannot be read are never ingested, so the check stops there."""
     stamped = store.model_line()
     line = stamped
     for given in paths:
         directory, _, _ = bundle_paths(given)
-        model = read_run(directory).run.model
+        try:
+            model = read_run(directory).run.model
+        except BundleError:
+            return  # the ingest stops there, after the bundles before it, and says why
         if line is None:
             line = model
             continue

@@ -198,7 +198,7 @@ def _copy(
         conn.execute("ROLLBACK")
         raise MatrixError(
             f"matrix {source} has no run or manifest of model line {model!r}; lines there: "
-            + (", ".join(repr(m) for m in held_in(conn)) or "none")
+            + (", ".join(repr(m) for m in _held_in(conn)) or "none")
         )
     conn.execute("INSERT INTO model_line (model, stamped_at) VALUES (?, ?)", [model, now])
     conn.execute("COMMIT")
@@ -206,7 +206,7 @@ def _copy(
     return copied
 
 
-def held_in(conn: duckdb.DuckDBPyConnection) -> list[str]:
+def _held_in(conn: duckdb.DuckDBPyConnection) -> list[str]:
     """The lines of the attached source matrix ``src``."""
     return [
         row[0] for row in conn.execute("SELECT model FROM src.model_line ORDER BY 1").fetchall()
