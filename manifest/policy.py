@@ -49,8 +49,9 @@ from typing import NamedTuple
 from manifest._batch import paused_gc
 from manifest.envelope import format_time
 from manifest.errors import PolicyError
-from manifest.gates import gate_of, judge
-from schemas.cell import Cell, OutputParity, Reason, RunRecord, latest, recency
+from manifest.gates import gate_of
+from manifest.verdict import CurrentVerdict, Judge, Standing, pick
+from schemas.cell import Cell, Reason, RunRecord, recency
 from schemas.manifest import (
     ClassDecision,
     Evidence,
@@ -62,18 +63,11 @@ from schemas.manifest import (
 from schemas.project import (
     HostClass,
     HostClassKey,
-    OutputTolerance,
     Project,
     ProviderSpec,
     RuntimeSpec,
 )
-from schemas.rules import (
-    applicable,
-    fallback_count,
-    resolve_tolerance,
-    task_failures,
-    tolerance_failures,
-)
+from schemas.rules import fallback_count
 
 __all__ = ["RollbackTarget", "artifact_digests", "decide", "decide_each", "rollback_target"]
 
@@ -128,126 +122,9 @@ def artifact_digests(project: Project, cells: Sequence[Cell]) -> dict[str, str]:
     return {label: stamp[1] for label, stamp in newest.items()}
 
 
-class _Pick(NamedTuple):
-    """The cell used for one digest on one key, and whether it is stale.
-
-    (Named tuples, here and for ``_RollbackState``: made once or twice per class of a fleet, and
-    a frozen dataclass's ``__init__`` costs a few times as much.)"""
-
-    cell: Cell
-    stale: bool
-
-
-def _pick(cells: Sequence[Cell], digest: str, current: str) -> _Pick | None:
-    mine = [c for c in cells if c.artifact_digest == digest]
-    if len(mine) == 1:  # one cell of the digest on the key (a fleet's usual case): no ordering
-        return _Pick(mine[0], stale=mine[0].settings_digest != current)
-    fresh = latest(c for c in mine if c.settings_digest == current)
-    if fresh is not None:
-        return _Pick(fresh, stale=False)
-    old = latest(mine)
-    return None if old is None else _Pick(old, stale=True)
-
-
 def _emulated(cell: Cell, runs: Mapping[str, RunRecord]) -> bool:
     run = runs.get(cell.run_id)
     return cell.emulated or (run is not None and run.emulated)
-
-
-def _measured(out: OutputParity) -> OutputTolerance:
-    values = (out.max_abs, out.mean_abs, out.max_rel, out.cosine_min, out.top1_agreement)
-    kept = out.min_passing
-    if (
-        values
-        == (
-            kept.max_abs,
-            kept.mean_abs,
-            kept.max_rel,
-            kept.cosine_min,
-            kept.top1_agreement_min,
-        )
-        and 0.0 not in values
-    ):
-        # The runner records the measured values as min_passing (qualify.parity): the same
-        # model, without validating a copy per cell. (A zero is rebuilt: 0.0 == -0.0, and the
-        # sign would show in a message.)
-        return kept
-    return OutputTolerance(
-        max_abs=out.max_abs,
-        mean_abs=out.mean_abs,
-        max_rel=out.max_rel,
-        cosine_min=out.cosine_min,
-        top1_agreement_min=out.top1_agreement,
-    )
-
-
-class _Tolerances:
-    """Parity against the project's current tolerances, for one decide: the tolerance of each
-    (precision, output name) resolved once, and the failure phrases of each distinct set of
-    measured values remembered (``tolerance_failures`` is a function of the values and the
-    limits alone; values holding a zero are not remembered: 0.0 == -0.0 as a key, and the sign
-    would show in a phrase)."""
-
-    def __init__(self, project: Project) -> None:
-        self._project = project
-        self._limits: dict[tuple[str, str], OutputTolerance] = {}
-        self._found: dict[tuple[object, ...], tuple[str, ...]] = {}
-        wl = project.workload
-        # Outputs the project says are not class scores today (a state fed back, or kind set):
-        # top-1 agreement measured on them by an older run is not held against them.
-        self._not_scores = {str(i.state_from) for i in wl.inputs.values() if i.state_from}
-        self._not_scores |= {n for n, o in wl.outputs.items() if o.kind in ("state", "values")}
-
-    def failures(self, precision: str, out: OutputParity) -> tuple[str, ...]:
-        """``<output> <phrase>`` for each tolerance the output fails under ``precision``: the
-        task-level ones (``parity.post``) first, then the tensor ones that apply to it."""
-        values = (out.max_abs, out.mean_abs, out.max_rel, out.cosine_min, out.top1_agreement)
-        tasks = (out.exact_match, out.box_f1, out.iou)
-        key = (precision, out.name, values, tasks, frozenset(out.skipped))
-        found = self._found.get(key)
-        if found is None:
-            limits = self._limits.get((precision, out.name))
-            if limits is None:
-                limits = resolve_tolerance(self._project.tolerance(precision), out.name)
-                if out.name in self._not_scores:
-                    limits = applicable(limits, ["top1_agreement"])
-                self._limits[(precision, out.name)] = limits
-            task = self._project.parity.task(out.name)
-            phrases = [
-                *task_failures(out.exact_match, out.box_f1, out.iou, task),
-                *tolerance_failures(_measured(out), applicable(limits, out.skipped)),
-            ]
-            found = tuple(f"{out.name} {f}" for f in phrases)
-            if 0.0 not in values:
-                self._found[key] = found
-        return found
-
-
-def _parity_reasons(
-    cell: Cell, baseline_digest: str | None, tolerances: _Tolerances
-) -> list[Reason]:
-    parity = cell.parity
-    if parity is None:
-        return [Reason.of(code="parity_missing", message="no parity result against the baseline")]
-    if baseline_digest is not None and parity.reference_digest != baseline_digest:
-        return [
-            Reason.of(
-                code="parity_reference_mismatch",
-                message=f"parity was measured against {parity.reference_digest[:19]}, not the "
-                f"baseline {baseline_digest[:19]}",
-            )
-        ]
-    failures: list[str] = []
-    for out in parity.outputs:
-        failures.extend(tolerances.failures(cell.precision, out))
-    if failures:
-        return [
-            Reason.of(
-                code="parity_failed",
-                message=f"parity fails the current {cell.precision} tolerance: {'; '.join(failures)}",
-            )
-        ]
-    return []
 
 
 def _one_per_code(reasons: Sequence[Reason]) -> list[Reason]:
@@ -441,7 +318,7 @@ def _final_rollback(
     return rollback
 
 
-def _evidence(cell: Cell, cls: HostClass, emulated: bool) -> Evidence:
+def _evidence(cell: Cell, now: CurrentVerdict, cls: HostClass, emulated: bool) -> Evidence:
     # Built without validation (``Document.trusted``): every value is a validated cell's, or an
     # integer or string made here; a test holds it equal to validating the same mapping.
     gate = gate_of(cell)
@@ -453,7 +330,8 @@ def _evidence(cell: Cell, cls: HostClass, emulated: bool) -> Evidence:
             "artifact_digest": cell.artifact_digest,
             "artifact_name": cell.artifact_name,
             "role": cell.role,
-            "verdict": cell.verdict,
+            # Its verdict under the project deciding (an entry never rests on a stale cell).
+            "verdict": cell.verdict if now.stale else now.verdict,
             "measured_at": _time(cell.measured_at),
             "emulated": emulated,
             "isa_mismatch": list(cell.isa_mismatch),
@@ -492,26 +370,18 @@ def _evidence(cell: Cell, cls: HostClass, emulated: bool) -> Evidence:
 
 
 def _candidate_reasons(
-    pick: _Pick,
-    cls: HostClass,
+    cell: Cell,
+    now: CurrentVerdict,
     project: Project,
     runs: Mapping[str, RunRecord],
-    baseline_digest: str | None,
     rollbacks: _Rollbacks,
-    tolerances: _Tolerances,
 ) -> list[Reason]:
-    """Every gate the candidate's cell fails; empty when it qualifies (its rollback, chosen by
+    """Why the candidate's cell does not qualify (its current verdict's reasons, and what the
+    policy weighs of the evidence); empty when it qualifies (its rollback, chosen by
     `_Rollbacks` for it, included)."""
-    cell = pick.cell
     found: list[Reason] = []
-    if pick.stale:
-        found.append(
-            Reason.of(
-                code="stale",
-                message=f"its latest cell (run {cell.run_id}) was measured under settings "
-                f"{cell.settings_digest[:19]}; the class's are now different",
-            )
-        )
+    if now.stale:
+        found.extend(now.reasons)
     run = runs.get(cell.run_id)
     if run is None:
         found.append(Reason.of(code="run_missing", message=f"run {cell.run_id} was not supplied"))
@@ -529,22 +399,15 @@ def _candidate_reasons(
                 "cores, and policy.busy_host is 'refuse'",
             )
         )
-    if cell.verdict != "pass":
-        codes = ", ".join(r.code for r in cell.reasons) or "no reason recorded"
-        found.append(
-            Reason.of(
-                code="verdict_not_pass",
-                message=f"the runner's verdict was {cell.verdict} ({codes})",
+    if not now.stale and now.verdict != "pass":
+        if cell.parity is None and cell.error is None:
+            found.append(
+                Reason.of(code="parity_missing", message="no parity result against the baseline")
             )
-        )
-    found.extend(_parity_reasons(cell, baseline_digest, tolerances))
-    # Parity is re-judged above against the *current* tolerance (_parity_reasons); the
-    # gate's copy is the runner's, under the tolerance of the day it ran.
-    _, gate_reasons = judge(cell, cls, skip=_NO_PARITY)
-    for reason in gate_reasons:
-        if reason.code == "expected_provider_missing" and cell.placement is None:
-            reason = Reason.of(code="placement_missing", message=reason.message)
-        found.append(reason)
+        for reason in now.reasons:
+            if reason.code == "expected_provider_missing" and cell.placement is None:
+                reason = Reason.of(code="placement_missing", message=reason.message)
+            found.append(reason)
     rollback = rollbacks.of(cell.artifact_digest)
     if rollback.reason is not None:
         found.append(rollback.reason)
@@ -557,17 +420,15 @@ def _upper(cell: Cell) -> float:
 
 
 def _passing_candidates(
+    name: str,
     cls: HostClass,
     project: Project,
     key_cells: Sequence[Cell],
     runs: Mapping[str, RunRecord],
-    digests: Mapping[str, str],
-    current: str,
-    baseline_digest: str | None,
+    judge_: Judge,
     rollbacks: _Rollbacks,
     reasons: list[Reason],
     looked: set[str],
-    tolerances: _Tolerances,
 ) -> list[Cell]:
     """The candidates' cells that pass every gate on the key; why each other one does not is
     added to ``reasons`` and every run looked at to ``looked``."""
@@ -575,28 +436,33 @@ def _passing_candidates(
     if not project.artifacts.candidates:
         reasons.append(Reason.of(code="no_candidates", message="the project lists no candidate"))
     for spec in project.artifacts.candidates:
-        digest = digests.get(spec.label)
-        pick = _pick(key_cells, digest, current) if digest else None
-        if pick is None:
+        standing = judge_.standing(name, spec.label, key_cells)
+        cell, now = standing.cell, standing.current
+        if cell is None or now is None:
             key_text = "(" + ", ".join(cls.key.as_tuple()) + ")"
+            earlier = standing.replaced
             reasons.append(
                 Reason.of(
                     code="no_candidate_cell",
-                    message=f"candidate {spec.label} was never measured on {key_text}",
+                    message=f"candidate {spec.label} was never measured on {key_text}"
+                    + (
+                        f" as its file is now ({(standing.digest or '')[:19]}); run "
+                        f"{earlier.run_id} measured its earlier bytes"
+                        if earlier is not None
+                        else ""
+                    ),
                 )
             )
             continue
-        looked.add(pick.cell.run_id)
-        failed = _candidate_reasons(
-            pick, cls, project, runs, baseline_digest, rollbacks, tolerances
-        )
+        looked.add(cell.run_id)
+        failed = _candidate_reasons(cell, now, project, runs, rollbacks)
         if failed:
             reasons.extend(
                 Reason.of(code=r.code, message=f"candidate {spec.label}: {r.message}")
                 for r in failed
             )
         else:
-            passing.append(pick.cell)
+            passing.append(cell)
     return passing
 
 
@@ -611,8 +477,36 @@ _HOLD_UNKNOWN = Reason.of(code="hold", message="the policy for unknown classes i
 _BASELINE_UNKNOWN = Reason.of(
     code="baseline_chosen", message="the policy for unknown classes is 'baseline'"
 )
-_NO_PARITY = frozenset({"parity"})
-"""The gates the policy skips when it re-judges a candidate (it judges parity itself)."""
+_PASSED = CurrentVerdict("pass", ())
+"""The current verdict of every candidate that qualifies (one that did not pass never does)."""
+
+
+def _unusable(
+    standing: Standing, allow_emulated: bool, runs: Mapping[str, RunRecord]
+) -> str | None:
+    """Why the baseline's cell on the key cannot decide the class (``only a stale cell ...``),
+    or None when it can."""
+    cell, now = standing.cell, standing.current
+    if cell is None or now is None:
+        return "no cell"
+    if now.stale:
+        return f"only a stale cell ({', '.join(now.codes)})"
+    if not allow_emulated and _emulated(cell, runs):
+        return "only emulated cells"
+    return None
+
+
+def _verdict_of(standing: Standing) -> str | None:
+    return standing.current.verdict if standing.current is not None else None
+
+
+def _standing_evidence(
+    standing: Standing, cls: HostClass, runs: Mapping[str, RunRecord]
+) -> Evidence | None:
+    cell, now = standing.cell, standing.current
+    if cell is None or now is None:
+        return None
+    return _evidence(cell, now, cls, _emulated(cell, runs))
 
 
 def _decide_class(
@@ -622,14 +516,13 @@ def _decide_class(
     key_cells: Sequence[Cell],
     key_runs: Sequence[RunRecord],
     runs: Mapping[str, RunRecord],
-    digests: Mapping[str, str],
+    judge_: Judge,
     previous: Manifest | PreviousManifest | None,
-    current: str,
-    tolerances: _Tolerances,
 ) -> ClassDecision:
     policy = project.policy
     baseline_label = project.artifacts.baseline.label
-    baseline_digest = digests.get(baseline_label)
+    baseline_digest = judge_.baseline_digest
+    current = judge_.settings(name)
     rollbacks = _Rollbacks(
         name,
         cls,
@@ -701,30 +594,14 @@ def _decide_class(
         reasons.append(Reason.of(code="no_evidence", message=f"no cell was measured on {key_text}"))
         return unknown(f"nothing was measured on {key_text}")
 
-    base = _pick(key_cells, baseline_digest, current) if baseline_digest else None
-    base_usable = (
-        base is not None
-        and not base.stale
-        and (policy.allow_emulated or not _emulated(base.cell, runs))
-    )
+    # The baseline's cell now; its verdict is judged only when no candidate qualifies.
+    found = pick(key_cells, baseline_digest, current) if baseline_digest else None
+    base = found.cell if found is not None else None
     if base is not None:
-        looked.add(base.cell.run_id)
-
-    def base_evidence() -> Evidence | None:
-        return _evidence(base.cell, cls, _emulated(base.cell, runs)) if base else None
+        looked.add(base.run_id)
 
     passing = _passing_candidates(
-        cls,
-        project,
-        key_cells,
-        runs,
-        digests,
-        current,
-        baseline_digest,
-        rollbacks,
-        reasons,
-        looked,
-        tolerances,
+        name, cls, project, key_cells, runs, judge_, rollbacks, reasons, looked
     )
 
     if passing:
@@ -750,19 +627,26 @@ def _decide_class(
         return decision(
             "candidate",
             (chosen.artifact_digest, chosen.artifact_name),
-            _evidence(chosen, cls, _emulated(chosen, runs)),
+            _evidence(chosen, _PASSED, cls, _emulated(chosen, runs)),
             f"{name} gets candidate {chosen.artifact_name}: it passed every gate on {key_text} in "
             f"run {chosen.run_id} (p99 upper bound {upper}, budget {budget}).",
         )
 
     failed_codes = sorted({r.code for r in reasons if r.code not in ("no_candidates",)})
     why = f"no candidate qualified ({', '.join(failed_codes)})" if failed_codes else "no candidate"
-    if base is not None and base_usable and base.cell.verdict == "error":
+    base_now = judge_.verdict(base, name=name) if base is not None else None
+    standing = Standing(name, baseline_label, "baseline", baseline_digest, base, base_now)
+    unusable = _unusable(standing, policy.allow_emulated, runs)
+
+    def base_evidence() -> Evidence | None:
+        return _standing_evidence(standing, cls, runs)
+
+    if base is not None and unusable is None and _verdict_of(standing) == "error":
         reasons.append(
             Reason.of(
                 code="baseline_failed",
                 message=f"baseline {baseline_label} could not run on {key_text} in run "
-                f"{base.cell.run_id}: {base.cell.error or 'no detail'}",
+                f"{base.run_id}: {base.error or 'no detail'}",
             )
         )
         return decision(
@@ -772,12 +656,8 @@ def _decide_class(
             f"{name} is held: {why}, and the baseline {baseline_label} itself could "
             "not run on this class.",
         )
-    if base is None or not base_usable:
-        state = (
-            "no cell"
-            if base is None
-            else ("only a stale cell" if base.stale else "only emulated cells")
-        )
+    if base is None or base_now is None or unusable is not None:
+        state = unusable or "no cell"
         reasons.append(
             Reason.of(
                 code="baseline_unmeasured",
@@ -785,8 +665,8 @@ def _decide_class(
             )
         )
         return unknown(f"{why}, and the baseline has {state} on this key")
-    base_verdict, base_why = judge(base.cell, cls)
-    if base_verdict == "fail" and policy.failing_baseline == "hold":
+    base_why = base_now.reasons
+    if base_now.verdict == "fail" and policy.failing_baseline == "hold":
         # The class lost the path its budgets assume (typically its accelerator: the baseline now
         # runs on the CPU over budget). Shipping the baseline would move every host of the class
         # onto a known-failing artifact; holding keeps what they run until a person decides.
@@ -795,7 +675,7 @@ def _decide_class(
             Reason.of(
                 code="baseline_fails_gates",
                 message=f"baseline {baseline_label} fails this class's own gates on {key_text} "
-                f"in run {base.cell.run_id} ({codes})",
+                f"in run {base.run_id} ({codes})",
             )
         )
         reasons.append(_HOLD_FAILING_BASELINE)
@@ -809,7 +689,7 @@ def _decide_class(
     reasons.append(
         Reason.of(
             code="baseline_chosen",
-            message=f"baseline {baseline_label} ran on {key_text} in run {base.cell.run_id}",
+            message=f"baseline {baseline_label} ran on {key_text} in run {base.run_id}",
         )
     )
     return decision(
@@ -913,8 +793,7 @@ def _decide_all(
     previous: Manifest | PreviousManifest | None,
     overrides: Mapping[str, str],
 ) -> Iterator[ClassDecision]:
-    tolerances = _Tolerances(project)
-    settings = _SettingsDigests()
+    judge_ = Judge(project, known, current_settings=overrides)
     for name, cls in project.host_classes.items():
         key = _key_of(cls.key)
         yield _decide_class(
@@ -924,31 +803,6 @@ def _decide_all(
             by_key.get(key, ()),
             runs_by_key.get(key, ()),
             runs,
-            known,
+            judge_,
             previous,
-            overrides.get(name) or settings.of(cls),
-            tolerances,
         )
-
-
-class _SettingsDigests:
-    """``HostClass.settings_digest`` per class, computed once per distinct runtime and provider
-    settings: a fleet's classes share a few runtime builds and provider setups, and hashing
-    their canonical JSON class by class was a fifth of deciding 10,000 classes. Two classes
-    whose runtime and provider serialise alike have the same digest (it is a function of those
-    field values alone)."""
-
-    def __init__(self) -> None:
-        self._seen: dict[tuple[bytes, bytes], str] = {}
-
-    def of(self, cls: HostClass) -> str:
-        runtime, provider = cls.runtime, cls.provider
-        # Their JSON from the serializers themselves (``model_dump_json`` less its wrapper).
-        key = (
-            type(runtime).__pydantic_serializer__.to_json(runtime),
-            type(provider).__pydantic_serializer__.to_json(provider),
-        )
-        digest = self._seen.get(key)
-        if digest is None:
-            digest = self._seen[key] = cls.settings_digest()
-        return digest

@@ -32,6 +32,7 @@ __all__ = [
     "bundle_paths",
     "check_bundle",
     "read_bundle",
+    "read_run",
     "write_bundle",
 ]
 
@@ -117,6 +118,22 @@ def bundle_paths(path: str | Path) -> tuple[Path, Path, Path]:
     return directory, directory / RUN_JSON, directory / SAMPLES_PARQUET
 
 
+def read_run(path: str | Path) -> RunBundle:
+    """Read and validate a bundle's ``run.json`` alone (its samples are not read).
+
+    Raises:
+        BundleError: As `read_bundle`, for the directory and ``run.json``.
+    """
+    directory, run_json, _ = bundle_paths(path)
+    if not directory.is_dir():
+        raise BundleError(
+            f"run bundle {directory}: no such directory; expected <dir>/<run_id>/ holding "
+            f"{RUN_JSON} and {SAMPLES_PARQUET}",
+            path=directory,
+        )
+    return _read_run_json(run_json)
+
+
 def read_bundle(path: str | Path) -> tuple[RunBundle, pa.Table]:
     """Read and check a run bundle.
 
@@ -131,14 +148,8 @@ def read_bundle(path: str | Path) -> tuple[RunBundle, pa.Table]:
             bundle format, or fails validation (the message gives the field path), or the
             bundle is inconsistent. ``error.path`` names the file at fault.
     """
-    directory, run_json, samples_path = bundle_paths(path)
-    if not directory.is_dir():
-        raise BundleError(
-            f"run bundle {directory}: no such directory; expected <dir>/<run_id>/ holding "
-            f"{RUN_JSON} and {SAMPLES_PARQUET}",
-            path=directory,
-        )
-    bundle = _read_run_json(run_json)
+    directory, _, samples_path = bundle_paths(path)
+    bundle = read_run(directory)
     samples = _read_samples(samples_path)
     try:
         conformed = check_bundle(bundle, samples, source=str(directory))

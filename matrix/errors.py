@@ -7,6 +7,7 @@ Tree::
     ├── SchemaVersionError      the database was written by a newer qualify (or is not migrated)
     ├── BundleError             a run bundle or its samples are missing, unreadable or inconsistent
     ├── ManifestVersionError    a manifest version is not above the latest stored one
+    ├── ModelLineError          a record of another model line than the matrix holds
     └── TelemetryFileError      a telemetry file cannot be read at all
 
 Messages name the file, the field and the fix. Nothing here prints or exits. Owns no I/O.
@@ -21,6 +22,7 @@ __all__ = [
     "ManifestVersionError",
     "MatrixError",
     "MatrixLockedError",
+    "ModelLineError",
     "SchemaVersionError",
     "TelemetryFileError",
 ]
@@ -78,3 +80,22 @@ class TelemetryFileError(MatrixError):
     def __init__(self, message: str, *, path: Path) -> None:
         super().__init__(message)
         self.path = path
+
+
+class ModelLineError(MatrixError):
+    """A record of another model line than the matrix holds (a project, a bundle, a split), or a
+    matrix whose earlier records mix lines and must be split first.
+
+    Attributes:
+        path: The matrix file.
+        held: The line(s) the matrix holds.
+        wanted: The line the caller works on; None for a mixed matrix opened without one.
+    """
+
+    def __init__(
+        self, message: str, *, path: Path, held: tuple[str, ...], wanted: str | None
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.held = held
+        self.wanted = wanted

@@ -334,6 +334,25 @@ CREATE TABLE rollouts (
 """What ``qualify rollout`` did (``qualify.rollout``): one row per published step, abort or
 halted advance (a halt publishes nothing: its version is the one still current)."""
 
+_MODEL_LINE = """
+CREATE TABLE model_line (
+    model      VARCHAR PRIMARY KEY,
+    stamped_at TIMESTAMPTZ NOT NULL
+)
+"""
+"""The model line the matrix holds (``matrix.lines``): one row; a matrix whose earlier records
+mixed lines holds a row per line and is refused until split."""
+
+_STAMP_FROM_RECORDS = """
+INSERT INTO model_line
+SELECT model, now() FROM (
+    SELECT model FROM runs
+    UNION
+    SELECT json_extract_string(document, '$.signed.model') AS model FROM manifests
+) WHERE model IS NOT NULL
+"""
+"""A matrix from before the stamp is stamped with the lines its runs and manifests name."""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -437,6 +456,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         version=14,
         name="telemetry.model: the model line an event is about (one host may serve several)",
         statements=("ALTER TABLE telemetry ADD COLUMN model VARCHAR",),
+    ),
+    Migration(
+        version=15,
+        name="model_line: the one model line a matrix holds, stamped from its runs and manifests",
+        statements=(_MODEL_LINE, _STAMP_FROM_RECORDS),
     ),
 )
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import duckdb
 
+from matrix import lines
 from matrix.errors import ManifestVersionError, MatrixError, MatrixLockedError
 from matrix.migrations import (
     AppliedMigration,
@@ -297,6 +298,7 @@ class Store:
         clock: Callable[[], datetime] = _utc_now,
         sleep: Callable[[float], None] = time.sleep,
         monotonic: Callable[[], float] = time.monotonic,
+        model: str | None = None,
     ) -> Self:
         """Open (creating and migrating if needed) the matrix at ``path``.
 
@@ -315,11 +317,15 @@ class Store:
             clock: UTC clock for ``applied_at``, ``ingested_at`` and ``stored_at``.
             sleep: Sleeps between retries (a parameter so tests need not wait).
             monotonic: Measures the wait.
+            model: The model line the caller works on (the project's ``model``): a matrix of
+                another line, or one that mixes lines, is refused (`require_model_line`); a
+                new matrix opened read-write becomes this line's.
 
         Returns:
             The open store.
 
         Raises:
+            ModelLineError: The matrix holds another model line than ``model``, or mixes lines.
             MatrixLockedError: The lock was still held after ``wait_s``.
             SchemaVersionError: The database is newer than this code, or (read-only) older.
             MatrixError: The file is missing (read-only), not a DuckDB database, or unreadable.
@@ -357,10 +363,13 @@ class Store:
                 check_current(conn, source=target)
             else:
                 apply_migrations(conn, source=target, now=clock)
+            store = cls(conn, path=target, read_only=read_only, clock=clock)
+            if model is not None:
+                store.require_model_line(model)
         except BaseException:
             conn.close()
             raise
-        return cls(conn, path=target, read_only=read_only, clock=clock)
+        return store
 
     @staticmethod
     def _connect(
@@ -460,6 +469,60 @@ class Store:
         ).fetchall()
         return [AppliedMigration(version=v, name=n, applied_at=a) for v, n, a in rows]
 
+    # -- the model line --------------------------------------------------------------------
+
+    def model_line(self) -> str | None:
+        """The model line this matrix holds (the ``model`` of every project, run, bundle and
+        manifest in it); None while nothing has been written.
+
+        Raises:
+            ModelLineError: The matrix's earlier records mix lines (``qualify matrix split``).
+        """
+        return lines.model_line(self._conn, self._path)
+
+    def require_model_line(self, model: str, *, what: str = "the project file") -> None:
+        """Refuse to go on for model line ``model`` unless it is this matrix's (a read-write
+        matrix of no line yet becomes ``model``'s).
+
+        Args:
+            model: The line the caller works on.
+            what: What names ``model``, for the message.
+
+        Raises:
+            ModelLineError: The matrix holds another line, or mixes lines; the message names
+                both, the file and the fix (another ``--db``).
+        """
+        lines.require(
+            self._conn,
+            self._path,
+            model,
+            what=what,
+            stamp=not self._read_only,
+            now=self._clock(),
+        )
+
+    @staticmethod
+    def split_model_line(
+        source: str | Path, model: str, out: str | Path, *, clock: Callable[[], datetime] = _utc_now
+    ) -> dict[str, int]:
+        """Copy model line ``model`` of the matrix at ``source`` (one whose earlier records mix
+        lines) into a new matrix at ``out`` stamped with it; the source is only read (after
+        migrating it to this version's schema).
+
+        Returns:
+            Rows copied per table.
+
+        Raises:
+            MatrixError: ``out`` exists, ``source`` has nothing of ``model``, or either file
+                cannot be used.
+        """
+        Store.open(source, clock=clock).close()  # at the latest schema, as ``out`` will be
+
+        def connect(path: Path) -> duckdb.DuckDBPyConnection:
+            return Store.open(path, clock=clock).connection
+
+        return lines.split(Path(source), model, Path(out), connect=connect, now=clock())
+
     def _require_writable(self, what: str) -> None:
         if self._read_only:
             raise MatrixError(f"cannot {what}: matrix {self._path} was opened read-only")
@@ -483,6 +546,8 @@ class Store:
 
         Raises:
             BundleError: The bundle is inconsistent or the samples table has the wrong columns.
+            ModelLineError: The run is of another model line than the matrix holds (nothing is
+                written); a matrix of no line yet becomes the run's.
             MatrixError: The store was opened read-only.
         """
 
@@ -508,6 +573,15 @@ class Store:
             if self._has_run(run_id):
                 conn.execute("ROLLBACK")
                 return False
+            # One matrix, one model line: the run's, or the run is refused whole.
+            lines.require(
+                conn,
+                self._path,
+                bundle.run.model,
+                what=f"run {run_id}",
+                stamp=True,
+                now=self._clock(),
+            )
             for table, values in rows:
                 _insert_rows(conn, table, values)
             for table, arrow, select in incoming:

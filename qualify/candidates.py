@@ -190,7 +190,7 @@ def make_candidates(
         outcome.paths[variant.name] = variant.path
         on_event(f"{variant.name}: {variant.path.name} ({digest[:19]}), {variant.precision}")
     if outcome.made:
-        with Store.open(db_path) as db:
+        with Store.open(db_path, model=loaded.project.model) as db:
             db.record_lineage(outcome.made)
     if write and outcome.made:
         add_candidates(

@@ -263,10 +263,10 @@ def _ci_outputs(
         if path is not None
         else None
     )
-    with Store.open(db_path, read_only=True) as db:
+    with Store.open(db_path, read_only=True, model=loaded.project.model) as db:
         check = release_check(loaded, db, scope=scope, unserved=unserved or [], current=current)
     if junit is not None:
-        write_atomic(junit, junit_xml(check.items, check.gate, reasons=check.reasons))
+        write_atomic(junit, junit_xml(check.items, check.gate))
     if summary is not None:
         title = f"qualify: {loaded.project.model} on {', '.join(scope)}"
         write_atomic(
@@ -599,36 +599,62 @@ def matrix_group() -> None:
     help="Output format.",
 )
 def matrix_show(db_path: Path, project_path: Path, fmt: str) -> None:
-    """Show the latest cell per (hardware, runtime, provider, artifact)."""
+    """Show each class x artifact of the project with its verdict under the project file now
+    (budgets, tolerances and the artifacts' bytes as they are today; stale where the stored
+    evidence cannot say), and every gap. Without a project file: the latest cell per
+    (hardware, runtime, provider, artifact), as measured."""
     from matrix.store import Store
-    from qualify.table import print_matrix, rows_to_csv, warning_lines, with_budgets
+    from qualify.coverage import CoverageItem, coverage_line, unmeasured
+    from qualify.table import (
+        TITLE,
+        TITLE_NOW,
+        print_matrix,
+        rows_to_csv,
+        warning_lines,
+        with_budgets,
+    )
     from qualify.text import one_line
 
     _require_db(db_path)
+    items: list[CoverageItem] | None = None
+    orphans = 0
+    title = TITLE
     with Store.open(db_path, read_only=True) as db:  # showing never writes, nor migrates
-        rows = db.matrix_rows()
+        rows = with_budgets(db.matrix_rows(), None)
         unserved = db.unserved()
-        view = _project_view(project_path, db) if project_path.exists() else None
         warned = db.latest_warnings() if fmt == "table" else []
-    rows = with_budgets(rows, view.budgets() if view is not None else None)
+        if project_path.exists() and not rows and db.model_line() is None:
+            # Nothing measured, of any line: every class x artifact is a gap, which the
+            # project's recorded view says without validating the file again.
+            items = unmeasured(_project_view(project_path, db), unserved=unserved)
+        elif project_path.exists():
+            from qualify.current import show_now
+            from qualify.project import load_project
+
+            loaded = load_project(project_path, check_models=False)
+            db.require_model_line(loaded.project.model)
+            shown = show_now(loaded, db, unserved=unserved)
+            rows, items, orphans, title = shown.rows, shown.items, shown.orphans, TITLE_NOW
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2, default=str))
     elif fmt == "csv":
         click.echo(rows_to_csv(rows), nl=False)
     else:
-        print_matrix(rows, sys.stdout)
+        print_matrix(rows, sys.stdout, title=title)
         for line in warning_lines(warned):
             click.echo(line)
-        if view is not None:
-            from qualify.coverage import coverage
-
-            gaps = [i for i in coverage(view, rows, unserved=unserved) if i.gap is not None]
-            for item in gaps:
+        for item in items or ():
+            if item.gap is not None:
                 click.echo(
-                    f"gap: {one_line(item.host_class)} x {one_line(item.artifact)}: {item.note}"
+                    f"gap: {one_line(item.host_class)} x {one_line(item.artifact)}: "
+                    + one_line(item.note)
                 )
-            if not gaps:
-                click.echo("coverage: every class x artifact has a current cell")
+        if items is not None:
+            click.echo(coverage_line(items))
+        if orphans:
+            click.echo(
+                f"not shown: {orphans} cell(s) measured on keys no class of {project_path} has"
+            )
 
 
 def _project_view(project_path: Path, db: Store) -> ProjectView:
@@ -745,6 +771,28 @@ def matrix_export(out_dir: Path, db_path: Path) -> None:
         click.echo(str(p))
 
 
+@matrix_group.command("split")
+@click.option("--model", required=True, help="The model line to copy out (a project's 'model').")
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="The new matrix to write (must not exist).",
+)
+@_db_option
+def matrix_split(model: str, out: Path, db_path: Path) -> None:
+    """Copy one model line out of a matrix that mixes lines (written before qualify kept one line
+    per matrix) into a new matrix of that line alone: its runs, cells and samples, its manifests
+    and rollouts, and the telemetry, tunes and lineage of its artifacts. The source is only
+    read; run it once per line, then give each project its own --db."""
+    from matrix.store import Store
+
+    _require_db(db_path)
+    copied = Store.split_model_line(db_path, model, out)
+    said = ", ".join(f"{n} {table}" for table, n in copied.items() if n)
+    click.echo(f"{out}: model line {model!r}: {said or 'nothing'} copied from {db_path}")
+
+
 @matrix_group.command("stale")
 @_db_option
 @_project_option
@@ -760,13 +808,20 @@ def matrix_stale(db_path: Path, project_path: Path, since: str, as_json: bool) -
     import json
     from datetime import UTC, datetime
 
+    from qualify.current import file_digests
     from qualify.project import load_project
     from qualify.telemetry import run_stale
     from qualify.telemetry_render import render_stale
 
-    project = load_project(project_path, check_models=False).project
+    loaded = load_project(project_path, check_models=False)
     _require_db(db_path)
-    items = run_stale(db_path, project, now=datetime.now(UTC), since=since)
+    items = run_stale(
+        db_path,
+        loaded.project,
+        now=datetime.now(UTC),
+        since=since,
+        digests=file_digests(loaded),
+    )
     if as_json:
         click.echo(json.dumps({"stale": [i.model_dump(mode="json") for i in items]}, indent=2))
     else:
@@ -1074,7 +1129,7 @@ def manifest_generate(
     target = out or Path("manifest.json" if publish else "manifest.draft.json")
     loaded = load_project(project_path)
     _require_db(db_path)
-    with Store.open(db_path, on_wait=lock_wait_message()) as db:
+    with Store.open(db_path, on_wait=lock_wait_message(), model=loaded.project.model) as db:
         _recover(db)
         record_view(db, loaded.project, loaded.sha256)
         if publish:
@@ -1246,7 +1301,7 @@ def report_cmd(
 
     loaded = load_project(project_path, check_models=False)
     _require_db(db_path)
-    with Store.open(db_path, read_only=True) as db:
+    with Store.open(db_path, read_only=True, model=loaded.project.model) as db:
         path = write_qualification_report(
             loaded, db, out, now=datetime.now(UTC), manifest_path=manifest_path, pubkey=pubkey
         )
@@ -1473,8 +1528,11 @@ def _rollout_publish_options(f: F) -> F:
 
 
 @contextlib.contextmanager
-def _rollout_session(db_path: Path, expires: str) -> Iterator[tuple[Any, dict[str, Any]]]:
-    """The matrix opened for a rollout action, and the action's time and validity."""
+def _rollout_session(
+    db_path: Path, expires: str, model: str | None = None
+) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """The matrix opened for a rollout action (of model line ``model``, when the action reads the
+    project file), and the action's time and validity."""
     from datetime import UTC, datetime
 
     from matrix.store import Store
@@ -1483,7 +1541,7 @@ def _rollout_session(db_path: Path, expires: str) -> Iterator[tuple[Any, dict[st
 
     validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
     _require_db(db_path)
-    with Store.open(db_path, on_wait=lock_wait_message()) as db:
+    with Store.open(db_path, on_wait=lock_wait_message(), model=model) as db:
         _recover(db)
         yield db, {"now": datetime.now(UTC), "expires_in": validity}
 
@@ -1519,7 +1577,7 @@ def rollout_start(
 
     plan = parse_steps(steps)
     loaded = load_project(project_path)
-    with _rollout_session(db_path, expires) as (db, when):
+    with _rollout_session(db_path, expires, loaded.project.model) as (db, when):
         done = start_rollout(
             loaded,
             db,
@@ -1560,7 +1618,7 @@ def rollout_abort(
     from qualify.rollout import abort_rollout
 
     loaded = load_project(project_path, check_models=False)
-    with _rollout_session(db_path, expires) as (db, when):
+    with _rollout_session(db_path, expires, loaded.project.model) as (db, when):
         done = abort_rollout(
             loaded,
             db,
@@ -1692,7 +1750,7 @@ def rollout_pin(
     from qualify.rollout import pin_class
 
     loaded = load_project(project_path)
-    with _rollout_session(db_path, expires) as (db, when):
+    with _rollout_session(db_path, expires, loaded.project.model) as (db, when):
         done = pin_class(
             loaded,
             db,

@@ -1,13 +1,15 @@
-"""Coverage and the CI gate: every class of the project x every artifact, with its latest cell
-or the reason there is none, and whether a release can proceed.
+"""Coverage and the CI gate: every class of the project x every artifact, with the cell it rests
+on today and its current verdict, or the reason there is none, and whether a release can proceed.
 
-Owns the coverage rule (`coverage`: a class x artifact pair has the latest matrix row of the
-class's key and that artifact's name, which is ``stale`` when measured under other runtime or
-provider settings than the project's now; without one it is ``never_run``, or ``unserved`` when
-the fleet found no host for the class), the release gate (`release_gate`: every class in scope
-has a measured decision and none regressed from its entry in the current manifest), and the two
-files CI reads (`junit_xml`, `summary_markdown`). Pure: the caller reads the matrix and writes
-the files (atomically).
+Owns the coverage rule (`coverage`: a class x artifact pair rests on the cell of that artifact's
+bytes now on the class's key that ``manifest.verdict`` picks; its gap is ``stale`` when that
+cell's current verdict is stale (other settings, a baseline or budget it cannot answer for);
+without a cell it is ``never_run`` (also when only the artifact's earlier bytes were measured:
+a file re-exported in place is a new artifact), or ``unserved`` when the fleet found no host for
+the class), the release gate (`release_gate`: every class in scope has a measured decision and
+none regressed from its entry in the current manifest), and the two files CI reads
+(`junit_xml`, `summary_markdown`). Pure: the caller reads the matrix and the artifact files
+(``qualify.current``) and writes the files (atomically).
 """
 
 from __future__ import annotations
@@ -15,21 +17,22 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
-
-from qualify.project_view import ProjectView
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
+    from manifest.verdict import Standing
+    from qualify.project_view import ProjectView
     from schemas.manifest import ClassDecision, ManifestEntry
-    from schemas.project import Project
 
 __all__ = [
     "CoverageItem",
     "ReleaseGate",
     "coverage",
+    "coverage_line",
     "junit_xml",
     "release_gate",
     "summary_markdown",
+    "unmeasured",
 ]
 
 Gap = Literal["never_run", "stale", "unserved"]
@@ -48,58 +51,113 @@ class CoverageItem:
     host_class: str
     artifact: str
     role: str
-    row: Mapping[str, Any] | None
-    """The latest matrix row (``Store.matrix_rows``) of the class's key and artifact; None when
-    there is none."""
+    standing: Standing | None
+    """The cell it rests on and its current verdict (``manifest.verdict``); None when the
+    matrix has no cell at all (``unmeasured``)."""
     gap: Gap | None
-    """Why there is no current cell: never run, measured under other settings, or no host."""
+    """Why there is no current cell: never run, stale, or no host."""
+    budget_ms: float | None = None
+    """The class's p99 budget now."""
+
+    @property
+    def verdict(self) -> str | None:
+        """The current verdict (``stale`` included); None without a cell."""
+        current = self.standing.current if self.standing is not None else None
+        return current.verdict if current is not None else None
+
+    @property
+    def reasons(self) -> list[str]:
+        """The current verdict's reasons, ``code: sentence`` each."""
+        current = self.standing.current if self.standing is not None else None
+        return [f"{r.code}: {r.message}" for r in current.reasons] if current else []
 
     @property
     def note(self) -> str:
         """The gap in words ("" when there is none)."""
-        return {
-            None: "",
-            "never_run": "never run on this class's key",
-            "stale": "measured under other runtime or provider settings than the project's now",
-            "unserved": "no host in the fleet serves this class",
-        }[self.gap]
+        if self.gap == "stale":
+            return "stale: " + "; ".join(self.reasons)
+        if self.gap == "never_run":
+            earlier = self.standing.replaced if self.standing is not None else None
+            if earlier is not None:
+                digest = (self.standing.digest or "") if self.standing is not None else ""
+                return (
+                    f"never run on this class's key as its file is now ({digest[:19]}); run "
+                    f"{earlier.run_id} measured its earlier bytes ({earlier.artifact_digest[:19]})"
+                )
+            return "never run on this class's key"
+        if self.gap == "unserved":
+            return "no host in the fleet serves this class"
+        return ""
 
 
 def coverage(
-    project: Project | ProjectView,
-    rows: Iterable[Mapping[str, Any]],
+    standings: Iterable[Standing],
     *,
+    budgets: Mapping[str, float] | None = None,
     unserved: Iterable[str] = (),
 ) -> list[CoverageItem]:
-    """Every class x artifact of ``project``, in the file's order, with its latest row.
+    """Every class x artifact of the project, in the file's order, with what it rests on.
 
     Args:
-        project: The project file, or its view.
-        rows: The matrix's latest rows (``Store.matrix_rows()``).
+        standings: ``manifest.verdict.standings`` (``qualify.current.read_now``).
+        budgets: p99 budget per class now (for the CI summary).
         unserved: Classes the fleet found no host for (``qualify fleet run``).
     """
-    latest: dict[tuple[str, str, str, str], Mapping[str, Any]] = {}
-    for row in rows:
-        key = (row["hardware"], row["runtime"], row["provider"], row["artifact_name"])
-        best = latest.get(key)
-        if best is None or (row["measured_at"], row["run_id"]) > (
-            best["measured_at"],
-            best["run_id"],
-        ):
-            latest[key] = row
+    known = budgets or {}
     lost = set(unserved)
-    view = project if isinstance(project, ProjectView) else ProjectView.of(project)
     items: list[CoverageItem] = []
-    for host_class in view.classes:
-        for role, label in view.artifacts:
-            found = latest.get((*host_class.key, label))
-            gap: Gap | None = None
-            if found is None:
-                gap = "unserved" if host_class.name in lost else "never_run"
-            elif found.get("settings_digest") != host_class.settings_digest:
-                gap = "stale"
-            items.append(CoverageItem(host_class.name, label, role, found, gap))
+    for standing in standings:
+        gap: Gap | None = None
+        current = standing.current
+        if current is None:
+            gap = "unserved" if standing.host_class in lost else "never_run"
+        elif current.stale:
+            gap = "stale"
+        items.append(
+            CoverageItem(
+                standing.host_class,
+                standing.label,
+                standing.role,
+                standing,
+                gap,
+                known.get(standing.host_class),
+            )
+        )
     return items
+
+
+def unmeasured(view: ProjectView, *, unserved: Iterable[str] = ()) -> list[CoverageItem]:
+    """`coverage` of a matrix without any cell: every class x artifact never run (or unserved),
+    from the project's view alone (``matrix show`` of an empty matrix needs no more)."""
+    lost = set(unserved)
+    return [
+        CoverageItem(c.name, label, role, None, "unserved" if c.name in lost else "never_run")
+        for c in view.classes
+        for role, label in view.artifacts
+    ]
+
+
+def coverage_line(items: Sequence[CoverageItem]) -> str:
+    """``matrix show``'s summary line: how many class x artifact pairs have a current cell and
+    how those judge under the project now (a pass under an old budget is never counted as one),
+    or that every pair has one."""
+    counts: dict[str, int] = {}
+    for item in items:
+        if item.gap is None and item.verdict is not None:
+            counts[item.verdict] = counts.get(item.verdict, 0) + 1
+    said = ", ".join(
+        f"{counts[v]} {v}" for v in ("pass", "fail", "insufficient", "error") if v in counts
+    )
+    current = sum(counts.values())
+    if current == len(items):
+        return (
+            f"coverage: every class x artifact has a current cell ({said}, under the project now)"
+        )
+    return (
+        f"coverage: {current} of {len(items)} class x artifact have a current cell"
+        + (f" ({said}, under the project now)" if said else "")
+        + f"; {len(items) - current} gap(s)"
+    )
 
 
 @dataclass(frozen=True)
@@ -166,15 +224,11 @@ def _said(decision: tuple[str, str | None]) -> str:
 
 
 def _verdict_line(item: CoverageItem) -> str:
-    row = item.row
-    if row is None:
+    current = item.standing.current if item.standing is not None else None
+    if current is None or current.stale:
         return item.note
-    codes = ", ".join(row.get("reason_codes") or [])
-    return (
-        f"{row['verdict']}"
-        + (f" ({codes})" if codes else "")
-        + (f"; {item.note}" if item.gap else "")
-    )
+    codes = ", ".join(current.codes)
+    return f"{current.verdict}" + (f" ({codes})" if codes else "")
 
 
 def _xml(text: str) -> str:
@@ -185,17 +239,15 @@ def junit_xml(
     items: Sequence[CoverageItem],
     gate: ReleaseGate,
     *,
-    reasons: Mapping[tuple[str, str], list[str]] | None = None,
     suite: str = "qualify",
 ) -> str:
-    """A JUnit XML document: one test case per class x artifact (failed unless its latest cell
-    passed and is current; the reason sentences in the failure), and one per class for the
-    release decision (failed when it blocks the release).
+    """A JUnit XML document: one test case per class x artifact (failed unless its cell passes
+    under the project now; the current verdict's reason sentences in the failure), and one per
+    class for the release decision (failed when it blocks the release).
 
     Args:
         items: `coverage`'s items.
         gate: `release_gate`'s verdict.
-        reasons: (run id, artifact digest) -> the cell's reason sentences.
         suite: The test suite's name.
     """
     from xml.etree import ElementTree
@@ -211,16 +263,11 @@ def junit_xml(
         failed = 0
         for item in group:
             case = ElementTree.SubElement(cases, "testcase", classname=name, name=item.artifact)
-            row = item.row
-            ok = row is not None and row.get("verdict") == "pass" and item.gap is None
-            if not ok:
+            if item.verdict != "pass":
                 failed += 1
-                sentences = []
-                if row is not None and reasons is not None:
-                    sentences = reasons.get((row["run_id"], row["artifact_digest"]), [])
-                kind = "error" if row is None or row.get("verdict") == "error" else "failure"
+                kind = "error" if item.verdict in (None, "error") else "failure"
                 node = ElementTree.SubElement(case, kind, message=_xml(_verdict_line(item)))
-                node.text = _xml("\n".join(sentences or [item.note or _verdict_line(item)]))
+                node.text = _xml("\n".join(item.reasons or [item.note or _verdict_line(item)]))
         release = ElementTree.SubElement(cases, "testcase", classname=name, name="release decision")
         if name in gate.problems:
             failed += 1
@@ -282,12 +329,13 @@ def summary_markdown(
         "|---|---|---|---|---|",
     ]
     for item in items:
-        row = item.row
         p99 = "—"
-        if row is not None and row.get("p99_upper_ms") is not None:
-            p99 = f"{row['p99_upper_ms']:.3g}"
-            if row.get("p99_budget_ms") is not None:
-                p99 += f" / {row['p99_budget_ms']:g}"
+        cell = item.standing.cell if item.standing is not None else None
+        measured = cell.gate_latency if cell is not None else None
+        if measured is not None and measured.p99_upper_ms is not None:
+            p99 = f"{measured.p99_upper_ms:.3g}"
+        if item.budget_ms is not None and p99 != "—":
+            p99 += f" / {item.budget_ms:g}"
         lines.append(
             f"| {_cell_md(item.host_class)} | {_cell_md(item.artifact)} | "
             f"{_cell_md(_verdict_line(item))} | {p99} | {'gap' if item.gap else ''} |"

@@ -339,10 +339,10 @@ def run_demo(workdir: Path, *, echo: Echo = print, force: bool = False) -> bool:
     import sys
 
     from matrix.store import Store
+    from qualify.current import show_now
     from qualify.project import load_project
-    from qualify.project_view import ProjectView
     from qualify.run import RunOptions, qualify_run
-    from qualify.table import matrix_table, use_color, with_budgets
+    from qualify.table import TITLE_NOW, matrix_table, use_color
 
     cleaned = prepare_workdir(workdir, force=force)
     if cleaned:
@@ -364,9 +364,10 @@ def run_demo(workdir: Path, *, echo: Echo = print, force: bool = False) -> bool:
         runtime_version = outcome.bundle.run.fingerprint.runtime.version
         ok = ok and outcome.ok
     with Store.open(db_path) as db:
-        rows = with_budgets(db.matrix_rows(), ProjectView.of(loaded.project).budgets())
+        rows = show_now(loaded, db).rows  # what qualify matrix show prints
     echo("")
-    echo(matrix_table(rows, color=echo is print and use_color(sys.stdout)).rstrip("\n"))
+    table = matrix_table(rows, color=echo is print and use_color(sys.stdout), title=TITLE_NOW)
+    echo(table.rstrip("\n"))
     _release(workdir, loaded, db_path, runtime_version, echo)
 
     exe = Path(sys.executable).parent / "qualify"

@@ -488,6 +488,10 @@ def fleet_run(
                 f"{loaded.path}: host_classes: no class named {name!r}. "
                 f"Fix: pick from {', '.join(known)}."
             )
+    if options.db_path.exists():  # a matrix of another model line is refused before any host runs
+        from matrix.store import Store
+
+        Store.open(options.db_path, model=loaded.project.model).close()
     files = shipment_files(loaded)
     for rel, path in files.items():
         if not path.is_file():
@@ -575,7 +579,7 @@ def _run_on(
     if missing:
         from matrix.store import Store
 
-        with Store.open(options.db_path) as db:
+        with Store.open(options.db_path, model=loaded.project.model) as db:
             keys = loaded.project.host_classes
             db.note_unserved(((n, keys[n].key) for n in missing), "no host advertised the class")
     return FleetOutcome([results[name] for name in wanted])

@@ -1179,6 +1179,10 @@ def dump_project(project: Project, *, include_defaults: bool = False) -> str:
     # Unset fields are left out, so the file says what its author (or the demo) chose and the
     # defaults stay in one place: the model.
     data = project.model_dump(mode="json", exclude_unset=not include_defaults)
+    if include_defaults:
+        # A parity limit left out inherits and a null one is off (`Project.tolerance`): the
+        # parity entries are written as set, or every limit left out would come back off.
+        data["parity"] = project.parity.model_dump(mode="json", exclude_unset=True)
     text = yaml.safe_dump(
         data, sort_keys=False, default_flow_style=None, width=100, allow_unicode=True
     )

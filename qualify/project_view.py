@@ -1,4 +1,7 @@
-"""What ``matrix show`` reads of a project file, and where it finds it without validating again.
+"""What ``matrix show`` reads of a project file for a matrix with nothing measured, and where it
+finds it without validating again. (Once the matrix holds cells, ``matrix show`` judges them under
+the whole project file, ``qualify.current``: a view does not carry budgets, tolerances or the
+artifacts' bytes.)
 
 Owns `ProjectView`: the classes (name, key, settings digest, p99 budget) and artifact labels of
 a validated project file, as plain data that needs neither pydantic nor YAML, and its record in

@@ -31,6 +31,7 @@ from matrix.publications import steering
 from matrix.store import Store
 from qualify.artifacts import ArtifactStore, digest_file
 from qualify.coverage import CoverageItem, ReleaseGate, coverage, release_gate
+from qualify.current import read_now
 from qualify.errors import QualifyError
 from qualify.project import LoadedProject
 from qualify.publishing import Publication, publish
@@ -521,11 +522,10 @@ def generate_manifest(
 
 @dataclass(frozen=True)
 class ReleaseCheck:
-    """What CI is told: coverage of the classes in scope, the release gate, the reasons."""
+    """What CI is told: coverage of the classes in scope and the release gate."""
 
     items: list[CoverageItem]
     gate: ReleaseGate
-    reasons: dict[tuple[str, str], list[str]]
     against: str | None = None
     """The manifest the gate compared with ("manifest v7 (ocr-2)"); None: there was none."""
 
@@ -541,33 +541,31 @@ def release_check(
     """Coverage and the release gate for the classes in ``scope``, from the matrix as it is
     (``unserved`` adds to the classes the matrix knows a fleet run found no host for).
 
-    Every class is decided as ``manifest generate`` would now (nothing is written) and compared
-    with its entry in ``current`` (the published manifest a CI job fetched, `load_published`),
-    else in the newest manifest the matrix published.
+    Every class is decided as ``manifest generate`` would now (nothing is written), on the same
+    cells, current verdicts and artifact digests (the files' bytes now, ``qualify.current``),
+    and compared with its entry in ``current`` (the published manifest a CI job fetched,
+    `load_published`), else in the newest manifest the matrix published.
+
+    Raises:
+        ArtifactError: an artifact file cannot be read.
     """
+    now = read_now(loaded, db)
     budgets = {name: c.budgets.p99_ms for name, c in loaded.project.host_classes.items()}
-    rows = [{**row, "p99_budget_ms": budgets.get(row["host_class"])} for row in db.matrix_rows()]
     wanted = set(scope)
     lost = {*unserved, *db.unserved()}
-    items = [i for i in coverage(loaded.project, rows, unserved=lost) if i.host_class in wanted]
-    runs = {r.run_id: r for r in db.decision_runs()}
-    # The cells generation decides on (not only the latest per key and digest: a class whose
-    # settings went back, or whose latest run was emulated, is decided on older ones). They
-    # hold the latest per key and digest too, whose reasons the coverage rows cite.
-    cells = db.decision_cells()
+    items = [
+        i for i in coverage(now.standings, budgets=budgets, unserved=lost) if i.host_class in wanted
+    ]
     previous = current if current is not None else previous_manifest(db)
-    decisions = decide(loaded.project, cells, runs, previous=previous)
+    decisions = decide(loaded.project, now.by_key, now.runs, previous=previous, digests=now.digests)
     entries = previous.signed.entries if previous is not None else None
     gate = release_gate(decisions, entries, scope=list(scope))
-    reasons = {
-        (c.run_id, c.artifact_digest): [f"{r.code}: {r.message}" for r in c.reasons] for c in cells
-    }
     against = (
         f"manifest v{previous.signed.version} ({previous.signed.release})"
         if previous is not None
         else None
     )
-    return ReleaseCheck(items=items, gate=gate, reasons=reasons, against=against)
+    return ReleaseCheck(items=items, gate=gate, against=against)
 
 
 def load_published(

@@ -1,7 +1,7 @@
 """The qualification report from the matrix: gather, verify, hand to ``reports``, write.
 
-Owns collecting what the page needs (project, latest cells, runs, raw samples, the current and
-previous manifests) and the signature status it shows: the report only displays a status, it is
+Owns collecting what the page needs (project, the cells decisions rest on and the artifacts'
+digests now, runs, raw samples, the current and previous manifests) and the signature status it shows: the report only displays a status, it is
 verified here with the trusted public key. HTML lives in ``reports``; SQL in ``matrix``.
 """
 
@@ -17,6 +17,7 @@ from manifest.signing import key_id, load_public_key, verify
 from matrix.publications import published_before, steering
 from matrix.store import Store
 from qualify import __version__
+from qualify.current import file_digests
 from qualify.project import LoadedProject
 from reports import build_report, write_report
 from schemas.manifest import Manifest
@@ -74,7 +75,7 @@ def write_qualification_report(
             previous = load_manifest(before.encode(), source="previous manifest")
     view = build_report(
         loaded.project,
-        db.latest_cells(),
+        db.decision_cells(),  # what manifest generate decides on
         {r.run_id: r for r in db.runs()},
         db.samples_by_config,
         now=now,
@@ -87,5 +88,6 @@ def write_qualification_report(
         steering=steering(db),
         tunes=db.tunes(),
         lineage=db.lineage(),
+        digests=file_digests(loaded),
     )
     return write_report(view, out)

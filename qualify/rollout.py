@@ -253,12 +253,19 @@ def start_rollout(
             f"{host_class} already has rollout {entry['rollout']['id']!r} in progress (step "
             f"{entry['rollout']['step']}); abort it first"
         )
-    runs = {r.run_id: r for r in db.runs()}
+    # What manifest generate and the release gate decide on: the same cells, runs and digests.
+    runs = {r.run_id: r for r in db.decision_runs()}
     store = ArtifactStore(Path(db.path).resolve().parent / "artifacts")
     digests, refs = artifact_refs(loaded, store, artifact_base_uri)
     decisions = {
         d.host_class: d
-        for d in decide(loaded.project, db.latest_cells(), runs, previous=previous, digests=digests)
+        for d in decide(
+            loaded.project,
+            db.decision_cells_by_key(),
+            runs,
+            previous=previous,
+            digests=digests,
+        )
     }
     decision = decisions.get(host_class)
     if decision is None or decision.decision != "candidate" or decision.artifact_digest is None:

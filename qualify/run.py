@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from manifest.gates import judge
 from manifest.policy import RollbackTarget, rollback_target
-from matrix.bundle import write_bundle
+from matrix.bundle import read_run, write_bundle
 from matrix.errors import BundleError, MatrixError
 from matrix.ingest import ingest_bundles
 from matrix.samples import SAMPLES_SCHEMA, empty_samples
@@ -762,7 +762,9 @@ def qualify_run(
     sample_tables: list[pa.Table] = []
     bundles_dir = options.bundle_dir or db_dir / "bundles"
     waits = on_wait or on_event
-    _clean_after_kills(options.db_path, db_dir, bundles_dir, options.lock_wait_s, on_event, waits)
+    _clean_after_kills(
+        options.db_path, db_dir, bundles_dir, options.lock_wait_s, on_event, waits, project.model
+    )
     # Beside the matrix, not in a shared temp dir that a cleaner (or another run) may empty
     # under a run; tagged with this process, so that the next run removes it after a kill.
     work_root = Path(
@@ -919,23 +921,26 @@ def _clean_after_kills(
     wait_s: float,
     on_event: EventSink,
     on_wait: EventSink,
+    model: str,
 ) -> None:
-    """What runs that were killed left: their work folders and half-written bundles (removed),
-    and whole bundles they wrote but never recorded in the matrix (ingested now, or named)."""
+    """Refuse a matrix of another model line before anything is measured; then what runs that
+    were killed left: their work folders and half-written bundles (removed), and whole bundles
+    of this line they wrote but never recorded in the matrix (ingested now, or named). Bundles
+    of other lines (another project's, sharing the folder) are left alone."""
     for where in (db_dir, bundles_dir):
         for path in remove_leftovers(where):
             on_event(f"removed {path.name}, left by a process that ended mid-way")
+    if not db_path.exists():
+        return
     try:
         names = sorted(
             p.name for p in bundles_dir.iterdir() if p.is_dir() and not p.name.startswith(".")
         )
     except OSError:
-        return
-    if not names or not db_path.exists():
-        return
-    with Store.open(db_path, wait_s=wait_s, on_wait=lock_wait_message(on_wait)) as db:
+        names = []
+    with Store.open(db_path, wait_s=wait_s, on_wait=lock_wait_message(on_wait), model=model) as db:
         for name in names:
-            if db.has_run(name):
+            if db.has_run(name) or _line_of(bundles_dir / name) not in (model, None):
                 continue
             try:
                 report = ingest_bundles(db, [bundles_dir / name])
@@ -947,6 +952,15 @@ def _clean_after_kills(
                     f"recovered bundle {name}: a run wrote it but ended before recording it "
                     "in the matrix; it is recorded now"
                 )
+
+
+def _line_of(bundle: Path) -> str | None:
+    """The model line a bundle's run is of; None when its run.json cannot be read (the ingest
+    that follows says why)."""
+    try:
+        return read_run(bundle).run.model
+    except MatrixError:
+        return None
 
 
 def _rollback_target(

@@ -1,12 +1,15 @@
-"""What must be re-run: cells measured under settings the project file no longer has, and classes
-whose hosts run an onnxruntime revision no cell of theirs ran on.
+"""What must be re-run: each class x artifact of the project whose current verdict is stale (the
+evidence cannot answer under the project now) or whose artifact's bytes now were never run where
+earlier bytes were (a model re-exported in place), and classes whose hosts run an onnxruntime
+revision no cell of theirs ran on.
 
 Owns ``stale_items`` (what ``qualify matrix stale`` lists), a pure function over the project
-file, the cells and the runtime revisions telemetry reported, and the rule of which revisions a
-class counts as qualified on (``qualified_revisions``; the telemetry check's
-``unqualified_runtime`` alert applies the same rule). Does not own reading the matrix or the
-telemetry window (``qualify.telemetry.run_stale``), the text people read
-(``qualify.telemetry_render``) nor the settings digest a cell records
+file, the artifacts' digests now, the cells and the runtime revisions telemetry reported, and
+the rule of which revisions a class counts as qualified on (``qualified_revisions``; the
+telemetry check's ``unqualified_runtime`` alert applies the same rule). What is stale is
+``manifest.verdict``'s rule, the one ``matrix show``, the gate and ``manifest generate`` apply.
+Does not own reading the matrix or the telemetry window (``qualify.telemetry.run_stale``), the
+text people read (``qualify.telemetry_render``) nor the settings digest a cell records
 (``schemas.project.HostClass.settings_digest``).
 """
 
@@ -14,10 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from manifest.policy import artifact_digests
-from schemas.cell import Cell, latest
+from manifest.verdict import Judge, Standing, standings
+from schemas.cell import Cell
 from schemas.project import Project
-from schemas.telemetry import StaleItem
+from schemas.telemetry import StaleItem, StaleReason
 
 __all__ = ["qualified_revisions", "stale_items"]
 
@@ -39,54 +42,50 @@ def qualified_revisions(cells: Sequence[Cell], key: tuple[str, str, str]) -> set
     }
 
 
+_REASONS: dict[str, StaleReason] = {
+    "stale": "settings_changed",
+    "artifact_changed": "artifact_changed",
+    "parity_reference_mismatch": "baseline_changed",
+    "budget_changed": "budget_changed",
+}
+"""The stale reason of a current verdict (``manifest.verdict.STALE_CODES``) as listed here."""
+
+
 def stale_items(
     project: Project,
     cells: Sequence[Cell],
     telemetry_revisions: Mapping[str, Iterable[str]],
+    *,
+    digests: Mapping[str, str],
 ) -> list[StaleItem]:
     """Cells and classes that must be re-run.
 
-    A cell is stale when its class's runtime, provider or graph settings in the project file
-    differ from those it was measured under (``HostClass.settings_digest``) and no current cell
-    of the same artifact on the same key replaces it; only the project's current artifacts
-    count. A class is listed when telemetry shows its hosts on an onnxruntime revision no cell
-    of its key ran on.
+    A class x artifact of the project is listed when the cell it rests on is stale under the
+    project now (its class's runtime or provider settings changed, a candidate's parity was
+    measured against another baseline, a budget changed that its evidence cannot answer for),
+    or when its artifact's bytes now were never run on the key but earlier bytes of it were. A
+    class is listed when telemetry shows its hosts on an onnxruntime revision no cell of its key
+    ran on.
 
     Args:
         project: The project file as it is now.
         cells: Cells of the matrix (all runs).
         telemetry_revisions: host class -> runtime revisions its hosts reported.
+        digests: Artifact label -> the digest of its file now.
 
     Returns:
         Items sorted by class, reason, artifact name.
     """
-    digests = artifact_digests(project, cells)
-    names = {digest: label for label, digest in digests.items()}
-    items: list[StaleItem] = []
-    for name in sorted(project.host_classes):
-        cls = project.host_classes[name]
-        key = cls.key.as_tuple()
-        current = cls.settings_digest()
-        on_key = [c for c in cells if c.key.as_tuple() == key]
-        for digest in sorted(names, key=lambda d: names[d]):
-            mine = [c for c in on_key if c.artifact_digest == digest]
-            newest = latest(mine)
-            if newest is None or any(c.settings_digest == current for c in mine):
-                continue
-            items.append(
-                StaleItem(
-                    host_class=name,
-                    reason="settings_changed",
-                    run_id=newest.run_id,
-                    artifact_digest=digest,
-                    artifact_name=names[digest],
-                    measured_at=newest.measured_at,
-                    runtime_revisions=[],
-                    message=f"{names[digest]} on {name} was measured in run {newest.run_id} "
-                    "under other runtime or provider settings than the project file's now; "
-                    f"re-run: qualify run --host-class {name}",
-                )
-            )
+    by_key: dict[tuple[str, str, str], list[Cell]] = {}
+    for cell in cells:
+        by_key.setdefault(cell.key.as_tuple(), []).append(cell)
+    items = [
+        item
+        for standing in standings(Judge(project, digests), by_key)
+        if (item := _stale_item(standing)) is not None
+    ]
+    for name in project.host_classes:
+        key = project.host_classes[name].key.as_tuple()
         seen = set(telemetry_revisions.get(name, ()))
         unqualified = sorted(seen - qualified_revisions(cells, key))
         if unqualified:
@@ -104,4 +103,38 @@ def stale_items(
                     f"--host-class {name}",
                 )
             )
-    return items
+    return sorted(items, key=lambda i: (i.host_class, i.reason, i.artifact_name or ""))
+
+
+def _stale_item(standing: Standing) -> StaleItem | None:
+    """The item of one class x artifact, or None when it has a current cell or none at all."""
+    name, label = standing.host_class, standing.label
+    rerun = f"re-run: qualify run --host-class {name}"
+    cell, current = standing.cell, standing.current
+    if cell is not None and current is not None and current.stale:
+        first = current.reasons[0]
+        return StaleItem(
+            host_class=name,
+            reason=_REASONS.get(first.code, "settings_changed"),
+            run_id=cell.run_id,
+            artifact_digest=cell.artifact_digest,
+            artifact_name=label,
+            measured_at=cell.measured_at,
+            runtime_revisions=[],
+            message=f"{label} on {name}: {first.message}; {rerun}",
+        )
+    earlier = standing.replaced
+    if cell is None and earlier is not None:
+        return StaleItem(
+            host_class=name,
+            reason="artifact_changed",
+            run_id=earlier.run_id,
+            artifact_digest=earlier.artifact_digest,
+            artifact_name=label,
+            measured_at=earlier.measured_at,
+            runtime_revisions=[],
+            message=f"{label} on {name}: its file is now {(standing.digest or '')[:19]}, which "
+            f"was never run; run {earlier.run_id} measured its earlier bytes "
+            f"{earlier.artifact_digest[:19]}; {rerun}",
+        )
+    return None

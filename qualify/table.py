@@ -27,11 +27,19 @@ __all__ = [
     "with_budgets",
 ]
 
-TITLE = "qualification matrix (latest cell per key and artifact)"
+TITLE = "qualification matrix (latest cell per key and artifact, verdicts as measured)"
+
+TITLE_NOW = "qualification matrix (each class x artifact, verdicts under the project file now)"
 
 EMPTY = "the matrix is empty: run 'qualify run --host-class NAME' first"
 
-VERDICT_COLOR = {"pass": "green", "fail": "red", "insufficient": "yellow", "error": "magenta"}
+VERDICT_COLOR = {
+    "pass": "green",
+    "fail": "red",
+    "insufficient": "yellow",
+    "error": "magenta",
+    "stale": "yellow",
+}
 """The colour of each verdict, here and in the run's display (``qualify.console``)."""
 
 _SGR = {"green": "32", "red": "31", "yellow": "33", "magenta": "35"}
@@ -70,7 +78,7 @@ def _cell_text(row: Mapping[str, Any]) -> tuple[str, str]:
     return one_line(row["verdict"]), text
 
 
-def matrix_table(rows: list[dict[str, Any]], *, color: bool = False) -> str:
+def matrix_table(rows: list[dict[str, Any]], *, color: bool = False, title: str = TITLE) -> str:
     """Host classes x artifacts (baseline first), each cell its verdict and p99 bound against
     the budget; the text ends with a newline. Every value from the matrix is printed on one line
     with control characters spelled out (`one_line`), so no name can forge a row."""
@@ -82,7 +90,11 @@ def matrix_table(rows: list[dict[str, Any]], *, color: bool = False) -> str:
     by_class: dict[tuple[str, str, str, str], dict[str, Mapping[str, Any]]] = {}
     for row in rows:
         key = (row["host_class"], row["hardware"], row["runtime"], row["provider"])
-        by_class.setdefault(key, {})[row["artifact_name"]] = row
+        shown = by_class.setdefault(key, {})
+        earlier = shown.get(row["artifact_name"])
+        # Two cells of one name on a key (the file changed between runs): the later one.
+        if earlier is None or _when(row) >= _when(earlier):
+            shown[row["artifact_name"]] = row
     header = ["host class", "key (hardware, runtime, provider)", *(one_line(n) for n in names)]
     # Each cell: (plain text, SGR colour of its first len(verdict) characters or "").
     body: list[list[tuple[str, str, int]]] = []
@@ -105,7 +117,7 @@ def matrix_table(rows: list[dict[str, Any]], *, color: bool = False) -> str:
     widths = [len(h) for h in header]
     for line in body:
         widths = [max(w, len(text)) for w, (text, _, _) in zip(widths, line, strict=True)]
-    out = [TITLE, _join(header, widths), _join(["-" * w for w in widths], widths)]
+    out = [title, _join(header, widths), _join(["-" * w for w in widths], widths)]
     for line in body:
         texts = []
         for (text, sgr, n), width in zip(line, widths, strict=True):
@@ -115,6 +127,10 @@ def matrix_table(rows: list[dict[str, Any]], *, color: bool = False) -> str:
             texts.append(padded)
         out.append("  ".join(texts).rstrip())
     return "\n".join(out) + "\n"
+
+
+def _when(row: Mapping[str, Any]) -> tuple[str, str]:
+    return (str(row.get("measured_at") or ""), str(row.get("run_id") or ""))
 
 
 def _join(texts: list[str], widths: list[int]) -> str:
@@ -153,9 +169,9 @@ def use_color(stream: IO[str]) -> bool:
     return bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
 
 
-def print_matrix(rows: list[dict[str, Any]], stream: IO[str]) -> None:
+def print_matrix(rows: list[dict[str, Any]], stream: IO[str], *, title: str = TITLE) -> None:
     """Write `matrix_table` to ``stream``, in colour where `use_color` says so."""
-    stream.write(matrix_table(rows, color=use_color(stream)))
+    stream.write(matrix_table(rows, color=use_color(stream), title=title))
 
 
 def rows_to_csv(rows: list[dict[str, Any]]) -> str:

@@ -13,7 +13,7 @@ format (``schemas.telemetry``) nor what hosts write (``manifest.host_events``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -243,7 +243,12 @@ def run_check(
 
 
 def run_stale(
-    db_path: Path, project: Project, *, now: datetime, since: str = "7d"
+    db_path: Path,
+    project: Project,
+    *,
+    now: datetime,
+    since: str = "7d",
+    digests: Mapping[str, str],
 ) -> list[StaleItem]:
     """``qualify matrix stale``: cells and classes to re-run.
 
@@ -252,6 +257,7 @@ def run_stale(
         project: The project file as it is now.
         now: Reference time for the telemetry window.
         since: How far back telemetry counts for runtime revisions.
+        digests: Artifact label -> the digest of its file now (``qualify.current.file_digests``).
 
     Raises:
         QualifyError: bad ``since``.
@@ -260,9 +266,9 @@ def run_stale(
     from qualify.staleness import stale_items
 
     start, end = _window(now, since)
-    with Store.open(db_path, read_only=True) as store:
+    with Store.open(db_path, read_only=True, model=project.model) as store:
         cells = store.cells()
         # Only this model line's events: another model on the same hosts runs its own runtime.
         line = Attribution(project.model, tuple(sorted({c.artifact_digest for c in cells})))
         revisions = revisions_by_class(store, start=start, end=end, attribution=line)
-    return stale_items(project, cells, revisions)
+    return stale_items(project, cells, revisions, digests=digests)

@@ -519,6 +519,8 @@ def tune_class(
     """
     host_class, fp, mismatches = check_host(loaded, class_name, options.emulate, workers.probe)
     spec, role = _pick_artifact(loaded, tune.artifact)
+    if options.db_path.exists():  # a matrix of another model line is refused before the race
+        Store.open(options.db_path, wait_s=options.lock_wait_s, model=loaded.project.model).close()
     started = now()
     run_id = new_run_id(class_name, started)
     db_dir = options.db_path.resolve().parent
@@ -608,7 +610,7 @@ def tune_class(
         outcome=why,
         trials=trials,
     )
-    with Store.open(options.db_path, wait_s=options.lock_wait_s) as db:
+    with Store.open(options.db_path, wait_s=options.lock_wait_s, model=loaded.project.model) as db:
         db.write_tune(record)
     return TuneOutcome(record=record, qualification=qualification, measured=compared)
 

@@ -1,10 +1,13 @@
 """Building the report's view model from the matrix: the pure function ``build_report``.
 
-Owns turning schema objects (the project, the latest cells, run records, raw latency samples and
+Owns turning schema objects (the project, the matrix's cells, run records, raw latency samples and
 optionally the current and previous manifests) into the view model of ``reports.view``: every
 class and artifact placed in the heat map, each class's side-by-side table, parity checks, runs
 and rollback package, the manifest diff, the header's counts and the glossary of reason codes.
-Every missing measurement is said as "not measured".
+Every missing measurement is said as "not measured". Every verdict shown is the cell's under
+the project file now (``manifest.verdict``: the one rule ``matrix show``, the gate and
+``manifest generate`` apply), with the parity limits it applied; a project artifact's column
+shows the cell of its bytes now.
 
 Does not own I/O (the CLI reads the matrix, verifies the signature and passes the results in),
 the clock (``now`` is a parameter), the decision (the manifest's entries are displayed, never
@@ -21,6 +24,8 @@ from typing import Any
 
 from manifest.diff import diff_manifests
 from manifest.gates import assess
+from manifest.policy import artifact_digests
+from manifest.verdict import STALE_CODES, CurrentVerdict, Judge
 from reports.charts import Samples, SamplesSource, latency_chart, samples_reader
 from reports.formatting import (
     NOT_MEASURED,
@@ -55,7 +60,7 @@ from reports.view import (
     SteeredRow,
     Tone,
 )
-from schemas.cell import REASON_CODES, Cell, OutputParity, RunRecord, recency
+from schemas.cell import Cell, OutputParity, RunRecord, recency
 from schemas.lineage import Lineage
 from schemas.manifest import (
     DECISION_REASON_CODES,
@@ -64,7 +69,8 @@ from schemas.manifest import (
     ManifestEntry,
     ManifestSigned,
 )
-from schemas.project import HostClass, OutputTolerance, Project
+from schemas.project import HostClass, OutputTolerance, Project, TaskTolerance
+from schemas.reasons import REASONS
 from schemas.rules import fallback_count
 from schemas.tune import TuneRecord
 
@@ -104,27 +110,30 @@ def _p99_text(cell: Cell, budget: float | None, tone: Tone) -> tuple[str, Tone]:
     return f"p99 ≤ {ms(gate.p99_upper_ms)}{of}", tone
 
 
-def _parity_text(cell: Cell) -> tuple[str, Tone]:
+def _parity_text(cell: Cell, now: CurrentVerdict) -> tuple[str, Tone]:
     if cell.role == "baseline":
         return "reference", "muted"
     if cell.parity is None:
         return "parity " + NOT_MEASURED, "muted"
-    verdict = "parity pass" if cell.parity.passed else "parity fail"
+    if now.stale:
+        return "parity stale", "muted"
+    verdict = "parity fail" if "parity_failed" in now.codes else "parity pass"
     # The task-level figures first where parity.post asks for them: what users see.
+    applied = {o.name: o.task for o in now.parity}
     tasks = [
         f"{o.name} {check} {number(getattr(o, attr))}"
         for o in cell.parity.outputs
-        if o.task_tolerance is not None
+        if (task := applied.get(o.name, o.task_tolerance)) is not None
         for check, attr, limit in _TASK_CHECKS
-        if getattr(o.task_tolerance, limit) is not None and getattr(o, attr) is not None
+        if getattr(task, limit) is not None and getattr(o, attr) is not None
     ]
     return (f"{verdict} ({'; '.join(tasks)})" if tasks else verdict), ""
 
 
 def _heat_cell(
-    name: str, cell: Cell | None, cls: HostClass | None, stale: bool, emulated: bool
+    name: str, cell: Cell | None, now: CurrentVerdict | None, cls: HostClass | None, emulated: bool
 ) -> HeatCell:
-    if cell is None:
+    if cell is None or now is None:
         return HeatCell(
             artifact=name,
             verdict="missing",
@@ -137,13 +146,13 @@ def _heat_cell(
             emulated=False,
             stale=False,
         )
-    tones = gate_tones(cell, cls)
+    tones = _tones(cell, now, cls)
     p99, p99_tone = _p99_text(cell, cls.budgets.p99_ms if cls else None, tones.get("p99", ""))
-    parity, parity_tone = with_tone(_parity_text(cell), tones.get("parity"))
+    parity, parity_tone = with_tone(_parity_text(cell, now), tones.get("parity"))
     return HeatCell(
         artifact=name,
-        verdict=cell.verdict,
-        verdict_text=VERDICT_WORDS[cell.verdict],
+        verdict=now.verdict,
+        verdict_text=VERDICT_WORDS[now.verdict],
         p99_text=p99,
         p99_tone=p99_tone,
         parity_text=parity,
@@ -154,8 +163,16 @@ def _heat_cell(
             else ""
         ),
         emulated=emulated,
-        stale=stale,
+        stale=now.stale,
     )
+
+
+def _tones(cell: Cell, now: CurrentVerdict, cls: HostClass | None) -> dict[str, Tone]:
+    """`gate_tones`, with the parity's tone as judged under the project's tolerances now."""
+    tones = gate_tones(cell, cls) if not now.stale else {}
+    if cell.parity is not None and cell.role == "candidate" and not now.stale:
+        tones["parity"] = "bad" if "parity_failed" in now.codes else "ok"
+    return tones
 
 
 def _against(
@@ -226,11 +243,17 @@ _Value = Callable[[Cell], tuple[str, Tone]]
 
 
 def _compare(
-    cells: Sequence[Cell | None], cls: HostClass | None, runs: Mapping[str, RunRecord]
+    cells: Sequence[Cell | None],
+    nows: Sequence[CurrentVerdict | None],
+    cls: HostClass | None,
+    runs: Mapping[str, RunRecord],
 ) -> tuple[CompareRow, ...]:
     budgets = cls.budgets if cls else None
-    settings = cls.settings_digest() if cls is not None else None  # a JSON dump + hash: once
-    tones = [None if cell is None else gate_tones(cell, cls) for cell in cells]
+    now_of = {id(c): n for c, n in zip(cells, nows, strict=True) if c is not None and n}
+    tones = [
+        None if cell is None or now is None else _tones(cell, now, cls)
+        for cell, now in zip(cells, nows, strict=True)
+    ]
 
     def row(label: str, fn: _Value, gate: str | None = None) -> CompareRow:
         # A row a gate judges takes that gate's tone: one rule, as the runner and policy apply it.
@@ -245,7 +268,7 @@ def _compare(
         )
 
     def flags(cell: Cell) -> tuple[str, Tone]:
-        return _flags(cell, runs, settings)
+        return _flags(cell, runs, now_of.get(id(cell)))
 
     flagged = any(flags(c)[0] != "current" for c in cells if c is not None)
     staged = any(
@@ -253,15 +276,15 @@ def _compare(
         for c in cells
     )
     return (
-        row("verdict", _verdict),
+        row("verdict", lambda c: _verdict(now_of.get(id(c)))),
         *([row("measured", flags)] if flagged else []),
         row("gate config", _config),
         row("p50" + (" end to end" if staged else ""), _gate_ms("p50_ms")),
         row("p99" + (" end to end" if staged else ""), _gate_ms("p99_ms")),
         *([row("inference alone", _inference), row("stages", _stages)] if staged else []),
-        row("gates", lambda c: _judged(c, cls)),
+        row("gates", lambda c: _judged(c, now_of.get(id(c)), cls)),
         row("p99 bound", _bound, "p99"),
-        row("parity", _parity_text, "parity"),
+        row("parity", lambda c: _parity_text(c, now_of[id(c)]), "parity"),
         CompareRow(
             label="nodes per provider",
             values=tuple((NOT_MEASURED, "muted") for _ in cells),
@@ -297,19 +320,24 @@ def _compare(
     )
 
 
-def _verdict(cell: Cell) -> tuple[str, Tone]:
-    return VERDICT_WORDS[cell.verdict], verdict_tone(cell.verdict)
+def _verdict(now: CurrentVerdict | None) -> tuple[str, Tone]:
+    # The verdict under the project file now (``manifest.verdict``), not the runner's.
+    if now is None:
+        return NOT_MEASURED, "muted"
+    return VERDICT_WORDS[now.verdict], verdict_tone(now.verdict)
 
 
-def _flags(cell: Cell, runs: Mapping[str, RunRecord], settings: str | None) -> tuple[str, Tone]:
+def _flags(
+    cell: Cell, runs: Mapping[str, RunRecord], now: CurrentVerdict | None
+) -> tuple[str, Tone]:
     # What makes a cell's numbers doubtful here: emulation, another ISA's numerics, staleness.
     marks = []
     if _emulated(cell, runs):
         marks.append("emulated")
     if cell.isa_mismatch:
         marks.append("numerics from another ISA (" + "; ".join(cell.isa_mismatch) + ")")
-    if settings is not None and cell.settings_digest != settings:
-        marks.append("stale")
+    if now is not None and now.stale:
+        marks.append("stale: " + "; ".join(r.message for r in now.reasons))
     return (", ".join(marks), "warn") if marks else ("current", "")
 
 
@@ -397,15 +425,21 @@ def _stages(cell: Cell) -> tuple[str, Tone]:
     return text, "warn" if shares.get("inference", 1.0) < 0.5 else ""
 
 
-def _judged(cell: Cell, cls: HostClass | None) -> tuple[str, Tone]:
-    # Which gates failed or could not decide (manifest.gates), in one sentence.
-    if cls is None:
+def _judged(cell: Cell, now: CurrentVerdict | None, cls: HostClass | None) -> tuple[str, Tone]:
+    # Which gates fail or cannot decide under the project now (manifest.verdict), in a sentence.
+    if cls is None or now is None:
         return "no class to judge against", "muted"
+    if now.stale:
+        return "not judged: stale (" + ", ".join(STALE_CODES[c] for c in now.codes) + ")", "warn"
     if cell.error is not None:
         return "not judged: it could not run", "muted"
-    findings = assess(cell, cls)
+    # The gates as the current verdict applies them: parity against the tolerances now.
+    rejudged = cell.role == "candidate" and cell.parity is not None
+    findings = assess(cell, cls, skip=("parity",) if rejudged else ())
     failed = [g.name for g, f in findings if f.outcome == "fail"]
     undecided = [g.name for g, f in findings if f.outcome == "undecided"]
+    if rejudged and "parity_failed" in now.codes:
+        failed.insert(0, "parity")
     if not failed and not undecided:
         return "every configured gate held", "ok"
     parts = ([f"failed: {', '.join(failed)}"] if failed else []) + (
@@ -458,20 +492,35 @@ _TASK_CHECKS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _parity_rows(cell: Cell) -> list[ParityRow]:
+_TASK_PHRASES = tuple(attr for _, attr, _ in _TASK_CHECKS)
+"""How `schemas.rules.task_failures` phrases begin (``exact_match 0.84 < 0.95``)."""
+
+
+def _parity_rows(cell: Cell, now: CurrentVerdict) -> list[ParityRow]:
     if cell.parity is None:
         return []
+    # The limits the current verdict applied (the project's tolerances now, merged field by
+    # field); a stale cell was not judged now, so the run's own limits are shown for it.
+    judged = {o.name: o for o in now.parity}
     rows = []
     # Task-level outputs first (what a user of the service sees), then the tensors.
     for out in sorted(cell.parity.outputs, key=lambda o: o.task_tolerance is None):
-        rows.extend(_task_rows(cell.artifact_name, out))
-        rows.extend(_output_rows(cell.artifact_name, out))
+        found = judged.get(out.name)
+        failures = out.failures if found is None else found.failures
+        task = out.task_tolerance if found is None else found.task
+        rows.extend(_task_rows(cell.artifact_name, out, task, failures))
+        # The task-level failures have rows of their own (above): not repeated as the tensors'.
+        tensors = [f for f in failures if not f.startswith(_TASK_PHRASES)]
+        limits = out.tolerance if found is None else found.limits
+        rows.extend(_output_rows(cell.artifact_name, out, limits, tensors))
     return rows
 
 
-def _task_rows(artifact: str, out: OutputParity) -> list[ParityRow]:
-    """The task-level checks of one answer (``parity.post``): exact match, box F1."""
-    task = out.task_tolerance
+def _task_rows(
+    artifact: str, out: OutputParity, task: TaskTolerance | None, failures: Sequence[str]
+) -> list[ParityRow]:
+    """The task-level checks of one answer under ``task`` (``parity.post`` now, or the run's
+    for a stale cell): exact match, box F1."""
     if task is None:
         return []
     rows = []
@@ -481,7 +530,7 @@ def _task_rows(artifact: str, out: OutputParity) -> list[ParityRow]:
             continue
         measured = getattr(out, measured_attr)
         label = f"{check} at IoU {number(task.iou)}" if measured_attr == "box_f1" else check
-        failed = any(f.startswith(measured_attr) for f in out.failures)
+        failed = any(f.startswith(measured_attr) for f in failures)
         rows.append(
             ParityRow(
                 artifact=artifact,
@@ -496,37 +545,40 @@ def _task_rows(artifact: str, out: OutputParity) -> list[ParityRow]:
     return rows
 
 
-def _output_rows(artifact: str, out: OutputParity) -> list[ParityRow]:
+def _output_rows(
+    artifact: str, out: OutputParity, tol: OutputTolerance, failures: Sequence[str]
+) -> list[ParityRow]:
     rows = []
     unchecked = []
-    tol: OutputTolerance = out.tolerance
     for check, measured_attr, tol_attr in _PARITY_CHECKS:
         measured = getattr(out, measured_attr)
         limit = getattr(tol, tol_attr)
         smallest = getattr(out.min_passing, tol_attr)
+        at_run = getattr(out.tolerance, tol_attr)
         if limit is None:
             if measured is not None:
                 unchecked.append(f"{check} {number(measured)}")
             continue
-        failed = any(f.startswith(tol_attr) or f.startswith(measured_attr) for f in out.failures)
+        failed = any(f.startswith(tol_attr) or f.startswith(measured_attr) for f in failures)
         rows.append(
             ParityRow(
                 artifact=artifact,
                 output=out.name,
                 check=check,
                 measured=number(measured),
-                tolerance=tolerance(limit),
+                tolerance=tolerance(limit)
+                + ("" if at_run == limit else f" (run: {tolerance(at_run) if at_run else 'off'})"),
                 min_passing=number(smallest) if smallest is not None else "none",
                 tone="bad" if failed else "ok",
             )
         )
-    if not out.passed and not any(r.tone == "bad" for r in rows):
+    if failures and not any(r.tone == "bad" for r in rows):
         rows.append(
             ParityRow(
                 artifact=artifact,
                 output=out.name,
                 check="failures",
-                measured="; ".join(out.failures) or "failed",
+                measured="; ".join(failures),
                 tolerance="",
                 min_passing="",
                 tone="bad",
@@ -692,6 +744,29 @@ def _budgets_text(cls: HostClass | None) -> str:
     return " · ".join(parts)
 
 
+def _judged_cells(
+    name: str,
+    cls: HostClass | None,
+    cells: Sequence[Cell],
+    columns: Sequence[ArtifactColumn],
+    judge: Judge,
+) -> list[tuple[Cell, CurrentVerdict] | None]:
+    """Per column, the cell the class rests on and its current verdict (``manifest.verdict``):
+    a project artifact's cell of its bytes now on the class's key, or for an artifact or class
+    the project file does not have, its latest cell (stale: not in the project)."""
+    latest = _latest_by_artifact(cells)
+    found: list[tuple[Cell, CurrentVerdict] | None] = []
+    for col in columns:
+        if cls is not None and col.in_project:
+            standing = judge.standing(name, col.name, cells)
+            cell, now = standing.cell, standing.current
+        else:
+            cell = latest.get(col.name)
+            now = judge.verdict(cell) if cell is not None else None
+        found.append((cell, now) if cell is not None and now is not None else None)
+    return found
+
+
 def _class_view(
     index: int,
     name: str,
@@ -702,18 +777,16 @@ def _class_view(
     has_manifest: bool,
     runs: Mapping[str, RunRecord],
     samples: Callable[[str, str], Samples],
+    judge: Judge,
 ) -> tuple[ClassView, HeatRow]:
     anchor = f"class-{index}"
     key = cls.key if cls else (entry.key if entry else None)
     key_text = " · ".join(key.as_tuple()) if key else ""
-    latest = _latest_by_artifact(cells)
-    ordered = [latest.get(col.name) for col in columns]
-    present = [c for c in ordered if c is not None]
-    settings = cls.settings_digest() if cls else None
-    stale = {
-        c.artifact_name: settings is not None and c.settings_digest != settings for c in present
-    }
-    emulated = {c.artifact_name: _emulated(c, runs) for c in present}
+    judged = _judged_cells(name, cls, cells, columns, judge)
+    present = [pair for pair in judged if pair is not None]
+    shown_cells = [cell for cell, _ in present]
+    nows = [now for _, now in present]
+    emulated = {c.artifact_name: _emulated(c, runs) for c in shown_cells}
     budget = cls.budgets.p99_ms if cls else None
     decision, decision_text, summary = _entry_text(entry, has_manifest)
     heat = HeatRow(
@@ -725,16 +798,15 @@ def _class_view(
         cells=tuple(
             _heat_cell(
                 col.name,
-                cell,
+                pair[0] if pair else None,
+                pair[1] if pair else None,
                 cls,
-                stale.get(col.name, False),
                 emulated.get(col.name, False),
             )
-            for col, cell in zip(columns, ordered, strict=True)
+            for col, pair in zip(columns, judged, strict=True)
         ),
     )
-    shown = [col.name for col, cell in zip(columns, ordered, strict=True) if cell is not None]
-    shown_cells = present
+    shown = [col.name for col, pair in zip(columns, judged, strict=True) if pair is not None]
     chart, chart_note = latency_chart(index, shown_cells, budget, samples)
     run_ids = sorted({c.run_id for c in shown_cells})
     run_views = tuple(
@@ -757,18 +829,18 @@ def _class_view(
         summary=summary,
         reasons=_reasons(entry.reasons, DECISION_REASON_CODES) if entry else (),
         emulated=any(emulated.values()),
-        stale=any(stale.values()),
+        stale=any(now.stale for now in nows),
         budgets_text=_budgets_text(cls),
         artifacts=tuple(shown),
-        compare=_compare(shown_cells, cls, runs) if shown_cells else (),
+        compare=_compare(shown_cells, nows, cls, runs) if shown_cells else (),
         cell_reasons=tuple(
-            (c.artifact_name, c.verdict, _reasons(c.reasons, REASON_CODES), c.error)
-            for c in shown_cells
-            if c.reasons or c.error
+            (c.artifact_name, now.verdict, _reasons(now.reasons, REASONS), c.error)
+            for c, now in present
+            if now.reasons or c.error
         ),
         chart=chart,
         chart_note=chart_note,
-        parity=tuple(row for c in shown_cells for row in _parity_rows(c)),
+        parity=tuple(row for c, now in present for row in _parity_rows(c, now)),
         warnings=_warnings(shown_cells),
         rollback_text=rollback_text,
         rollback_tone=rollback_tone,
@@ -799,12 +871,14 @@ def _decision_line(entries: Mapping[str, ManifestEntry]) -> tuple[str, tuple[tup
 
 def _matrix_line(views: Sequence[ClassView], heat: Sequence[HeatRow]) -> tuple[str, dict[str, int]]:
     # The heat map's cells counted by verdict, as a clause of the header and as counts.
-    verdicts = {"pass": 0, "fail": 0, "insufficient": 0, "error": 0}
+    verdicts = {"pass": 0, "fail": 0, "insufficient": 0, "error": 0, "stale": 0}
     for row in heat:
         for hc in row.cells:
             if hc.verdict in verdicts:
                 verdicts[hc.verdict] += 1
     unmeasured = sum(1 for v in views if not v.artifacts)
+    if not verdicts["stale"]:
+        del verdicts["stale"]  # said only where some cell is stale
     cell_line = ", ".join(f"{n} {v}" for v, n in verdicts.items()) + " cells"
     if unmeasured:
         cell_line += f"; {plural(unmeasured, 'class has', 'classes have')} no measurement"
@@ -951,6 +1025,7 @@ def _classes(
     columns: Sequence[ArtifactColumn],
     runs: Mapping[str, RunRecord],
     samples: Callable[[str, str], Samples],
+    judge: Judge,
 ) -> tuple[list[ClassView], list[HeatRow], int]:
     """Each class's section and heat-map row, in page order, and how many cells no class has.
 
@@ -973,7 +1048,7 @@ def _classes(
         if key:
             used_keys.add(key.as_tuple())
         view, row = _class_view(
-            index, name, cls, class_cells, columns, entry, current is not None, runs, samples
+            index, name, cls, class_cells, columns, entry, current is not None, runs, samples, judge
         )
         views.append(view)
         heat.append(row)
@@ -1030,14 +1105,16 @@ def build_report(
     tunes: Sequence[TuneRecord] = (),
     lineage: Mapping[str, Lineage] | None = None,
     steering: Mapping[str, Mapping[str, Any]] | None = None,
+    digests: Mapping[str, str] | None = None,
 ) -> ReportView:
     """Build the report's view model. Pure: no I/O, no clock.
 
     Args:
         project: The project file; its classes (in file order), artifacts and budgets.
-        cells: The latest cells of the matrix (``Store.latest_cells()``); cells whose key no
-            class of the project has are counted in a note and otherwise left out (unless the
-            manifest names their class).
+        cells: The cells decisions rest on (``Store.decision_cells()``; the latest cells,
+            ``Store.latest_cells()``, are enough where no class's settings went back); cells
+            whose key no class of the project has are counted in a note and otherwise left out
+            (unless the manifest names their class).
         runs: Run records by run id (emulation, fingerprint, rollback check).
         samples: Raw latencies per cell, ``(run_id, digest) -> {LatencyConfig: ns}``
             (``Store.samples_by_config``) or a mapping with those keys; None draws no charts.
@@ -1053,6 +1130,10 @@ def build_report(
         lineage: How made candidates were derived (``Store.lineage()``); adds the lineage table.
         steering: The classes a person steers now (``matrix.publications.steering``): class ->
             the hold, pin or abort row of the rollout log; listed above the rollout history.
+        digests: Artifact label -> the digest of its file now (``qualify.current.file_digests``):
+            a project artifact's column shows the cell of those bytes, every verdict is the
+            cell's under the project now (``manifest.verdict``). Labels missing here take the
+            digest the cells last measured under that name.
 
     Returns:
         The page's view model.
@@ -1069,7 +1150,8 @@ def build_report(
         else signature_status
     )
     columns = _columns(project, cells)
-    views, heat, orphans = _classes(project, current, cells, columns, runs, reader)
+    judge = Judge(project, {**artifact_digests(project, cells), **(digests or {})})
+    views, heat, orphans = _classes(project, current, cells, columns, runs, reader, judge)
     cell_line, verdicts = _matrix_line(views, heat)
     generated = utc_minute(now)
     if current is not None:

@@ -38,9 +38,11 @@ VERDICT_WORDS = {
     "fail": "fail",
     "insufficient": "insufficient",
     "error": "error",
+    "stale": "stale",
     "missing": "not measured",
 }
-"""A cell's verdict as the page words it (``missing``: no cell at all)."""
+"""A cell's verdict under the project now as the page words it (``stale``: its evidence cannot
+be judged under the project now; ``missing``: no cell at all)."""
 
 
 def ms(value: float | None) -> str:

@@ -100,7 +100,11 @@ class Evidence(Document):
     artifact_digest: Digest = Field(description="The artifact measured.")
     artifact_name: str = Field(description="Its label.")
     role: Role = Field(description="baseline or candidate.")
-    verdict: Verdict = Field(description="The runner's verdict for the cell.")
+    verdict: Verdict = Field(
+        description="The cell's verdict under the project file the manifest was generated from: "
+        "its stored evidence judged again against the budgets and tolerances then "
+        "(manifest.verdict)."
+    )
     measured_at: str = Field(pattern=_TIME_PATTERN, description="When it was measured (UTC).")
     emulated: bool = Field(description="Measured on a host that does not match the class.")
     isa_mismatch: list[str] = Field(

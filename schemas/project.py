@@ -18,7 +18,7 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from schemas.base import NAME_RE, NAME_RULE, Document, Name, Precision
-from schemas.rules import batched_on, sample_at
+from schemas.rules import batched_on, merge_tolerance, sample_at
 
 __all__ = [
     "DEFAULT_TOLERANCES",
@@ -535,23 +535,38 @@ class Workload(_ProjectDocument):
         return self
 
 
-class OutputTolerance(_ProjectDocument):
-    """Parity tolerances for one output; unset fields are not checked."""
+_INHERITED = (
+    " Left out: inherited (per output from its family's entry, a family's from the built-in "
+    "default); null: not checked."
+)
 
-    max_abs: float | None = Field(default=None, ge=0, description="Largest allowed |a-b|.")
-    mean_abs: float | None = Field(default=None, ge=0, description="Largest allowed mean |a-b|.")
+
+class OutputTolerance(_ProjectDocument):
+    """Parity tolerances for one output. A limit left out is inherited field by field (an
+    output's from its family's entry, a family's from the built-in defaults); a limit set to
+    null is not checked (`schemas.rules.merge_tolerance`)."""
+
+    max_abs: float | None = Field(
+        default=None, ge=0, description="Largest allowed |a-b|." + _INHERITED
+    )
+    mean_abs: float | None = Field(
+        default=None, ge=0, description="Largest allowed mean |a-b|." + _INHERITED
+    )
     max_rel: float | None = Field(
-        default=None, ge=0, description="Largest allowed |a-b| / max(|a|, eps)."
+        default=None, ge=0, description="Largest allowed |a-b| / max(|a|, eps)." + _INHERITED
     )
     cosine_min: float | None = Field(
-        default=None, ge=-1, le=1, description="Smallest allowed cosine similarity per sample."
+        default=None,
+        ge=-1,
+        le=1,
+        description="Smallest allowed cosine similarity per sample." + _INHERITED,
     )
     top1_agreement_min: float | None = Field(
         default=None,
         ge=0,
         le=1,
         description="Smallest allowed share of positions whose arg-max over the last axis agrees "
-        "(class-score outputs of rank 2 or more: per row, or per step of a sequence).",
+        "(class-score outputs of rank 2 or more: per row, or per step of a sequence)." + _INHERITED,
     )
 
 
@@ -559,7 +574,9 @@ class Tolerance(OutputTolerance):
     """Parity tolerances of one precision family, overridable per output."""
 
     outputs: dict[str, OutputTolerance] = Field(
-        default_factory=dict, description="Per-output overrides, by output name."
+        default_factory=dict,
+        description="Per-output overrides, by output name: each limit given here replaces the "
+        "family's for that output alone (null turns it off there); the others are the family's.",
     )
 
 
@@ -595,16 +612,24 @@ class Parity(_ProjectDocument):
     """Parity tolerances: tensor tolerances per precision family, task-level ones per answer."""
 
     fp32: Tolerance | None = Field(
-        default=None, description="fp32 candidates; unset: the default fp32 tolerance."
+        default=None,
+        description="fp32 candidates; unset: the default fp32 tolerance; a limit left out "
+        "keeps the default's, null turns it off.",
     )
     fp16: Tolerance | None = Field(
-        default=None, description="fp16 candidates; unset: the default fp16 tolerance."
+        default=None,
+        description="fp16 candidates; unset: the default fp16 tolerance; a limit left out "
+        "keeps the default's, null turns it off.",
     )
     int8: Tolerance | None = Field(
-        default=None, description="int8 candidates; unset: the default int8 tolerance."
+        default=None,
+        description="int8 candidates; unset: the default int8 tolerance; a limit left out "
+        "keeps the default's, null turns it off.",
     )
     pruned: Tolerance | None = Field(
-        default=None, description="pruned candidates; unset: the default pruned tolerance."
+        default=None,
+        description="pruned candidates; unset: the default pruned tolerance; a limit left out "
+        "keeps the default's, null turns it off.",
     )
     post: dict[str, TaskTolerance] = Field(
         default_factory=dict,
@@ -983,8 +1008,20 @@ class Project(_ProjectDocument):
     workload: Workload = Field(description="Inputs and the latency protocol.")
     parity: Parity = Field(
         default_factory=Parity,
-        description="Parity tolerances per precision family (unset families use the defaults) "
-        "and task-level tolerances of the post hook's answers (parity.post).",
+        description="Parity tolerances per precision family, merged field by field over the "
+        "built-in defaults ("
+        + "; ".join(
+            f"{family}: "
+            + ", ".join(
+                f"{name} {value:g}"
+                for name, value in tolerance.model_dump(exclude={"outputs"}).items()
+                if value is not None
+            )
+            for family, tolerance in DEFAULT_TOLERANCES.items()
+        )
+        + "): a family left out, or a limit left out of a family's entry, keeps the default; "
+        "a limit set to null is not checked. parity.post sets task-level tolerances of the post "
+        "hook's answers.",
     )
     policy: Policy = Field(default_factory=Policy, description="Fleet decision policy.")
     host_classes: dict[Name, HostClass] = Field(
@@ -1023,6 +1060,9 @@ class Project(_ProjectDocument):
         return self
 
     def tolerance(self, precision: str) -> Tolerance:
-        """The tolerance for a precision family: the project's, else the default."""
+        """The tolerance of a precision family: the built-in default, with each limit the
+        project's family entry sets (null included) in its place, and the entry's per-output
+        overrides (`schemas.rules.merge_tolerance`, `schemas.rules.resolve_tolerance`)."""
+        default = DEFAULT_TOLERANCES[precision]
         found = self.parity.families().get(precision)
-        return found if found is not None else DEFAULT_TOLERANCES[precision]
+        return merge_tolerance(default, found) if found is not None else default

@@ -62,12 +62,21 @@ REASONS: dict[str, str] = {
     "no_candidate_cell": "the candidate was never measured on this class's key",
     "no_evidence": "the class has no measurement at all: the policy for unknown classes applies",
     "stale": "the class's runtime or provider settings changed since the cell was measured",
+    "artifact_changed": "the artifact's file now has other bytes (another digest) than the cell "
+    "measured under its name: the cell is stale and the new bytes were never run",
+    "not_in_project": "the cell's key or artifact is not in the project file now: nothing it "
+    "measured is judged as today's",
+    "budget_changed": "a gate's evidence was gathered against a budget it cannot be re-judged "
+    "under (the open-loop rate search, after budgets.p99_ms changed): the cell is stale",
     "emulated": "measured on a host that does not match the class, and the policy forbids it",
     "host_busy": "the run's host was busier than its cores while measuring, and the policy "
     "refuses such evidence (policy.busy_host 'refuse')",
-    "verdict_not_pass": "the runner's own verdict for the cell was not 'pass'",
+    "verdict_not_pass": "the cell's verdict is not 'pass' and it records no other reason (a "
+    "cell that could not run, without its cause; earlier versions also wrote it for the "
+    "runner's verdict, which is now judged again under the project file)",
     "parity_missing": "no parity result against the baseline",
-    "parity_reference_mismatch": "parity was measured against another baseline than this one",
+    "parity_reference_mismatch": "parity was measured against another baseline than the "
+    "project's now: the candidate's cell is stale",
     "placement_missing": "actual node placement was not recorded",
     "run_missing": "the run record the cell belongs to was not supplied",
     "rollback_unchecked": "the run did not check that the class's rollback artifact loads",

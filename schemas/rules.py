@@ -11,9 +11,11 @@ fallback count, parity tolerance.
   paired ratio to the baseline is above ``max_slowdown``.
 * **Fallback** (`fallback_count`): the nodes that ran anywhere but on the expected provider. The
   worker, the gates, the manifest's evidence and the host's telemetry count them alike.
-* **Parity tolerance** (`resolve_tolerance`, `tolerance_failures`): which limit applies to an
-  output and what fails it. The runner (`qualify.parity`) applies it to fresh measurements; the
-  policy (`manifest.policy`) re-applies it to stored ones against the current project file; both
+* **Parity tolerance** (`merge_tolerance`, `resolve_tolerance`, `tolerance_failures`): which
+  limit applies to an output (field by field: the built-in default, the project's family entry,
+  the per-output override; a null turns a check off) and what fails it. The runner
+  (`qualify.parity`) applies it to fresh measurements; the current verdict
+  (`manifest.verdict`) re-applies it to stored ones against the current project file; both
   word a failure the same way, with the limit printed exactly as configured (``cosine_min 0.162
   < 0.9999``, never ``< 1``) and the measured value rounded only as far as keeps it on its side
   of the limit.
@@ -41,6 +43,7 @@ __all__ = [
     "applicable",
     "batched_on",
     "fallback_count",
+    "merge_tolerance",
     "order_rank",
     "p99_outcome",
     "resolve_tolerance",
@@ -118,16 +121,31 @@ def fallback_count(nodes_per_provider: Mapping[str, int], expected: str) -> int:
     return sum(nodes_per_provider.values()) - nodes_per_provider.get(expected, 0)
 
 
+def merge_tolerance(base: Tolerance, entry: Tolerance) -> Tolerance:
+    """A precision family's tolerance: ``base`` (the built-in default) with each limit that
+    ``entry`` (the project's family entry) sets in its place, a null included (that check is
+    off), and ``entry``'s per-output overrides. A limit ``entry`` leaves out keeps ``base``'s:
+    setting ``max_abs`` alone does not drop the family's cosine or top-1 limits."""
+    from schemas.project import Tolerance
+
+    given = entry.model_fields_set
+    values: dict[str, float | None] = {
+        field: getattr(entry if field in given else base, field) for field in TOLERANCE_FIELDS
+    }
+    return Tolerance(**values, outputs={**base.outputs, **entry.outputs})
+
+
 def resolve_tolerance(tolerance: Tolerance, name: str) -> OutputTolerance:
-    """The tolerance applied to one output: the per-output override field by field, else the
-    family level; a field None on both is not checked."""
+    """The limits applied to one output: each limit its per-output override sets (a null
+    included: that check is off for this output), else the family's (`merge_tolerance`)."""
     from schemas.project import OutputTolerance
 
     override = tolerance.outputs.get(name)
-    values: dict[str, float | None] = {}
-    for field in TOLERANCE_FIELDS:
-        own = getattr(override, field) if override is not None else None
-        values[field] = own if own is not None else getattr(tolerance, field)
+    given = override.model_fields_set if override is not None else frozenset()
+    values: dict[str, float | None] = {
+        field: getattr(override if field in given else tolerance, field)
+        for field in TOLERANCE_FIELDS
+    }
     return OutputTolerance(**values)
 
 

@@ -45,6 +45,7 @@ __all__ = [
     "Severity",
     "SkippedEvents",
     "StaleItem",
+    "StaleReason",
     "TelemetryCheck",
     "TelemetryEvent",
 ]
@@ -91,10 +92,25 @@ ClassStateName = Literal["ok", "alert", "no_data", "insufficient_data"]
 STALE_REASONS: dict[str, str] = {
     "settings_changed": "the class's runtime, provider or graph settings in the project file "
     "differ from those the cell was measured under",
+    "artifact_changed": "the artifact's file now has other bytes than the cell measured (a model "
+    "re-exported in place): its bytes now were never run on the class",
+    "baseline_changed": "a candidate's parity was measured against another baseline than the "
+    "project's now",
+    "budget_changed": "a budget changed that the cell's stored evidence cannot be judged against "
+    "(the open-loop rate search, after budgets.p99_ms changed)",
     "runtime_unqualified": "telemetry shows hosts of the class on an onnxruntime revision no cell "
     "of the class was measured on",
 }
 """Why a cell or class must be re-qualified."""
+
+StaleReason = Literal[
+    "settings_changed",
+    "artifact_changed",
+    "baseline_changed",
+    "budget_changed",
+    "runtime_unqualified",
+]
+"""A key of `STALE_REASONS`."""
 
 _Count = Annotated[int, Field(ge=0, le=2**63 - 1)]
 """A count that fits the matrix's BIGINT column: a larger one is a bad line, not a crash."""
@@ -379,8 +395,10 @@ class StaleItem(Document):
     """A cell or class that must be re-qualified, and why."""
 
     host_class: str = Field(description="Host class name.")
-    reason: Literal["settings_changed", "runtime_unqualified"] = Field(
-        description="Why; see STALE_REASONS."
+    reason: StaleReason = Field(
+        description="Why: "
+        + "; ".join(f"{code}: {meaning}" for code, meaning in STALE_REASONS.items())
+        + "."
     )
     run_id: str | None = Field(description="The stale cell's run; null for a class-level item.")
     artifact_digest: Digest | None = Field(

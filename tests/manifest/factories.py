@@ -273,6 +273,9 @@ class Fleet:
                     placement=self._placement(cls, fallback_nodes, expected_nodes),
                     latency=[_latency(p99_ms, p99_upper_ms, p99_lower_ms)],
                     parity=self._parity(parity_passed, parity_reference, cosine_min),
+                    # A cell the runner calls an error is one whose process ended without a
+                    # result: it says why (`Cell.error`), whatever its other fields hold.
+                    error="crashed: scripted" if verdict == "error" else None,
                 )
             )
         return run_id

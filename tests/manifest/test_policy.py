@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from manifest import policy
+from manifest import policy, verdict
 from manifest.build import build_manifest
 from manifest.errors import PolicyError
 from schemas.cell import OutputParity
@@ -106,7 +106,9 @@ def test_class_whose_candidate_breaks_parity_gets_baseline() -> None:
     fleet = one_class()
     fleet.qualify("arm", parity_passed=False, verdict="fail")
     assert fleet.decide()["arm"].decision == "baseline"
-    assert {"parity_failed", "verdict_not_pass"} <= codes(fleet)
+    assert "parity_failed" in codes(fleet)
+    # The runner's verdict is not consulted: the evidence is judged again under the project now.
+    assert "verdict_not_pass" not in codes(fleet)
 
 
 def test_parity_measured_against_another_baseline_is_not_evidence() -> None:
@@ -208,11 +210,17 @@ def test_emulated_cell_qualifies_when_the_policy_allows_it() -> None:
     assert fleet.decide()["arm"].decision == "candidate"
 
 
-def test_runner_verdict_other_than_pass_blocks_the_candidate() -> None:
+def test_the_runners_verdict_is_judged_again_under_the_budgets_now() -> None:
+    # Judged insufficient under a 40 ms budget its bounds straddled; the budget is 80 ms now.
     fleet = one_class()
     fleet.qualify("arm", verdict="insufficient")
-    assert fleet.decide()["arm"].decision == "baseline"
-    assert "verdict_not_pass" in codes(fleet)
+    assert fleet.decide()["arm"].decision == "candidate"
+    # Judged pass under 80 ms; the budget is 30 ms now, below its lower bound of 38 ms.
+    tight = one_class(p99_ms=30.0)
+    tight.qualify("arm", verdict="pass")
+    d = tight.decide()["arm"]
+    assert d.decision == "hold"  # the baseline (p99 >= 57 ms) fails the budget too
+    assert "p99_over_budget" in {r.code for r in d.reasons}
 
 
 def test_passing_cell_on_another_key_is_ignored() -> None:
@@ -421,15 +429,15 @@ def test_a_busy_host_run_qualifies_unless_the_policy_refuses_it() -> None:
 
 
 def test_classes_sharing_runtime_and_provider_settings_share_one_digest_and_no_other() -> None:
-    from manifest.policy import _SettingsDigests
+    from manifest.verdict import Judge
 
     threads = class_spec(2)
     threads["provider"] |= {"intra_op_threads": 2}
     project = make_project({"a": class_spec(1), "b": class_spec(3), "c": threads})
-    digests = _SettingsDigests()
-    for cls in project.host_classes.values():
-        assert digests.of(cls) == cls.settings_digest()
-    a, b, c = (digests.of(cls) for cls in project.host_classes.values())
+    judge = Judge(project, {})
+    for name, cls in project.host_classes.items():
+        assert judge.settings(name) == cls.settings_digest()
+    a, b, c = (judge.settings(name) for name in project.host_classes)
     assert a == b != c
 
 
@@ -450,28 +458,28 @@ def _output(values: tuple[float | None, ...], kept: tuple[float | None, ...]) ->
 def test_parity_is_judged_on_the_measured_values_whatever_min_passing_holds() -> None:
     values = (0.01, 0.001, 0.02, 0.9991, 1.0)
     as_the_runner_records_it = _output(values, values)
-    assert policy._measured(as_the_runner_records_it) is as_the_runner_records_it.min_passing
+    assert verdict._measured(as_the_runner_records_it) is as_the_runner_records_it.min_passing
     for kept in ((0.01, None, None, 0.999, None), (0.0, 0.001, 0.02, 0.9991, 1.0)):
         other = _output(values, kept)
-        assert policy._measured(other) == OutputTolerance(
+        assert verdict._measured(other) == OutputTolerance(
             max_abs=0.01, mean_abs=0.001, max_rel=0.02, cosine_min=0.9991, top1_agreement_min=1.0
         )
 
 
 def test_parity_failures_of_equal_measurements_are_the_same_and_a_zeros_sign_is_kept() -> None:
     project = make_project({"arm": class_spec(1)})
-    tolerances = policy._Tolerances(project)
+    tolerances = verdict.Judge(project, {})
     failing = (0.5, 0.001, 0.02, 0.9, 0.8)
-    first = tolerances.failures("int8", _output(failing, failing))
-    again = tolerances.failures("int8", _output(failing, (0.01, None, None, 0.99, None)))
+    first = tolerances._failures("int8", _output(failing, failing))
+    again = tolerances._failures("int8", _output(failing, (0.01, None, None, 0.99, None)))
     assert first == again
     assert first == (
         "y max_abs 0.5 > 0.05",
         "y cosine_min 0.9 < 0.99",
         "y top1_agreement 0.8 < 0.98",
     )
-    negative = tolerances.failures("int8", _output((0.01, None, None, -0.0, 1.0), (None,) * 5))
-    positive = tolerances.failures("int8", _output((0.01, None, None, 0.0, 1.0), (None,) * 5))
+    negative = tolerances._failures("int8", _output((0.01, None, None, -0.0, 1.0), (None,) * 5))
+    positive = tolerances._failures("int8", _output((0.01, None, None, 0.0, 1.0), (None,) * 5))
     assert negative == ("y cosine_min -0 < 0.99",)
     assert positive == ("y cosine_min 0 < 0.99",)
 
@@ -482,7 +490,7 @@ def test_top1_measured_on_an_output_the_project_now_calls_a_state_is_not_held_ag
     file says so, not before."""
     project = make_project({"arm": class_spec(1)})
     failing = (0.01, 0.001, 0.02, 0.999, 0.52)
-    assert policy._Tolerances(project).failures("int8", _output(failing, failing)) == (
+    assert verdict.Judge(project, {})._failures("int8", _output(failing, failing)) == (
         "y top1_agreement 0.52 < 0.98",
     )
     workload = project.workload.model_copy(
@@ -496,7 +504,7 @@ def test_top1_measured_on_an_output_the_project_now_calls_a_state_is_not_held_ag
         }
     )
     edited = project.model_copy(update={"workload": workload})
-    assert policy._Tolerances(edited).failures("int8", _output(failing, failing)) == ()
+    assert verdict.Judge(edited, {})._failures("int8", _output(failing, failing)) == ()
 
 
 def test_task_level_tolerances_are_judged_first_under_the_current_project() -> None:
@@ -509,11 +517,11 @@ def test_task_level_tolerances_are_judged_first_under_the_current_project() -> N
         update={"name": "post.text", "exact_match": 0.84, "skipped": skipped}
     )
     # The family's tensor limits do not apply to text, and nothing asks for a task level yet.
-    assert policy._Tolerances(project).failures("int8", answer) == ()
+    assert verdict.Judge(project, {})._failures("int8", answer) == ()
     stricter = project.model_copy(
         update={
             "parity": Parity(post={"text": TaskTolerance(exact_match_min=0.9)}),
         }
     )
-    said = policy._Tolerances(stricter).failures("int8", answer)
+    said = verdict.Judge(stricter, {})._failures("int8", answer)
     assert said[0] == "post.text exact_match 0.84 < 0.9"

@@ -163,11 +163,16 @@ def oracle_passes(fleet: Fleet, name: str, d: ClassDecision) -> bool:
         and c.verdict != "error"
         for c in fleet.cells
     )
+    # The runner's verdict is not read: the measurements are judged under the project now.
+    out = cell.parity.outputs[0] if cell.parity is not None else None
     return bool(
-        cell.verdict == "pass"
+        cell.error is None
         and (fleet.project.policy.allow_emulated or not (cell.emulated or run.emulated))
         and cell.parity is not None
-        and cell.parity.passed
+        and out is not None
+        and (out.max_abs or 0) <= 0.05
+        and (out.cosine_min or 0) >= 0.99
+        and (out.top1_agreement or 0) >= 0.98
         and cell.parity.reference_digest == digest_of(BASELINE)
         and gate is not None
         and gate.p99_upper_ms is not None

@@ -12,11 +12,12 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from manifest.verdict import Judge, standings
 from matrix.store import Store
-from qualify.coverage import coverage
+from qualify.coverage import coverage, unmeasured
 from qualify.project import load_project
 from qualify.project_view import ClassView, ProjectView, record_view, recorded_view, view_key
-from tests.manifest.factories import scenario
+from tests.manifest.factories import digest_of, scenario
 from tests.qualify.projects import write_project
 
 
@@ -27,27 +28,18 @@ def test_a_view_round_trips_through_its_record() -> None:
     assert view.artifacts[0][0] == "baseline"
 
 
-def test_the_view_carries_what_coverage_needs() -> None:
+def test_the_view_carries_what_coverage_of_an_empty_matrix_needs() -> None:
+    """A matrix without cells: the view's gaps are the ones the whole project's judge finds."""
     project = scenario().project
     name, host_class = next(iter(project.host_classes.items()))
-    base = project.artifacts.baseline.label
-    row = {
-        "host_class": name,
-        "hardware": host_class.key.hardware,
-        "runtime": host_class.key.runtime,
-        "provider": host_class.key.provider,
-        "artifact_name": base,
-        "measured_at": 1,
-        "run_id": "r1",
-        "settings_digest": host_class.settings_digest(),
-    }
-    stale = {**row, "settings_digest": "sha256:other"}
-    for rows in ([row], [stale]):
-        from_project = [(i.host_class, i.artifact, i.gap) for i in coverage(project, rows)]
-        from_view = [
-            (i.host_class, i.artifact, i.gap) for i in coverage(ProjectView.of(project), rows)
-        ]
-        assert from_project == from_view
+    labels = [project.artifacts.baseline.label, *(c.label for c in project.artifacts.candidates)]
+    judged = standings(Judge(project, {label: digest_of(label) for label in labels}), {})
+    from_project = [(i.host_class, i.artifact, i.gap) for i in coverage(judged, unserved=[name])]
+    from_view = [
+        (i.host_class, i.artifact, i.gap)
+        for i in unmeasured(ProjectView.of(project), unserved=[name])
+    ]
+    assert from_project == from_view
     assert ProjectView.of(project).budgets()[name] == host_class.budgets.p99_ms
 
 

@@ -25,6 +25,7 @@ from qualify.telemetry_check import check_telemetry
 from qualify.telemetry_render import render_check
 from schemas.cell import Cell, RunBundle
 from schemas.manifest import Manifest
+from schemas.project import Project
 from schemas.telemetry import CheckSettings, TelemetryCheck
 from tests.manifest.factories import (
     Fleet,
@@ -306,6 +307,12 @@ def test_the_check_json_carries_class_kind_evidence_and_action(tmp_path: Path) -
 # -- re-qualification --------------------------------------------------------------------------
 
 
+def files(project: Project) -> dict[str, str]:
+    """The digests of the project's artifact files (the factories' fake digest of each label)."""
+    specs = [project.artifacts.baseline, *project.artifacts.candidates]
+    return {spec.label: digest_of(spec.label) for spec in specs}
+
+
 def test_a_class_whose_settings_changed_lists_its_cells_to_rerun() -> None:
     simulated = fleet()
     changed = class_spec(1, match={"arch": "x86_64"})
@@ -313,7 +320,7 @@ def test_a_class_whose_settings_changed_lists_its_cells_to_rerun() -> None:
     project = make_project(
         {**{k: v.model_dump() for k, v in simulated.project.host_classes.items()}, "x86": changed}
     )
-    items = stale_items(project, simulated.cells, {})
+    items = stale_items(project, simulated.cells, {}, digests=files(project))
     assert [(i.host_class, i.reason, i.artifact_name) for i in items] == [
         ("x86", "settings_changed", "rec-fp32"),
         ("x86", "settings_changed", "rec-int8"),
@@ -323,7 +330,12 @@ def test_a_class_whose_settings_changed_lists_its_cells_to_rerun() -> None:
 
 def test_telemetry_on_an_unqualified_runtime_lists_the_class() -> None:
     simulated = fleet()
-    items = stale_items(simulated.project, simulated.cells, {"arm": ["1.32.0", "1.33.1"]})
+    items = stale_items(
+        simulated.project,
+        simulated.cells,
+        {"arm": ["1.32.0", "1.33.1"]},
+        digests=files(simulated.project),
+    )
     assert [(i.host_class, i.reason, i.runtime_revisions) for i in items] == [
         ("arm", "runtime_unqualified", ["1.33.1"])
     ]
@@ -331,7 +343,10 @@ def test_telemetry_on_an_unqualified_runtime_lists_the_class() -> None:
 
 def test_an_unchanged_fleet_has_nothing_stale() -> None:
     simulated = fleet()
-    assert stale_items(simulated.project, simulated.cells, {"x86": ["1.32.0"]}) == []
+    found = stale_items(
+        simulated.project, simulated.cells, {"x86": ["1.32.0"]}, digests=files(simulated.project)
+    )
+    assert found == []
 
 
 # -- from the matrix file, as the CLI does -----------------------------------------------------
@@ -363,7 +378,7 @@ def test_run_check_reads_the_manifest_stored_in_the_matrix(tmp_path: Path) -> No
     check = run_check(db, now=NOW)
     assert check.manifest_version == 3
     assert kinds(check) == [("gpu", "no_data")]
-    items = run_stale(db, simulated.project, now=NOW)
+    items = run_stale(db, simulated.project, now=NOW, digests=files(simulated.project))
     assert items == []
 
 

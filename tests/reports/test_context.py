@@ -372,6 +372,14 @@ def test_task_level_parity_is_shown_first_with_what_each_metric_was_taken_over()
         outputs=[state, text],
     )
     fleet.cells[index] = cell.model_copy(update={"parity": parity})
+    # Under a project that no longer asks for the exact match, the answer is not judged by it.
+    unasked = _class(_view(fleet), name)
+    assert not any(r.check == "exact match" for r in unasked.parity)
+    # The project now asks for it (parity.post.text): the task-level row leads, and fails.
+    asks = fleet.project.parity.model_copy(
+        update={"post": {"text": TaskTolerance(exact_match_min=0.95)}}
+    )
+    fleet.project = fleet.project.model_copy(update={"parity": asks})
     cls = _class(_view(fleet), name)
     first = cls.parity[0]
     assert (first.output, first.check, first.measured, first.tolerance, first.tone) == (

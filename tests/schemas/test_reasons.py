@@ -58,7 +58,9 @@ def _codes_made_in(path: Path) -> list[tuple[int, object]]:
     return found
 
 
-@pytest.mark.parametrize("module", ["manifest/policy.py", "manifest/gates.py"])
+@pytest.mark.parametrize(
+    "module", ["manifest/policy.py", "manifest/gates.py", "manifest/verdict.py"]
+)
 def test_every_reason_the_code_makes_unvalidated_names_a_code_of_the_table(module: str) -> None:
     # Reason.of skips the validator that refuses an unknown code, so each literal is held to
     # the table here; computed codes are a reason's own code passed on, or a gate's
@@ -76,3 +78,9 @@ def test_reason_of_builds_what_validation_builds() -> None:
     assert made == Reason(code="stale", message="its latest cell is stale")
     assert made.model_fields_set == {"code", "message"}
     assert Reason.model_validate(made.model_dump()) == made
+
+
+def test_every_code_that_makes_a_verdict_stale_is_in_the_table() -> None:
+    from manifest.verdict import STALE_CODES
+
+    assert set(STALE_CODES) <= set(REASONS)
