@@ -11,6 +11,7 @@ from pathlib import Path
 from manifest.resolve import cohort_point
 from qualify.telemetry_render import render_check
 from schemas.telemetry import CheckSettings, TelemetryCheck
+from tests.manifest.factories import digest_of
 from tests.qualify.telemetry_story import (
     FP32,
     INT4,
@@ -296,8 +297,13 @@ def test_matrix_stale_reads_only_this_model_lines_runtimes(tmp_path: Path) -> No
     other = event("x86-0", "x86", NOW - H, version=5, digest=ROGUE, model="speech")
     story.events.append({**other, "runtime_revision": "1.40.0"})
     db = story.matrix(tmp_path)
-    assert run_stale(db, story.simulated.project, now=NOW) == []
+    project = story.simulated.project
+    now_files = {
+        s.label: digest_of(s.label)
+        for s in [project.artifacts.baseline, *project.artifacts.candidates]
+    }
+    assert run_stale(db, project, now=NOW, digests=now_files) == []
     mine = event("x86-1", "x86", NOW - H, version=2, digest=INT8)
     story.events.append({**mine, "runtime_revision": "1.41.0"})
-    items = run_stale(story.matrix(tmp_path / "again"), story.simulated.project, now=NOW)
+    items = run_stale(story.matrix(tmp_path / "again"), project, now=NOW, digests=now_files)
     assert [(i.host_class, i.runtime_revisions) for i in items] == [("x86", ["1.41.0"])]
