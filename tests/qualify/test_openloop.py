@@ -120,6 +120,7 @@ def test_a_worker_that_ends_is_said_and_the_others_are_searched(tmp_path: Path) 
     assert found is not None and found.max_rate_rps is not None
 
 
+@pytest.mark.quiet  # its p99 must meet 10 ms at the probed rates: a loaded machine misses it
 def test_a_real_run_searches_each_artifacts_rate_and_gates_it(tmp_path: Path) -> None:
     from manifest.gates import judge
     from qualify.project import load_project
