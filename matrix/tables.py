@@ -69,14 +69,16 @@ def telemetry_events(
         until: Only events before this time; None for all.
 
     Returns:
-        Columns time, host_id, host_class, model_digest, runtime_revision, runtime_package,
+        Columns time, host_id, host_class, model (the model line; null when the host did not
+        say), model_digest, runtime_revision, runtime_package,
         providers (list of strings), placement, nodes_per_provider (map of string to int64),
         fallback_nodes, latency_ms, manifest_version, decision, rollout, cohort, settings,
         source (``resolve`` or ``session``) and line (in the file it was ingested from),
         ordered by time, source and line.
     """
     return store.connection.sql(
-        "SELECT time, host_id, host_class, model_digest, runtime_revision, runtime_package, "
+        "SELECT time, host_id, host_class, model, model_digest, runtime_revision, "
+        "runtime_package, "
         "providers, placement, nodes_per_provider, fallback_nodes, latency_ms, "
         "manifest_version, decision, rollout, cohort, settings, source, line FROM telemetry "
         "WHERE ($host_class IS NULL OR host_class = $host_class) "
@@ -86,14 +88,18 @@ def telemetry_events(
     ).to_arrow_table()
 
 
-def manifest_documents(store: Store) -> list[tuple[int, datetime | None, str]]:
+def manifest_documents(store: Store) -> list[tuple[int, str, datetime | None, str]]:
     """Every recorded manifest version, oldest first.
 
     Returns:
-        (version, published_at or None for a draft, the document as stored: canonical JSON of
-        the envelope, with no signature for a draft).
+        (version, state, published_at or None, the document as stored: canonical JSON of the
+        envelope, with no signature for a draft). The state is `Store.manifest_state`'s:
+        ``draft``, ``publishing`` (begun, neither finished nor discarded), ``published`` or
+        ``discarded``.
     """
     rows = store.connection.execute(
-        "SELECT version, published_at, document FROM manifests ORDER BY version"
+        "SELECT version, CASE WHEN published_at IS NOT NULL THEN 'published' "
+        "WHEN discarded_at IS NOT NULL THEN 'discarded' WHEN pending IS NOT NULL THEN "
+        "'publishing' ELSE 'draft' END, published_at, document FROM manifests ORDER BY version"
     ).fetchall()
-    return [(int(version), published, str(document)) for version, published, document in rows]
+    return [(int(v), str(state), at, str(doc)) for v, state, at, doc in rows]

@@ -185,6 +185,7 @@ TELEMETRY_COLUMNS: Columns = (
     ("time", "time"),
     ("host_id", "str"),
     ("host_class", "str"),
+    ("model", "str"),
     ("model_digest", "str"),
     ("runtime_revision", "str"),
     ("runtime_package", "str"),
@@ -424,10 +425,11 @@ class Matrix:
 
     def manifests(self) -> pd.DataFrame:
         """One row per host class of each recorded manifest version, drafts included (columns:
-        `MANIFEST_COLUMNS`; ``state`` says ``draft`` or ``published``), by version and class."""
+        `MANIFEST_COLUMNS`; ``state`` is ``draft``, ``publishing``, ``published`` or
+        ``discarded``: a publication that failed), by version and class."""
         rows: list[dict[str, Any]] = []
-        for version, published_at, manifest in self._manifests():
-            rows.extend(_manifest_rows(version, published_at, manifest))
+        for version, state, published_at, manifest in self._manifests():
+            rows.extend(_manifest_rows(version, state, published_at, manifest))
         return _frame(rows, MANIFEST_COLUMNS)
 
     def lineage(self) -> pd.DataFrame:
@@ -475,19 +477,19 @@ class Matrix:
         Raises:
             KeyError: No such version, or (by default) none published yet.
         """
-        for number, published_at, manifest in reversed(self._manifests()):
-            if number == version or (version is None and published_at is not None):
+        for number, state, _, manifest in reversed(self._manifests()):
+            if number == version or (version is None and state == "published"):
                 return manifest
         what = f"manifest version {version}" if version is not None else "published manifest"
         raise KeyError(f"no {what} in {self._path}")
 
-    def _manifests(self) -> list[tuple[int, datetime | None, Manifest]]:
+    def _manifests(self) -> list[tuple[int, str, datetime | None, Manifest]]:
         from matrix.tables import manifest_documents
         from schemas.manifest import Manifest
 
         with self._store() as store:
             found = manifest_documents(store)
-        return [(v, at, Manifest.model_validate_json(doc)) for v, at, doc in found]
+        return [(v, state, at, Manifest.model_validate_json(doc)) for v, state, at, doc in found]
 
 
 # -- rows ------------------------------------------------------------------------------------
@@ -584,13 +586,13 @@ def _run_row(run: RunRecord) -> dict[str, Any]:
 
 
 def _manifest_rows(
-    version: int, published_at: datetime | None, manifest: Manifest
+    version: int, state: str, published_at: datetime | None, manifest: Manifest
 ) -> Iterator[dict[str, Any]]:
     signed = manifest.signed
     head = {
         "version": version,
         "release": signed.release,
-        "state": "published" if published_at is not None else "draft",
+        "state": state,
         "created": signed.created,
         "expires": signed.expires,
         "published_at": published_at,
