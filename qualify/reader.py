@@ -45,7 +45,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Self
 
-from matrix.errors import SchemaVersionError
+from matrix.errors import MatrixError, SchemaVersionError
 from matrix.store import Store
 
 if TYPE_CHECKING:
@@ -283,6 +283,7 @@ class Matrix:
         self._schema_version = schema_version
         self._wait_s = wait_s
         self._copy = copy
+        self._closed = False
 
     @property
     def path(self) -> Path:
@@ -304,7 +305,9 @@ class Matrix:
         return f"<qualify matrix {str(self._path)!r}: schema {self._schema_version}{how}>"
 
     def close(self) -> None:
-        """Free the in-memory copy of an older matrix (nothing else is held). Idempotent."""
+        """Free the in-memory copy of an older matrix (nothing else is held); reading after it
+        is refused. Idempotent."""
+        self._closed = True
         if self._copy is not None:
             self._copy.close()
 
@@ -321,6 +324,8 @@ class Matrix:
 
     @contextmanager
     def _store(self) -> Iterator[Store]:
+        if self._closed:
+            raise MatrixError(f"{self._path}: read after close(); open it again: qualify.open")
         if self._copy is not None:
             yield self._copy
             return

@@ -211,6 +211,8 @@ def test_a_fresh_matrix_gives_empty_frames_with_every_column_typed(tmp_path: Pat
             m.run("r1")
         with pytest.raises(KeyError, match="no cell of artifact 'a'"):
             m.cell("r1", "a")
+    with pytest.raises(MatrixError, match="read after close"):
+        m.cells()
 
 
 def test_a_missing_file_is_named_and_not_created(tmp_path: Path) -> None:
