@@ -29,7 +29,8 @@ Errors::
 
     MatrixError                 matrix.errors: the file is missing, not a matrix, or unreadable
     ├── MatrixLockedError       a writer held it for longer than wait_s
-    └── SchemaVersionError      written by a newer qualify
+    ├── SchemaVersionError      written by a newer qualify
+    └── ModelLineError          its records mix model lines (``qualify matrix split`` them)
     KeyError                    cell, run or manifest version not in the matrix
 
 pandas is imported when a frame is first made, never with this module, so that importing
@@ -262,12 +263,18 @@ def open(path: str | Path = "qualify.duckdb", *, wait_s: float = _WAIT_S) -> Mat
     file = Path(path)
     try:
         with Store.open(file, read_only=True, wait_s=wait_s) as store:
-            return Matrix(file, store.schema_version, wait_s=wait_s)
+            return Matrix(file, store.schema_version, store.model_line(), wait_s=wait_s)
     except SchemaVersionError as error:
         if not error.older or error.found is None:
             raise
         found = error.found
-    return Matrix(file, found, wait_s=wait_s, copy=Store.open_copy(file, wait_s=wait_s))
+    copy = Store.open_copy(file, wait_s=wait_s)
+    try:
+        model = copy.model_line()
+    except BaseException:
+        copy.close()
+        raise
+    return Matrix(file, found, model, wait_s=wait_s, copy=copy)
 
 
 class Matrix:
@@ -276,11 +283,18 @@ class Matrix:
     copy's memory."""
 
     def __init__(
-        self, path: Path, schema_version: int, *, wait_s: float, copy: Store | None = None
+        self,
+        path: Path,
+        schema_version: int,
+        model: str | None,
+        *,
+        wait_s: float,
+        copy: Store | None = None,
     ) -> None:
         """Use `open`."""
         self._path = path
         self._schema_version = schema_version
+        self._model = model
         self._wait_s = wait_s
         self._copy = copy
         self._closed = False
@@ -289,6 +303,11 @@ class Matrix:
     def path(self) -> Path:
         """The matrix file."""
         return self._path
+
+    @property
+    def model(self) -> str | None:
+        """The model line the matrix holds (a matrix holds one), None while it has no record."""
+        return self._model
 
     @property
     def schema_version(self) -> int:
@@ -302,7 +321,10 @@ class Matrix:
 
     def __repr__(self) -> str:
         how = ", an in-memory copy migrated from it" if self.copied else ""
-        return f"<qualify matrix {str(self._path)!r}: schema {self._schema_version}{how}>"
+        return (
+            f"<qualify matrix {str(self._path)!r}: model {self._model!r}, "
+            f"schema {self._schema_version}{how}>"
+        )
 
     def close(self) -> None:
         """Free the in-memory copy of an older matrix (nothing else is held); reading after it

@@ -134,6 +134,7 @@ def test_the_documented_example_returns_frames_with_the_documented_columns(
 @pytest.mark.slow
 def test_cells_carry_the_evidence_the_run_stored(project: Path) -> None:
     m = qualify.open(project / "qualify.duckdb")
+    assert m.model == "tiny" and "model 'tiny'" in repr(m)
     cells = m.cells().set_index("artifact_name")
     latest = m.cells(latest=True)
     assert (
@@ -199,7 +200,7 @@ def test_a_fresh_matrix_gives_empty_frames_with_every_column_typed(tmp_path: Pat
     path = tmp_path / "qualify.duckdb"
     Store.open(path).close()
     with qualify.open(path) as m:
-        assert not m.copied and m.schema_version == LATEST_VERSION
+        assert not m.copied and m.schema_version == LATEST_VERSION and m.model is None
         for name, columns in FRAMES.items():
             frame = getattr(m, name)()
             assert frame.empty and list(frame.columns) == _names(columns), name
@@ -294,7 +295,7 @@ def test_an_older_matrix_is_read_through_a_copy_and_its_file_is_left_as_it_was(
     _older_copy(project / "qualify.duckdb", older)
     before = _sha256(older)
     with qualify.open(older) as m:
-        assert m.copied and m.schema_version == LATEST_VERSION - 1
+        assert m.copied and m.schema_version == LATEST_VERSION - 1 and m.model == "tiny"
         assert "in-memory copy" in repr(m)
         cells = m.cells()
         samples = m.samples()
