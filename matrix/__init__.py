@@ -1,7 +1,8 @@
 """The DuckDB matrix: migrations, writes, queries and bundle ingest. The only SQL in qualify.
 
 Modules: ``store`` (the database), ``migrations`` (the DDL), ``bundle`` (run bundles on disk),
-``ingest`` (bundles into the store), ``samples`` (the raw samples table), ``errors`` (the tree).
+``ingest`` (bundles into the store), ``samples`` (the raw samples table), ``tables`` (whole
+tables read for analysis), ``telemetry`` (host events), ``errors`` (the tree).
 """
 
 from __future__ import annotations

@@ -51,7 +51,22 @@ class MatrixLockedError(MatrixError):
 
 
 class SchemaVersionError(MatrixError):
-    """The database schema is newer than this code knows, or too old to read without migrating."""
+    """The database schema is newer than this code knows, or too old to read without migrating.
+
+    Attributes:
+        found: The schema version the database records (None where it was not read).
+        known: The latest version this code knows (None where not said).
+    """
+
+    def __init__(self, message: str, *, found: int | None = None, known: int | None = None) -> None:
+        super().__init__(message)
+        self.found = found
+        self.known = known
+
+    @property
+    def older(self) -> bool:
+        """Whether the database is older than this code (migrating a copy reads it)."""
+        return self.found is not None and self.known is not None and self.found < self.known
 
 
 class BundleError(MatrixError):

@@ -499,7 +499,9 @@ def _refuse_newer(version: int, source: str) -> None:
     if version > LATEST_VERSION:
         raise SchemaVersionError(
             f"matrix {source} has schema version {version}, but this qualify knows versions up to "
-            f"{LATEST_VERSION}: upgrade qualify to read it, or point at a matrix this version wrote"
+            f"{LATEST_VERSION}: upgrade qualify to read it, or point at a matrix this version wrote",
+            found=version,
+            known=LATEST_VERSION,
         )
 
 
@@ -561,7 +563,9 @@ def check_current(conn: duckdb.DuckDBPyConnection, *, source: str) -> None:
     if version < LATEST_VERSION:
         raise SchemaVersionError(
             f"matrix {source} has schema version {version}, this qualify needs {LATEST_VERSION}: "
-            "open it once read-write (any `qualify matrix` write, or `qualify run`) to migrate it"
+            "open it once read-write (any `qualify matrix` write, or `qualify run`) to migrate it",
+            found=version,
+            known=LATEST_VERSION,
         )
 
 

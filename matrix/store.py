@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import duckdb
 
@@ -36,6 +36,7 @@ from matrix.errors import ManifestVersionError, MatrixError, MatrixLockedError
 from matrix.migrations import (
     AppliedMigration,
     _first,
+    _refuse_newer,
     _rollback_quietly,
     apply_migrations,
     check_current,
@@ -89,6 +90,7 @@ _DUCKDB_MAGIC_START, _DUCKDB_MAGIC_END = 8, 12
 """Where a DuckDB file's header says ``DUCK``."""
 _FIRST_DELAY_S = 0.05
 _MAX_DELAY_S = 1.0
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -250,6 +252,69 @@ def _check_duckdb_file(file: Path) -> None:
         )
 
 
+def _wait_for_lock(
+    attempt: Callable[[], _T],
+    target: str,
+    *,
+    wait_s: float,
+    on_wait: Callable[[LockWait], None] | None,
+    sleep: Callable[[float], None],
+    monotonic: Callable[[], float],
+) -> _T:
+    """``attempt()`` (a connect or an attach of ``target``), retried with exponential backoff
+    while another process holds the file lock, for up to ``wait_s`` seconds.
+
+    Raises:
+        MatrixLockedError: The lock was still held after ``wait_s``.
+        MatrixError: Any other failure to open the file.
+    """
+    started = monotonic()
+    delay = _FIRST_DELAY_S
+    announced: tuple[int | None] | None = None
+    last_said = 0.0
+    while True:
+        try:
+            return attempt()
+        except duckdb.Error as error:
+            detail = str(error)
+            if _LOCK_MARK not in detail:
+                raise MatrixError(f"cannot open matrix {target}: {detail}") from error
+            found = _PID_RE.search(detail)
+            pid = int(found.group(1)) if found else None
+            waited = monotonic() - started
+            if waited >= wait_s:
+                holder = f"PID {pid}" if pid is not None else "another process"
+                raise MatrixLockedError(
+                    f"matrix {target} is locked by {holder}; gave up after waiting "
+                    f"{waited:.1f} s. Let that process (another `qualify run` or ingest) "
+                    "finish, or stop it, then retry",
+                    path=Path(target),
+                    pid=pid,
+                    waited_s=waited,
+                ) from error
+            if on_wait is not None and (
+                announced != (pid,) or waited - last_said >= _ANNOUNCE_EVERY_S
+            ):
+                announced, last_said = (pid,), waited
+                on_wait(LockWait(path=Path(target), pid=pid, waited_s=waited, detail=detail))
+            sleep(min(delay, max(wait_s - waited, 0.0)))
+            delay = min(delay * 2, _MAX_DELAY_S)
+
+
+def _attached_version(conn: duckdb.DuckDBPyConnection) -> int:
+    """The schema version of the database attached as ``source`` (0 without migrations)."""
+    row = _first(
+        conn.execute(
+            "SELECT count(*) FROM duckdb_tables() WHERE database_name = 'source' "
+            "AND schema_name = 'main' AND table_name = 'schema_migrations'"
+        )
+    )
+    if row is None or row[0] == 0:
+        return 0
+    row = _first(conn.execute("SELECT coalesce(max(version), 0) FROM source.schema_migrations"))
+    return int(row[0]) if row is not None else 0
+
+
 _DECISION_CELLS = (
     "FROM cells AS c LEFT JOIN runs AS r USING (run_id) "
     "QUALIFY row_number() OVER ("
@@ -371,6 +436,69 @@ class Store:
             raise
         return store
 
+    @classmethod
+    def open_copy(
+        cls,
+        path: str | Path,
+        *,
+        wait_s: float = 120.0,
+        on_wait: Callable[[LockWait], None] | None = None,
+        clock: Callable[[], datetime] = _utc_now,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> Self:
+        """A private in-memory copy of the matrix at ``path``, migrated to this code's schema:
+        how an older matrix is read without changing its file (a migration would lock it for
+        writing and leave it unreadable by the qualify that wrote it).
+
+        The file is attached read-only, waiting for another process's lock as `open` does, only
+        while it is copied; the copy is read-only. It holds the whole matrix in memory.
+
+        Args:
+            path: The DuckDB file.
+            wait_s, on_wait, clock, sleep, monotonic: As for `open` (``clock`` stamps the
+                copy's migrations).
+
+        Returns:
+            The open copy (its ``path`` is the file's).
+
+        Raises:
+            MatrixLockedError: The lock was still held after ``wait_s``.
+            SchemaVersionError: The database is newer than this code (refused before copying).
+            MatrixError: The file is missing, not a DuckDB database, or unreadable.
+        """
+        file = Path(path)
+        if not file.is_file():
+            raise MatrixError(
+                f"no matrix at {file}: run `qualify run` or `qualify matrix ingest` to create it, "
+                "or pass the path of an existing matrix"
+            )
+        _check_duckdb_file(file)
+        conn = duckdb.connect(MEMORY)
+        try:
+            conn.execute("SET enable_progress_bar = false")
+            conn.execute("SET TimeZone = 'UTC'")
+            quoted = str(file).replace("'", "''")
+            _wait_for_lock(
+                lambda: conn.execute(f"ATTACH '{quoted}' AS source (READ_ONLY)"),
+                str(file),
+                wait_s=wait_s,
+                on_wait=on_wait,
+                sleep=sleep,
+                monotonic=monotonic,
+            )
+            _refuse_newer(_attached_version(conn), str(file))
+            conn.execute("COPY FROM DATABASE source TO memory")
+            conn.execute("DETACH source")
+            apply_migrations(conn, source=str(file), now=clock)
+        except duckdb.Error as error:
+            conn.close()
+            raise MatrixError(f"cannot copy matrix {file}: {error}") from error
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn, path=str(file), read_only=True, clock=clock)
+
     @staticmethod
     def _connect(
         target: str,
@@ -381,41 +509,18 @@ class Store:
         sleep: Callable[[float], None],
         monotonic: Callable[[], float],
     ) -> duckdb.DuckDBPyConnection:
-        started = monotonic()
-        delay = _FIRST_DELAY_S
-        announced: tuple[int | None] | None = None
-        last_said = 0.0
-        while True:
-            try:
-                conn = duckdb.connect(target, read_only=read_only)
-                # No progress bar: DuckDB draws one on stdout for any statement over two
-                # seconds (a large telemetry file's single INSERT), into a command's output.
-                conn.execute("SET enable_progress_bar = false")
-                return conn
-            except duckdb.Error as error:
-                detail = str(error)
-                if _LOCK_MARK not in detail:
-                    raise MatrixError(f"cannot open matrix {target}: {detail}") from error
-                found = _PID_RE.search(detail)
-                pid = int(found.group(1)) if found else None
-                waited = monotonic() - started
-                if waited >= wait_s:
-                    holder = f"PID {pid}" if pid is not None else "another process"
-                    raise MatrixLockedError(
-                        f"matrix {target} is locked by {holder}; gave up after waiting "
-                        f"{waited:.1f} s. Let that process (another `qualify run` or ingest) "
-                        "finish, or stop it, then retry",
-                        path=Path(target),
-                        pid=pid,
-                        waited_s=waited,
-                    ) from error
-                if on_wait is not None and (
-                    announced != (pid,) or waited - last_said >= _ANNOUNCE_EVERY_S
-                ):
-                    announced, last_said = (pid,), waited
-                    on_wait(LockWait(path=Path(target), pid=pid, waited_s=waited, detail=detail))
-                sleep(min(delay, max(wait_s - waited, 0.0)))
-                delay = min(delay * 2, _MAX_DELAY_S)
+        conn = _wait_for_lock(
+            lambda: duckdb.connect(target, read_only=read_only),
+            target,
+            wait_s=wait_s,
+            on_wait=on_wait,
+            sleep=sleep,
+            monotonic=monotonic,
+        )
+        # No progress bar: DuckDB draws one on stdout for any statement over two seconds (a
+        # large telemetry file's single INSERT), into a command's output.
+        conn.execute("SET enable_progress_bar = false")
+        return conn
 
     def close(self) -> None:
         """Close the connection (releasing the file lock). Closing twice is harmless."""

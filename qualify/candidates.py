@@ -20,7 +20,13 @@ import numpy as np
 
 from matrix.store import Store
 from qualify.artifacts import ArtifactStore, digest_file
-from qualify.convert import VARIANTS, ConversionError, calibration_digest, make_variants
+from qualify.convert import (
+    CALIBRATED,
+    VARIANTS,
+    ConversionError,
+    calibration_digest,
+    make_variants,
+)
 from qualify.errors import ProjectError
 from qualify.project import LoadedProject
 from qualify.project_edit import add_candidates
@@ -41,6 +47,17 @@ class CandidatesOutcome:
     failed: dict[str, str] = field(default_factory=dict)
     same: dict[str, str] = field(default_factory=dict)
     """Variants whose bytes an artifact of the project already has: variant -> that artifact."""
+    skipped: dict[str, str] = field(default_factory=dict)
+    """Variants the workload does not allow (static int8 without recorded inputs) -> why, and
+    how to allow them."""
+    how: dict[str, str] = field(default_factory=dict)
+    """Each made variant's one-line summary, its ``how:`` in the project file."""
+
+    @property
+    def exit_code(self) -> int:
+        """0 when a variant was made (or was already there), 1 when none was: each asked for
+        failed or was skipped."""
+        return 0 if self.made or self.same else 1
 
 
 def _known_digests(loaded: LoadedProject, store: ArtifactStore) -> dict[str, str]:
@@ -128,7 +145,12 @@ def make_candidates(
     on_event: EventSink = lambda _msg: None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> CandidatesOutcome:
-    """Make each variant of the baseline, store it with its lineage, add it as a candidate.
+    """Make each variant of the baseline the workload allows, store it with its lineage, add
+    it as a candidate.
+
+    Static int8 (`qualify.convert.CALIBRATED`) calibrates on recorded inputs: a workload
+    without any (``qualify init`` writes generated ones) skips it, saying how to record them,
+    and makes the others.
 
     Args:
         loaded: The project file.
@@ -137,7 +159,8 @@ def make_candidates(
         which: Variants to make (`qualify.convert.VARIANTS`); default all.
         prune_ratio: Share of hidden units the pruned variant removes.
         write: Add the variants to the project file's candidates.
-        on_event: Receives one line per variant.
+        on_event: Receives one line per variant made or found to be a copy; what was not made
+            is in the outcome's ``failed`` and ``skipped`` only.
         now: The clock.
 
     Raises:
@@ -145,71 +168,114 @@ def make_candidates(
         ProjectError: the project file could not be edited (it is then unchanged).
     """
     names = list(which) if which else list(VARIANTS)
-    baseline = loaded.project.artifacts.baseline
-    source = loaded.resolve(baseline.path)
+    source = loaded.resolve(loaded.project.artifacts.baseline.path)
     store = ArtifactStore(db_path.resolve().parent / "artifacts")
-    parent, _ = store.add(source)
-    target = out_dir or loaded.root / "models" / "candidates"
     calibration = _calibration(loaded)
-    calib = calibration_digest(calibration) if calibration is not None else None
-    known = _known_digests(loaded, store)
     outcome = CandidatesOutcome()
+    if calibration is None:
+        hint = _record_inputs_hint(loaded)
+        outcome.skipped = {name: hint for name in names if name in CALIBRATED}
+    made = _Making(
+        loaded=loaded,
+        source=source,
+        parent=store.add(source)[0],
+        store=store,
+        target=out_dir or loaded.root / "models" / "candidates",
+        calibration=calibration,
+        known=_known_digests(loaded, store),
+        on_event=on_event,
+        now=now,
+    )
     for name in names:
+        if name not in outcome.skipped:
+            made.one(name, prune_ratio, outcome)
+    if outcome.made:
+        with Store.open(db_path, model=loaded.project.model) as db:
+            db.record_lineage(outcome.made)
+    if write and outcome.made:
+        _add_to_project(loaded, outcome)
+    return outcome
+
+
+@dataclass(frozen=True)
+class _Making:
+    """What making each variant of one call shares."""
+
+    loaded: LoadedProject
+    source: Path
+    parent: str
+    store: ArtifactStore
+    target: Path
+    calibration: dict[str, np.ndarray] | None
+    known: dict[str, str]
+    on_event: EventSink
+    now: Callable[[], datetime]
+
+    def one(self, name: str, prune_ratio: float, outcome: CandidatesOutcome) -> None:
+        """Make variant ``name`` into ``outcome``: made, the same as an artifact, or failed."""
         try:
             [variant] = make_variants(
-                source, target, calibration, which=[name], prune_ratio=prune_ratio
+                self.source, self.target, self.calibration, which=[name], prune_ratio=prune_ratio
             )
         except ConversionError as exc:
             outcome.failed[name] = str(exc)
-            on_event(f"{name}: not made: {exc}")
-            continue
-        digest, _ = store.add(variant.path)
-        twin = known.get(digest)
+            return
+        digest, _ = self.store.add(variant.path)
+        twin = self.known.get(digest)
         if twin is not None and twin != variant.name:
             outcome.same[variant.name] = twin
-            on_event(
+            self.on_event(
                 f"{variant.name}: the same bytes as artifact {twin!r} ({digest[:19]}); not added"
             )
-            continue
-        static = name.startswith("int8-qdq")
+            return
+        calibration = self.calibration if name in CALIBRATED else None
         outcome.made.append(
             Lineage(
                 artifact_digest=digest,
                 name=variant.name,
                 precision=variant.precision,  # type: ignore[arg-type]
-                parent_digest=parent,
-                parent_name=baseline.label,
+                parent_digest=self.parent,
+                parent_name=self.loaded.project.artifacts.baseline.label,
                 tool=variant.tool,
                 tool_version=variant.tool_version,
                 params=variant.params,
-                calibration_digest=calib if static else None,
+                calibration_digest=(
+                    calibration_digest(calibration) if calibration is not None else None
+                ),
                 note=variant.note,
-                created_at=now(),
+                created_at=self.now(),
             )
         )
         outcome.paths[variant.name] = variant.path
-        on_event(f"{variant.name}: {variant.path.name} ({digest[:19]}), {variant.precision}")
-    if outcome.made:
-        with Store.open(db_path, model=loaded.project.model) as db:
-            db.record_lineage(outcome.made)
-    if write and outcome.made:
-        add_candidates(
-            loaded.path,
-            [
-                {
-                    "path": os.path.relpath(outcome.paths[item.name], loaded.root),
-                    "name": item.name,
-                    "precision": item.precision,
-                    "derived_from": baseline.label,
-                    "how": _how_of(item),
-                }
-                for item in outcome.made
-            ],
-        )
-    return outcome
+        outcome.how[variant.name] = variant.summary
+        self.on_event(f"{variant.name}: {variant.path.name} ({digest[:19]}), {variant.summary}")
 
 
-def _how_of(item: Lineage) -> str:
-    shown = {k: v for k, v in item.params.items() if not isinstance(v, list | dict)}
-    text = ", ".join(f"{k}={v}" for k, v in shown.items())
-    return f"{item.tool} {item.tool_version} ({text})" + (f"; {item.note}" if item.note else "")
+def _record_inputs_hint(loaded: LoadedProject) -> str:
+    """Why static int8 is skipped, and how to record inputs, naming the workload's first."""
+    first = next(iter(loaded.project.workload.inputs), "NAME")
+    return (
+        "static int8 calibrates on real inputs and the workload's are generated. To make it, "
+        f"save real samples of each input with numpy.save (samples along the first axis) and "
+        f"point {loaded.path.name} at them, e.g. workload.inputs.{first}: "
+        f"{{source: recorded, file: data/{first}.npy}}; then run qualify candidates again"
+    )
+
+
+def _add_to_project(loaded: LoadedProject, outcome: CandidatesOutcome) -> None:
+    """Each made variant as a candidate of the project file, its ``how:`` one line (every
+    parameter is in the matrix's lineage)."""
+    baseline = loaded.project.artifacts.baseline.label
+    add_candidates(
+        loaded.path,
+        [
+            {
+                "path": os.path.relpath(outcome.paths[item.name], loaded.root),
+                "name": item.name,
+                "precision": item.precision,
+                "derived_from": baseline,
+                "how": outcome.how[item.name],
+            }
+            for item in outcome.made
+        ],
+    )

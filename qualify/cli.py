@@ -446,12 +446,15 @@ def candidates_cmd(
     int8 dynamic (per-channel, 7-bit weights), int8 static QDQ calibrated on the workload's
     recorded inputs (per-channel, and per-tensor with reduce_range: integer kernels differ
     between CPUs), fp16 with float32 inputs and outputs, and a structurally pruned model
-    (hidden units of MatMul pairs removed by weight magnitude; not fine-tuned). Each goes into
-    the artifact store with its lineage in the matrix (parent digest, tool and version, every
-    parameter, calibration data digest); qualify run then qualifies them like any candidate.
+    (hidden units of MatMul pairs removed by weight magnitude; not fine-tuned). A workload
+    without recorded inputs (as qualify init writes it) skips static int8 and says how to
+    record them. Each variant goes into the artifact store with its lineage in the matrix
+    (parent digest, tool and version, every parameter, calibration data digest; the report
+    and qualify.open(...).lineage() show it) and into the project file with a one-line how:;
+    qualify run then qualifies them like any candidate.
 
-    Exit status: 0 when every variant asked for was made, 1 when some could not be (each is
-    named with the op and the fix), 2 for a usage or project-file error.
+    Exit status: 0 when a variant was made (each one not made is named on stderr, once, with
+    why and the fix), 1 when none could be, 2 for a usage or project-file error.
     """
     from qualify.candidates import make_candidates
     from qualify.convert import VARIANTS
@@ -471,13 +474,23 @@ def candidates_cmd(
         on_event=lambda line: click.echo(line),
     )
     for name, why in outcome.failed.items():
-        click.echo(f"qualify: {name}: {why}", err=True)
+        click.echo(f"qualify: {name}: not made: {why}", err=True)
+    for why, names in _grouped(outcome.skipped).items():
+        click.echo(f"qualify: {' and '.join(names)}: skipped: {why}", err=True)
     if outcome.made and not no_write:
         click.echo(
             f"added {len(outcome.made)} candidate(s) to {loaded.path}; next: qualify run "
             "--host-class NAME"
         )
-    sys.exit(1 if outcome.failed else 0)
+    sys.exit(outcome.exit_code)
+
+
+def _grouped(reasons: dict[str, str]) -> dict[str, list[str]]:
+    """Names by the reason they share, so that one reason is said once."""
+    grouped: dict[str, list[str]] = {}
+    for name, why in reasons.items():
+        grouped.setdefault(why, []).append(name)
+    return grouped
 
 
 @cli.command("tune")

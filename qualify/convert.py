@@ -82,6 +82,7 @@ if TYPE_CHECKING:
     import onnx
 
 __all__ = [
+    "CALIBRATED",
     "VARIANTS",
     "ConversionError",
     "Variant",
@@ -98,6 +99,10 @@ VARIANTS: tuple[str, ...] = (
 )
 """The variants `make_variants` knows, in the order it makes them. ``pruned`` is written as
 ``pruned-<pct>`` (``pruned-25`` for a prune ratio of 0.25)."""
+
+CALIBRATED: frozenset[str] = frozenset({"int8-qdq-per-channel", "int8-qdq-reduce-range"})
+"""The variants that calibrate on recorded inputs (static quantization): without any,
+`make_variants` refuses them and ``qualify candidates`` skips them."""
 
 _CALIBRATION_ROWS = 256
 """At most this many recorded rows calibrate a static variant: the first ones, in order."""
@@ -136,6 +141,10 @@ class Variant:
     prepared, and ``output_opset`` / ``output_ir_version`` of the written file."""
     note: str | None
     """A caveat a reader of the lineage should see, or None."""
+    summary: str
+    """What it is in one short line (under 90 characters), e.g. ``int8 per channel, 7-bit
+    weights (quantize_dynamic, onnxruntime 1.32.0)``: the project file's ``how:``, which YAML
+    keeps on one line; every parameter is in ``params``."""
 
 
 def calibration_digest(calibration: Mapping[str, np.ndarray]) -> str:
@@ -269,15 +278,47 @@ def _make_one(job: _Job, key: str, out_dir: Path) -> Variant:
         _check_runs(name, job, spec, written)
         params.update(_stamp(written))
         _commit(written, target)
+    version = _version(spec.package)
     return Variant(
         name=name,
         precision=spec.precision,
         path=target,
         tool=spec.tool,
-        tool_version=_version(spec.package),
+        tool_version=version,
         params=params,
         note={"fp16": _FP16_NOTE, "pruned": _PRUNED_NOTE}.get(key),
+        summary=_summary(key, spec, params, version),
     )
+
+
+_SUMMARY_MAX = 88
+"""Longest `Variant.summary` with the converter named: ``how: `` and a candidate's indent
+stay within the 100 columns at which the project file's YAML folds a line."""
+
+
+def _summary(key: str, spec: _Spec, params: Mapping[str, Any], version: str) -> str:
+    converter = "magnitude pruning" if key == "pruned" else spec.tool.rsplit(".", 1)[-1]
+    full = f"{_gist(key, params)} ({converter}, {spec.package} {version})"
+    if len(full) <= _SUMMARY_MAX:
+        return full
+    return f"{_gist(key, params)} ({spec.package} {version})"  # a long version string
+
+
+def _gist(key: str, params: Mapping[str, Any]) -> str:
+    """What a variant is, from the parameters it was made with, in a few words."""
+    if key == "fp16":
+        return (
+            "float16, float32 inputs and outputs kept" if params.get("keep_io_types") else "float16"
+        )
+    if key == "pruned":
+        return f"{params['ratio'] * 100:g}% of hidden units removed, not fine-tuned"
+    words = ["int8 QDQ" if params.get("quant_format") == "QDQ" else "int8"]
+    words.append("per channel" if params.get("per_channel") else "per tensor")
+    if params.get("reduce_range"):
+        words.append("7-bit weights")
+    if "calibration_rows" in params:
+        words.append(f"{params['calibration_rows']} recorded rows")
+    return ", ".join(words).replace(", per", " per", 1)
 
 
 _QUANTIZED_OPS = frozenset(

@@ -28,6 +28,7 @@ CONFINED = {
     "onnxruntime": ("qualify/worker.py", "qualify/convert.py"),
     "jinja2": ("reports/",),
     "ray": ("qualify/fleet.py",),
+    "pandas": ("qualify/reader.py",),
 }
 HEAVY = ("pydantic", "duckdb", "pandas", "pyarrow", "onnxruntime", "jinja2", "click")
 

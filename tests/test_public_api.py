@@ -34,7 +34,7 @@ def test_all_lists_every_public_function_and_class(name: str) -> None:
     assert all(hasattr(module, n) for n in exported)
 
 
-@pytest.mark.parametrize("package", ["matrix", "reports"])
+@pytest.mark.parametrize("package", ["matrix", "reports", "qualify"])
 def test_lazy_package_exports_name_where_each_lives(package: str) -> None:
     """A package that loads its exports on first use maps every public name, and only those."""
     module = importlib.import_module(package)

@@ -149,6 +149,20 @@ def test_open_gives_up_with_the_holder_pid_after_wait_s(db_path: Path) -> None:
     assert str(db_path) in str(caught.value)
 
 
+def test_a_copy_waits_for_the_writer_then_gives_up_naming_it(db_path: Path) -> None:
+    Store.open(db_path).close()
+    with child(HOLD_LOCK, str(db_path), "60") as holder:
+        wait_for(holder, "locked")
+        waits: list[LockWait] = []
+        with pytest.raises(MatrixLockedError, match=f"locked by PID {holder.pid}"):
+            Store.open_copy(db_path, wait_s=0.4, on_wait=waits.append)
+    assert waits and waits[0].pid == holder.pid
+    with child(HOLD_LOCK, str(db_path), "1") as holder:
+        wait_for(holder, "locked")
+        with Store.open_copy(db_path, wait_s=30) as copy:
+            assert copy.runs() == []
+
+
 def test_a_writer_killed_inside_its_transaction_leaves_no_partial_run(db_path: Path) -> None:
     with child(BIG_WRITE, str(db_path), "1000000", "pause") as writer:
         wait_for(writer, "writing")

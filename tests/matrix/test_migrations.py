@@ -123,3 +123,52 @@ def test_an_upgrade_that_fails_part_way_leaves_the_version_the_file_had(
     tables = {row[0] for row in found}
     assert "t1" not in tables
     conn.close()
+
+
+def test_a_copy_of_an_older_matrix_is_migrated_in_memory_and_the_file_left_alone(
+    db_path: Path,
+) -> None:
+    conn = duckdb.connect(str(db_path))
+    conn.execute(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+        "applied_at TIMESTAMPTZ NOT NULL)"
+    )
+    for migration in MIGRATIONS[:4]:
+        for statement in migration.statements:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_migrations VALUES (?, ?, ?)",
+            [migration.version, migration.name, FIXED],
+        )
+    conn.execute("INSERT INTO samples VALUES ('r1', 'sha256:a', 1, 2, 0, 1000)")
+    conn.close()
+    before = db_path.read_bytes()
+    with Store.open_copy(db_path, clock=lambda: FIXED) as copy:
+        assert copy.read_only and copy.path == str(db_path)
+        assert copy.schema_version == LATEST_VERSION
+        assert copy.samples("r1", "sha256:a").to_pylist() == [
+            {"batch_size": 1, "concurrency": 2, "dims": "", "seq": 0, "latency_ns": 1000}
+        ]
+        with pytest.raises(MatrixError, match="opened read-only"):
+            copy.save_manifest(1, "r", FIXED, FIXED, "{}")
+    assert db_path.read_bytes() == before
+
+
+def test_a_copy_of_a_newer_matrix_is_refused_before_anything_is_copied(db_path: Path) -> None:
+    Store.open(db_path).close()
+    conn = duckdb.connect(str(db_path))
+    conn.execute("INSERT INTO schema_migrations VALUES (?, 'next', now())", [LATEST_VERSION + 1])
+    conn.close()
+    with pytest.raises(SchemaVersionError, match="upgrade qualify") as caught:
+        Store.open_copy(db_path)
+    assert caught.value.found == LATEST_VERSION + 1 and not caught.value.older
+
+
+@pytest.mark.parametrize("content", [None, b"not a database at all, only words\n" * 4])
+def test_a_copy_of_a_missing_or_foreign_file_is_refused_by_name(
+    db_path: Path, content: bytes | None
+) -> None:
+    if content is not None:
+        db_path.write_bytes(content)
+    with pytest.raises(MatrixError, match=str(db_path)):
+        Store.open_copy(db_path)

@@ -11,7 +11,7 @@ from pathlib import Path
 import matrix
 
 REPO = Path(__file__).resolve().parents[2]
-MODULES = ["bundle", "errors", "ingest", "migrations", "samples", "store"]
+MODULES = ["bundle", "errors", "ingest", "migrations", "samples", "store", "tables"]
 
 
 def test_every_public_name_is_importable_from_its_module() -> None:

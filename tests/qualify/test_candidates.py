@@ -16,6 +16,7 @@ from qualify.cli import cli
 from qualify.demo import lay_out
 from qualify.project import load_project
 from qualify.run import RunOptions, qualify_run
+from tests.qualify.projects import run_qualify
 
 MADE = ["int8-qdq-per-channel", "int8-qdq-reduce-range", "fp16", "pruned-25"]
 
@@ -57,6 +58,12 @@ def test_variants_are_stored_with_complete_lineage_and_added_as_candidates(demo:
     )
     assert all(added[n].derived_from == "fp32" for n in MADE)
     assert baseline.exists()
+    # Each how: is one line of the file; the details are in the lineage.
+    text = demo.read_text()
+    for name in MADE:
+        how = added[name].how
+        assert how and f"how: {how}\n" in text and len(how) <= 88, how
+    assert "256 recorded rows" in (added["int8-qdq-per-channel"].how or "")
 
 
 def test_a_second_call_replaces_the_candidates_it_made(demo: Path) -> None:
@@ -81,7 +88,9 @@ def test_a_project_without_recorded_inputs_makes_no_static_variant(tmp_path: Pat
         load_project(path), db_path=tmp_path / "m.duckdb", which=["int8-qdq-per-channel", "fp16"]
     )
     assert [m.name for m in outcome.made] == ["fp16"]
-    assert "recorded" in outcome.failed["int8-qdq-per-channel"]
+    assert outcome.failed == {} and outcome.exit_code == 0
+    assert set(outcome.skipped) == {"int8-qdq-per-channel"}
+    assert "source: recorded" in outcome.skipped["int8-qdq-per-channel"]
 
 
 @pytest.mark.slow
@@ -103,3 +112,50 @@ def test_a_run_qualifies_the_made_candidates(demo: Path) -> None:
     # The pruned model is not fine-tuned: parity says how far it moved, never hidden.
     pruned = verdicts["pruned-25"].parity
     assert pruned is not None and np.isfinite(pruned.outputs[0].max_abs or 0.0)
+
+
+def _fresh_init(tmp_path: Path) -> Path:
+    """A project as ``qualify init`` writes it for a real model: generated inputs only."""
+    from qualify.demo_assets import FP32_MODEL, asset_path
+
+    model = tmp_path / "model.onnx"
+    model.write_bytes(asset_path(FP32_MODEL).read_bytes())
+    done = run_qualify("init", "model.onnx", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return tmp_path / "qualify.yaml"
+
+
+def test_candidates_right_after_init_makes_what_generated_inputs_allow(tmp_path: Path) -> None:
+    project = _fresh_init(tmp_path)
+    done = run_qualify("candidates", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    made = ["int8-dynamic", "fp16", "pruned-25"]
+    assert [line.split(":")[0] for line in done.stdout.splitlines()[:-1]] == made
+    assert done.stdout.splitlines()[-1].startswith("added 3 candidate(s)")
+    # Static int8 is skipped in one line that says how to record inputs; nothing is said twice.
+    (skipped,) = done.stderr.splitlines()
+    assert skipped.startswith("qualify: int8-qdq-per-channel and int8-qdq-reduce-range: skipped")
+    assert "numpy.save" in skipped and "workload.inputs.pixels: {source: recorded" in skipped
+    assert not set(done.stdout.splitlines()) & set(done.stderr.splitlines())
+    candidates = load_project(project).project.artifacts.candidates
+    assert [c.label for c in candidates] == made
+    text = project.read_text()
+    for candidate in candidates:
+        assert candidate.how and f"how: {candidate.how}\n" in text
+    assert "(quantize_dynamic, onnxruntime " in (candidates[0].how or "")
+    with Store.open(tmp_path / "qualify.duckdb", read_only=True) as db:
+        lineage = {item.name: item for item in db.lineage().values()}
+    assert lineage["int8-dynamic"].params["reduce_range"] is True  # the details: in the matrix
+
+
+def test_asking_only_for_static_int8_without_recorded_inputs_makes_nothing_and_says_why(
+    tmp_path: Path,
+) -> None:
+    project = _fresh_init(tmp_path)
+    before = project.read_text()
+    done = run_qualify("candidates", "--variant", "int8-qdq-per-channel", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("qualify: int8-qdq-per-channel: skipped: static int8 calibrates")
+    assert project.read_text() == before
