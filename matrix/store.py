@@ -1044,23 +1044,40 @@ class Store:
         Raises:
             MatrixError: the store was opened read-only.
         """
-        self._require_writable("record unserved classes")
+        self.note_fleet_gaps((name, key, "unserved", detail) for name, key in classes)
+
+    def note_fleet_gaps(self, gaps: Iterable[tuple[str, HostClassKey, str, str]]) -> None:
+        """Record, now, that a fleet run ended these classes without a measurement:
+        (class name, key, reason code, sentence), e.g. ``unserved``, ``node_lost``,
+        ``host_mismatch``. A gap stands until a cell of the key is measured after it.
+
+        Raises:
+            MatrixError: the store was opened read-only.
+        """
+        self._require_writable("record fleet gaps")
         rows = [
-            (name, *key.as_tuple(), "unserved", detail[:500], self._clock())
-            for name, key in classes
+            (name, *key.as_tuple(), reason[:64], detail[:500], self._clock())
+            for name, key, reason, detail in gaps
         ]
         if rows:
             self._conn.executemany("INSERT INTO fleet_gaps VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
-    def unserved(self) -> set[str]:
-        """Classes a fleet run last found no host for and whose key has no cell measured since."""
+    def fleet_gaps(self) -> dict[str, tuple[str, str]]:
+        """Per class whose latest fleet gap is newer than every cell of its key: that gap's
+        (reason code, sentence)."""
         rows = self._conn.execute(
-            "SELECT g.host_class FROM fleet_gaps g GROUP BY g.host_class, g.hardware, "
-            "g.runtime, g.provider HAVING max(g.noted_at) > coalesce(("
+            "SELECT g.host_class, arg_max(g.reason, g.noted_at), arg_max(g.detail, g.noted_at) "
+            "FROM fleet_gaps g GROUP BY g.host_class, g.hardware, g.runtime, g.provider "
+            "HAVING max(g.noted_at) > coalesce(("
             "SELECT max(c.measured_at) FROM cells c WHERE c.hardware = g.hardware AND "
             "c.runtime = g.runtime AND c.provider = g.provider), TIMESTAMPTZ '1970-01-01')"
         ).fetchall()
-        return {str(row[0]) for row in rows}
+        return {str(row[0]): (str(row[1]), str(row[2])) for row in rows}
+
+    def unserved(self) -> set[str]:
+        """Classes a fleet run last ended without a measurement (`fleet_gaps`): whose key has
+        no cell measured since."""
+        return set(self.fleet_gaps())
 
     def record_rollout(
         self,

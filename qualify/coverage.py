@@ -6,9 +6,11 @@ bytes now on the class's key that ``manifest.verdict`` picks; its gap is ``stale
 cell's current verdict is stale (other settings, a baseline or budget it cannot answer for);
 without a cell it is ``never_run`` (also when only the artifact's earlier bytes were measured:
 a file re-exported in place is a new artifact), or ``unserved`` when the fleet found no host for
-the class), the release gate (`release_gate`: every class in scope has a measured decision and
-none regressed from its entry in the current manifest), and the two files CI reads
-(`junit_xml`, `summary_markdown`). Pure: the caller reads the matrix and the artifact files
+the class; `with_fleet_gaps` makes it ``fleet_gap`` when the fleet's latest attempt at the
+class ended without a measurement, whatever older cell there is), the release gate
+(`release_gate`: every class in scope has a measured decision and none regressed from its entry
+in the current manifest), and the two files CI reads (`junit_xml`, which counts errors apart
+from failures, and `summary_markdown`). Pure: the caller reads the matrix and the artifact files
 (``qualify.current``) and writes the files (atomically).
 """
 
@@ -33,9 +35,10 @@ __all__ = [
     "release_gate",
     "summary_markdown",
     "unmeasured",
+    "with_fleet_gaps",
 ]
 
-Gap = Literal["never_run", "stale", "unserved"]
+Gap = Literal["never_run", "stale", "unserved", "fleet_gap"]
 
 _NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
 """Characters XML 1.0 cannot hold at all, even escaped (a message may carry any)."""
@@ -58,6 +61,9 @@ class CoverageItem:
     """Why there is no current cell: never run, stale, or no host."""
     budget_ms: float | None = None
     """The class's p99 budget now."""
+    detail: str | None = None
+    """For a ``fleet_gap`` (the fleet's latest attempt at the class ended without a
+    measurement, after the cell it rests on): its reason code and sentence."""
 
     @property
     def verdict(self) -> str | None:
@@ -87,6 +93,8 @@ class CoverageItem:
             return "never run on this class's key"
         if self.gap == "unserved":
             return "no host in the fleet serves this class"
+        if self.gap == "fleet_gap":
+            return f"the latest fleet run ended it without a measurement: {self.detail or '?'}"
         return ""
 
 
@@ -124,6 +132,20 @@ def coverage(
             )
         )
     return items
+
+
+def with_fleet_gaps(items: Iterable[CoverageItem], gaps: Mapping[str, str]) -> list[CoverageItem]:
+    """``items`` with every item of a class in ``gaps`` (class -> ``reason: sentence``: the
+    fleet's latest attempt at it ended without a measurement, after its latest cell) made a
+    ``fleet_gap``: the older cell it rests on is not this class's current answer."""
+    import dataclasses
+
+    return [
+        dataclasses.replace(item, gap="fleet_gap", detail=gaps[item.host_class])
+        if item.host_class in gaps
+        else item
+        for item in items
+    ]
 
 
 def unmeasured(view: ProjectView, *, unserved: Iterable[str] = ()) -> list[CoverageItem]:
@@ -181,15 +203,19 @@ def release_gate(
     current: Mapping[str, ManifestEntry] | None,
     *,
     scope: Sequence[str],
+    unmeasured: Mapping[str, str] | None = None,
 ) -> ReleaseGate:
     """Every class in ``scope`` must have a decision resting on a measurement (a hold for want of
-    any evidence is none) and must not have regressed from ``current`` (the current manifest's
+    any evidence is none, and so is one whose latest evidence is only a fleet run's loss:
+    ``unmeasured``) and must not have regressed from ``current`` (the current manifest's
     entries): a candidate becoming the baseline or a hold, the baseline becoming a hold.
 
     Args:
         decisions: ``manifest.policy.decide``'s decisions.
         current: The current manifest's ``entries``; None without one.
         scope: The classes the run was about.
+        unmeasured: Per class whose latest evidence measured nothing (a fleet gap, or only
+            ``node_lost``/``fleet_timeout`` cells): why.
     """
     wanted = set(scope)
     now: dict[str, tuple[str, str | None]] = {}
@@ -200,7 +226,9 @@ def release_gate(
             continue
         now[name] = (decision.decision, decision.artifact_name)
         codes = {r.code for r in decision.reasons}
-        if decision.decision == "hold" and "no_evidence" in codes:
+        if name in (unmeasured or {}):
+            problems[name] = f"no measured decision: {(unmeasured or {})[name]}"
+        elif decision.decision == "hold" and "no_evidence" in codes:
             problems[name] = "no decision: nothing was measured on this class's key"
     before: dict[str, tuple[str, str | None]] = {}
     for name, entry in (current or {}).items():
@@ -225,7 +253,7 @@ def _said(decision: tuple[str, str | None]) -> str:
 
 def _verdict_line(item: CoverageItem) -> str:
     current = item.standing.current if item.standing is not None else None
-    if current is None or current.stale:
+    if current is None or current.stale or item.gap == "fleet_gap":
         return item.note
     codes = ", ".join(current.codes)
     return f"{current.verdict}" + (f" ({codes})" if codes else "")
@@ -233,6 +261,14 @@ def _verdict_line(item: CoverageItem) -> str:
 
 def _xml(text: str) -> str:
     return _NOT_XML.sub("\ufffd", text)
+
+
+def _mark(item: CoverageItem) -> Literal["error", "failure"] | None:
+    """A class x artifact's JUnit mark: ``error`` when nothing was measured (no cell, an error
+    cell, a fleet gap), ``failure`` when it was and does not pass now; None when it passes."""
+    if item.gap == "fleet_gap" or item.verdict in (None, "error"):
+        return "error"
+    return None if item.verdict == "pass" else "failure"
 
 
 def junit_xml(
@@ -256,18 +292,20 @@ def junit_xml(
     by_class: dict[str, list[CoverageItem]] = {}
     for item in items:
         by_class.setdefault(item.host_class, []).append(item)
-    failures = 0
+    failures = errors = 0
     total = 0
     for name, group in by_class.items():
         cases = ElementTree.SubElement(root, "testsuite", name=name)
-        failed = 0
+        failed = errored = 0
         for item in group:
             case = ElementTree.SubElement(cases, "testcase", classname=name, name=item.artifact)
-            if item.verdict != "pass":
-                failed += 1
-                kind = "error" if item.verdict in (None, "error") else "failure"
+            kind = _mark(item)
+            if kind is not None:
+                errored += kind == "error"
+                failed += kind == "failure"
+                said = [] if item.gap == "fleet_gap" else item.reasons
                 node = ElementTree.SubElement(case, kind, message=_xml(_verdict_line(item)))
-                node.text = _xml("\n".join(item.reasons or [item.note or _verdict_line(item)]))
+                node.text = _xml("\n".join(said or [item.note or _verdict_line(item)]))
         release = ElementTree.SubElement(cases, "testcase", classname=name, name="release decision")
         if name in gate.problems:
             failed += 1
@@ -276,10 +314,13 @@ def junit_xml(
             ElementTree.SubElement(release, "system-out").text = _said(gate.decisions[name])
         cases.set("tests", str(len(group) + 1))
         cases.set("failures", str(failed))
+        cases.set("errors", str(errored))
         failures += failed
+        errors += errored
         total += len(group) + 1
     root.set("tests", str(total))
     root.set("failures", str(failures))
+    root.set("errors", str(errors))
     ElementTree.indent(root)
     return (
         '<?xml version="1.0" encoding="utf-8"?>\n'

@@ -3,55 +3,73 @@ a real host of that class, and the bundles come back to this matrix, its single 
 
 Owns what a host offers the cluster (`node_offer`: one custom resource per project class it
 matches, ``qualify/class/<name>``, one ``qualify/host`` so that a host measures one class at a
-time, and its fingerprint as node labels), the ``ray start`` a host joins with (`join_argv`),
-the view of which hosts serve which classes (`fleet_status`), and the run itself (`fleet_run`):
-the project file and every file it names are shipped through Ray's object store with their
-digests (checked on arrival), each class's qualification is a task that needs that class's
-resource and runs ``qualify run``'s own path there (fresh worker processes, the host-wide
-measurement lock, never emulated), and what comes back is written here. A class no host
-serves is ``unserved`` and is never emulated; a host that dies or a run past its time limit
-gives that class ``error`` cells naming the host, and the other classes go on.
+time, and node labels: its fingerprint, its qualify version, the digest of the project file it
+matched against and the machine it runs on), the ``ray start`` a host joins with
+(`join_argv`), the view of which hosts serve which classes and which disagree with this project
+(`fleet_status`), the address rules and the bounded connect (`parse_address`, `read_nodes`),
+and the shipment (`shipment_files`). The run itself is `qualify.fleet_driver` (the driver's
+loop: placement, deadlines, retries, accounting) and `qualify.fleet_host` (what a class's task
+does on its host); `fleet_run` here connects and hands over.
 
-Ray is an optional extra (``pip install qualify[fleet]``): it is imported here, inside the
-functions that need it, and nowhere else in qualify.
+Ray is an optional extra (``pip install qualify[fleet]``): it is imported inside the functions
+that need it, in these three modules only.
+
+Errors::
+
+    QualifyError
+    └── FleetError            a fleet command could not do its work (exit 2)
+        └── FleetAddressError an address is malformed or nothing answers there (exit 2)
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
-import json
+import ipaddress
 import os
 import re
+import secrets
+import socket
 import sys
-import tempfile
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from qualify import __version__
 from qualify.errors import ProjectError, QualifyError
 from qualify.fingerprint import class_mismatches
 from qualify.project import LoadedProject
-from schemas.cell import Cell, Reason, RunBundle, RunRecord
+from schemas.cell import RunBundle
 from schemas.host import Fingerprint
-from schemas.project import HostClass
 
 __all__ = [
     "CLASS_RESOURCE",
     "HOST_RESOURCE",
     "LOCAL_ENV",
+    "MACHINE_LABEL",
+    "NODE_ID_LABEL",
+    "PROJECT_LABEL",
+    "VERSION_LABEL",
     "ClassRun",
+    "FleetAddressError",
+    "FleetError",
     "FleetOptions",
     "FleetOutcome",
     "FleetStatus",
     "NodeOffer",
+    "disagreement",
+    "expected_labels",
     "fleet_run",
     "fleet_status",
+    "is_loopback",
     "join_argv",
+    "machine_id",
     "node_offer",
+    "parse_address",
+    "probe_address",
+    "project_label",
+    "read_boot_id",
     "read_nodes",
     "shipment_files",
 ]
@@ -62,19 +80,75 @@ CLASS_RESOURCE = "qualify/class/"
 HOST_RESOURCE = "qualify/host"
 """One per host: every class's task needs it, so a host measures one class at a time."""
 
+VERSION_LABEL = "qualify/version"
+"""The qualify version a host runs; a class is scheduled only where it equals the driver's."""
+
+PROJECT_LABEL = "qualify/project"
+"""The digest of the project file a host matched its classes against (`project_label`); a
+class is scheduled only where it equals the driver's project file's."""
+
+MACHINE_LABEL = "qualify/machine"
+"""The machine a node runs on (`machine_id`: host name and boot id): nodes that share one are
+measured one at a time."""
+
+NODE_ID_LABEL = "ray.io/node-id"
+"""The label Ray gives every node: its id (a retry excludes the node that refused)."""
+
 LOCAL_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-"""What a cluster on this machine alone runs with: Ray then uses the loopback address for every
-node, so that nothing it serves listens beyond 127.0.0.1 (set before Ray is imported)."""
+"""What a driver of a cluster on loopback runs with: Ray then keeps 127.0.0.1 as the node
+address instead of rewriting it to the machine's interface address, where nothing of a
+loopback cluster listens (set before Ray is imported)."""
+
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
+"""How long a fleet command waits for the head's port to answer before giving up."""
 
 _LABEL = re.compile(r"[^A-Za-z0-9._-]+")
+_HOSTNAME = re.compile(
+    r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
 _MAX_FILE = 16 * 2**30
 """Largest file a shipment carries (an artifact, a recorded input)."""
+
+
+class FleetError(QualifyError):
+    """A fleet command could not do its work."""
+
+
+class FleetAddressError(FleetError):
+    """An address is malformed, or nothing answers there within the connect timeout."""
 
 
 def _label_value(text: str) -> str:
     """``text`` as a Ray label value: 63 characters of ``[A-Za-z0-9._-]``, alphanumeric ends."""
     cleaned = _LABEL.sub("-", text).strip("-._")[:63].strip("-._")
     return cleaned or "unknown"
+
+
+def project_label(loaded: LoadedProject) -> str:
+    """The project file's digest as a label value: ``sha256-`` and the first 56 hex digits."""
+    hexdigest = loaded.sha256 or hashlib.sha256(loaded.path.read_bytes()).hexdigest()
+    return f"sha256-{hexdigest[:56]}"
+
+
+def machine_id(hostname: str, boot_id: str | None) -> str:
+    """Which machine a node runs on: nodes with the same host name and boot id share its CPUs
+    (several Ray nodes on one machine), whatever their host locks say."""
+    text = f"{hostname}\0{boot_id or ''}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def read_boot_id(proc: Path = Path("/proc")) -> str | None:
+    """This boot's id (``/proc/sys/kernel/random/boot_id``); None where there is none."""
+    try:
+        return (proc / "sys/kernel/random/boot_id").read_text(encoding="ascii")[:64].strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def expected_labels(loaded: LoadedProject) -> dict[str, str]:
+    """The labels a host must advertise for this driver to send it a class: its qualify
+    version and its project file's digest equal to the driver's."""
+    return {VERSION_LABEL: _label_value(__version__), PROJECT_LABEL: project_label(loaded)}
 
 
 @dataclass(frozen=True)
@@ -86,12 +160,12 @@ class NodeOffer:
     resources: dict[str, float]
     """Custom resources: ``qualify/class/<name>`` per class, ``qualify/host`` once."""
     labels: dict[str, str]
-    """The fingerprint as node labels (``qualify/arch``, ``qualify/cpu``, ...)."""
+    """The fingerprint, version, project digest and machine as node labels."""
     unmatched: dict[str, list[str]] = field(default_factory=dict)
     """Per class it does not match, the rules it fails."""
 
 
-def node_offer(loaded: LoadedProject, fp: Fingerprint) -> NodeOffer:
+def node_offer(loaded: LoadedProject, fp: Fingerprint, *, boot_id: str | None = None) -> NodeOffer:
     """The classes ``fp`` matches and the resources and labels that advertise them."""
     matched: list[str] = []
     unmatched: dict[str, list[str]] = {}
@@ -109,6 +183,8 @@ def node_offer(loaded: LoadedProject, fp: Fingerprint) -> NodeOffer:
         "qualify/cpu": _label_value(fp.cpu_model or "unknown"),
         "qualify/runtime": _label_value(f"onnxruntime-{fp.runtime.version}"),
         "qualify/cores": str(fp.cores),
+        MACHINE_LABEL: machine_id(fp.hostname, boot_id),
+        **expected_labels(loaded),
     }
     return NodeOffer(tuple(matched), resources, labels, unmatched)
 
@@ -126,7 +202,7 @@ def join_argv(
         "--address",
         address,
         "--resources",
-        json.dumps(offer.resources, sort_keys=True),
+        _json(offer.resources),
         "--labels",
         ",".join(f"{k}={v}" for k, v in sorted(offer.labels.items())),
         "--block",
@@ -136,18 +212,221 @@ def join_argv(
     return argv
 
 
+def _json(value: Mapping[str, float]) -> str:
+    import json
+
+    return json.dumps(dict(value), sort_keys=True)
+
+
+# --- addresses ---------------------------------------------------------------------------
+
+
+def parse_address(text: str, *, what: str = "--address") -> tuple[str, int]:
+    """``HOST:PORT`` (``[V6]:PORT`` for an IPv6 address) as (host, port).
+
+    Raises:
+        FleetAddressError: anything else, naming the option and the fix.
+    """
+    raw = text.strip()
+    example = "e.g. 10.0.0.5:6379, head.lab:6379 or [fd00::5]:6379"
+    if "://" in raw:
+        raise FleetAddressError(
+            f"{what} {raw[:80]!r}: give the head's GCS address as HOST:PORT ({example}); "
+            "Ray Client (ray://) and URLs are not supported"
+        )
+    host, sep, port = raw.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        valid_host = _is_ip(host, version=6)
+    else:
+        valid_host = _is_ip(host) or (bool(_HOSTNAME.fullmatch(host)) and len(host) <= 253)
+    if not sep or not valid_host:
+        raise FleetAddressError(f"{what} {raw[:80]!r}: expected HOST:PORT ({example})")
+    if not port.isascii() or not port.isdigit() or not 1 <= int(port[:6]) <= 65535:
+        raise FleetAddressError(
+            f"{what} {raw[:80]!r}: port {port[:12]!r} is not a port (1 to 65535); {example}"
+        )
+    return host, int(port)
+
+
+def _is_ip(host: str, version: int | None = None) -> bool:
+    try:
+        parsed = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return version is None or parsed.version == version
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine's loopback (``localhost``, 127.0.0.0/8, ``::1``)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def probe_address(address: str, timeout_s: float) -> None:
+    """Check within ``timeout_s`` that Ray's GCS answers at ``address``: a TCP connection, then
+    the HTTP/2 preface its gRPC server answers with a SETTINGS frame (skipped when Ray uses TLS,
+    ``RAY_USE_TLS``). Ray's own connect retries for minutes, printing "Connecting...", against
+    an address where nothing, or something else, listens.
+
+    Raises:
+        FleetAddressError: malformed, unresolvable, refused, silent, or not Ray's, with what was
+            tried and the fix.
+    """
+    import time
+
+    host, port = parse_address(address)
+    deadline = time.monotonic() + timeout_s
+    tried = f"tried a TCP connection to {host} port {port}"
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as conn:
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+                return
+            tried += " and the HTTP/2 preface of gRPC"
+            conn.settimeout(max(0.1, deadline - time.monotonic()))
+            conn.sendall(_H2_PREFACE)
+            frame = conn.recv(9)
+            if len(frame) >= 4 and frame[3] == 0x4:  # a SETTINGS frame: a gRPC server
+                return
+            why = "something answers there, but not as Ray's GCS (gRPC) does"
+    except TimeoutError:
+        why = f"no answer within {timeout_s:g} s (a firewall, a host that is down, or not Ray)"
+    except socket.gaierror as exc:
+        why = f"the name {host!r} does not resolve ({exc.strerror})"
+    except ConnectionRefusedError:
+        why = "connection refused: nothing listens on that port"
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    raise FleetAddressError(
+        f"cannot reach the Ray head at {address}: {tried}: {why}. Fix: pass the GCS address "
+        f"the head printed (ray start --head --port {port} --node-ip-address {host}; not the "
+        "dashboard's or Ray Client's port), or give it longer with --connect-timeout"
+    )
+
+
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+"""The HTTP/2 client preface and an empty SETTINGS frame: a gRPC server answers with SETTINGS."""
+
+
+@contextmanager
+def _local_auth() -> Iterator[None]:
+    """A cluster this run starts on this machine alone gets a token of its own through the
+    environment (``RAY_AUTH_TOKEN``): Ray turns token authentication on for a new local cluster
+    and would otherwise write a token to ``~/.ray/auth_token`` and leave it there. A token or
+    mode the user set is kept."""
+    if "RAY_AUTH_MODE" in os.environ or "RAY_AUTH_TOKEN" in os.environ:
+        yield
+        return
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+    try:
+        yield
+    finally:
+        os.environ.pop("RAY_AUTH_TOKEN", None)
+        os.environ.pop("RAY_AUTH_MODE", None)  # Ray set it for this run's cluster
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise FleetError(
+            "the fleet commands need Ray: pip install 'qualify[fleet]' (or pip install ray)"
+        ) from exc
+    return ray
+
+
+def _connect(
+    address: str | None,
+    *,
+    timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+    resources: dict[str, float] | None = None,
+    labels: dict[str, str] | None = None,
+) -> Any:
+    """Ray, connected to the cluster at ``address`` (checked with `probe_address` first), else
+    to a new one on this machine alone (bound to 127.0.0.1) whose one node has ``resources``
+    and ``labels``.
+
+    Raises:
+        FleetAddressError: the address is malformed or does not answer.
+        FleetError: Ray is missing, or refused the connection.
+    """
+    if address is not None:
+        host, _ = parse_address(address)
+        if is_loopback(host):
+            _keep_loopback(address)
+        probe_address(address, timeout_s)
+    else:
+        _keep_loopback(None)
+    ray = _ray()
+    if ray.is_initialized():
+        return ray
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
+    if address is None:
+        # "local": a new cluster, never one that RAY_ADDRESS or Ray's note of the latest
+        # cluster started on this machine points at.
+        kwargs.update(address="local", resources=resources or {}, labels=labels or {})
+        kwargs["_node_ip_address"] = "127.0.0.1"  # ray.init's documented parameter
+    else:
+        kwargs["address"] = address
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = address or "a new cluster on this machine"
+        raise FleetError(f"cannot connect to Ray at {where}: {exc}") from exc
+    return ray
+
+
+def _keep_loopback(address: str | None) -> None:
+    """Make Ray keep a loopback address on loopback; refuse where Ray was imported already
+    without it (its address rule is read once, at import)."""
+    if os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") != "0" and "ray" in sys.modules:
+        raise FleetError(
+            f"{address or 'a cluster on this machine'}: Ray was imported before qualify could "
+            "keep a loopback address on loopback; set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 "
+            "before importing ray"
+        )
+    os.environ.update(LOCAL_ENV)
+
+
+def read_nodes(
+    address: str, *, timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+) -> list[dict[str, Any]]:
+    """The nodes of the cluster at ``address`` (``ray.nodes()``).
+
+    Raises:
+        FleetAddressError, FleetError: as `_connect`.
+    """
+    ray = _connect(address, timeout_s=timeout_s)
+    try:
+        return list(ray.nodes())
+    finally:
+        ray.shutdown()
+
+
+# --- status ------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class FleetStatus:
     """Which live hosts can serve which of the project's classes."""
 
     hosts: dict[str, list[str]]
-    """Per class of the project (in file order), the hosts that advertise it."""
+    """Per class of the project (in file order), the hosts that advertise it and agree with
+    this project and qualify version (a fleet run can send the class there)."""
     unknown: list[str]
     """Classes hosts advertise that the project does not have."""
+    mismatched: dict[str, list[str]] = field(default_factory=dict)
+    """Per class, the hosts that advertise it but disagree: ``host: why``."""
+    shared: list[list[str]] = field(default_factory=list)
+    """Groups of live nodes that run on one machine (measured one at a time)."""
 
     @property
     def unserved(self) -> list[str]:
-        """Classes no live host can serve."""
+        """Classes no live, agreeing host can serve."""
         return [name for name, hosts in self.hosts.items() if not hosts]
 
 
@@ -157,62 +436,52 @@ def _host_name(node: Mapping[str, Any]) -> str:
     return f"{name} ({str(node.get('NodeID', '?'))[:12]})"
 
 
+def disagreement(labels: Mapping[str, Any], expected: Mapping[str, str]) -> str | None:
+    """Why a node with ``labels`` may not take this driver's classes; None when it may."""
+    why = []
+    version = labels.get(VERSION_LABEL)
+    if version != expected[VERSION_LABEL]:
+        said = f"qualify {version}" if version else "no qualify version (joined by hand?)"
+        why.append(f"advertises {said}, the driver runs qualify {expected[VERSION_LABEL]}")
+    project = labels.get(PROJECT_LABEL)
+    if project != expected[PROJECT_LABEL]:
+        said = f"project {str(project)[:19]}" if project else "no project digest"
+        why.append(
+            f"joined with {said}, the driver's project file is {expected[PROJECT_LABEL][:19]} "
+            "(rejoin it with this project file: qualify fleet join)"
+        )
+    return "; ".join(why) or None
+
+
 def fleet_status(loaded: LoadedProject, nodes: Iterable[Mapping[str, Any]]) -> FleetStatus:
-    """Per class, the live nodes (``ray.nodes()`` entries) that advertise its resource."""
+    """Per class, the live nodes (``ray.nodes()`` entries) that advertise its resource and agree
+    with this project and qualify version, those that disagree and why, and the nodes that
+    share a machine."""
+    expected = expected_labels(loaded)
     hosts: dict[str, list[str]] = {name: [] for name in loaded.project.host_classes}
+    mismatched: dict[str, list[str]] = {}
     unknown: set[str] = set()
+    machines: dict[str, list[str]] = {}
     for node in nodes:
         if not node.get("Alive", False):
             continue
+        labels = node.get("Labels") or {}
+        machine = labels.get(MACHINE_LABEL)
+        if machine:
+            machines.setdefault(str(machine), []).append(_host_name(node))
+        why = disagreement(labels, expected)
         for resource in node.get("Resources") or {}:
             if not str(resource).startswith(CLASS_RESOURCE):
                 continue
             name = str(resource)[len(CLASS_RESOURCE) :]
-            if name in hosts:
+            if name not in hosts:
+                unknown.add(name)
+            elif why is None:
                 hosts[name].append(_host_name(node))
             else:
-                unknown.add(name)
-    return FleetStatus(hosts=hosts, unknown=sorted(unknown))
-
-
-def _ray() -> Any:
-    try:
-        import ray
-    except ImportError as exc:
-        raise QualifyError(
-            "the fleet commands need Ray: pip install 'qualify[fleet]' (or pip install ray)"
-        ) from exc
-    return ray
-
-
-def _connect(address: str | None, resources: dict[str, float] | None = None) -> Any:
-    """Ray, connected to the cluster at ``address``, else to a new one on this machine alone
-    (bound to 127.0.0.1) whose one node has ``resources``."""
-    if address is None:
-        os.environ.update(LOCAL_ENV)
-    ray = _ray()
-    if ray.is_initialized():
-        return ray
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-    if address is None:
-        kwargs.update(resources=resources or {}, _node_ip_address="127.0.0.1")
-    else:
-        kwargs["address"] = address
-    try:
-        ray.init(**kwargs)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = address or "a new cluster on this machine"
-        raise QualifyError(f"cannot reach Ray at {where}: {exc}") from exc
-    return ray
-
-
-def read_nodes(address: str) -> list[dict[str, Any]]:
-    """The nodes of the cluster at ``address`` (``ray.nodes()``)."""
-    ray = _connect(address)
-    try:
-        return list(ray.nodes())
-    finally:
-        ray.shutdown()
+                mismatched.setdefault(name, []).append(f"{_host_name(node)}: {why}")
+    shared = [group for group in machines.values() if len(group) > 1]
+    return FleetStatus(hosts=hosts, unknown=sorted(unknown), mismatched=mismatched, shared=shared)
 
 
 # --- shipping the project ------------------------------------------------------------------
@@ -256,53 +525,57 @@ def shipment_files(loaded: LoadedProject) -> dict[str, Path]:
     return files
 
 
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return "sha256:" + h.hexdigest()
+def _check_shipment(loaded: LoadedProject, files: Mapping[str, Path]) -> None:
+    for rel, path in files.items():
+        if not path.is_file():
+            raise ProjectError(f"{loaded.path}: {rel}: not found ({path})")
+        if path.stat().st_size > _MAX_FILE:
+            raise ProjectError(f"{path}: larger than {_MAX_FILE // 2**30} GiB, not shipped")
 
 
-def _unpack(files: Mapping[str, tuple[str, bytes]], root: Path) -> None:
-    """Write the shipped files under ``root``, each checked against its digest."""
-    for rel, (digest, data) in files.items():
-        got = "sha256:" + hashlib.sha256(data).hexdigest()
-        if got != digest:
-            raise QualifyError(f"{rel}: arrived as {got[:19]}, was shipped as {digest[:19]}")
-        target = root / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-
-
-# --- the run ---------------------------------------------------------------------------------
+# --- the run -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class FleetOptions:
-    """Where the fleet run writes and how long a class may take."""
+    """Where the fleet run writes and how long each part of it may take."""
 
     db_path: Path
     address: str | None = None
     """The cluster (``HOST:PORT``); None: a cluster on this machine alone."""
     timeout_s: float = 3600.0
-    """Most seconds one class's run may take on its host, queueing excluded."""
+    """Most seconds one class's measurement may take on its host, counted from the moment it
+    starts measuring (waits for a host, the host lock or a shared machine excluded)."""
+    deadline_s: float | None = 12 * 3600.0
+    """Most seconds the whole run may take; what is not back by then ends as fleet_timeout."""
+    host_wait_s: float = 30.0
+    """Most seconds a class may wait while no live host can take it (none advertises it, none
+    agrees with this project and version, or its only host left) before it ends as a gap."""
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
+    """Most seconds to wait for the head's port to answer."""
     bundle_dir: Path | None = None
     """Defaults to ``<db dir>/bundles``."""
+    poll_s: float = 0.5
+    """How often the driver looks at the cluster and its tasks."""
 
 
-ClassState = Literal["done", "error", "unserved"]
+ClassState = Literal["done", "error", "gap"]
 
 
 @dataclass
 class ClassRun:
-    """How one class fared."""
+    """How one class fared: measured (``done``), error cells (``error``: its host was lost,
+    it ran out of time, its result could not be read), or no cells at all (``gap``)."""
 
     host_class: str
     state: ClassState
     message: str
     host: str | None = None
     bundle: RunBundle | None = None
+    reason: str | None = None
+    """The reason code: of the error cells, or of the gap (``unserved``, ``node_lost``,
+    ``host_mismatch``, ``fleet_timeout``, ``host_failed``, ``driver_stopped``,
+    ``driver_failed``); None when done."""
 
 
 @dataclass
@@ -321,144 +594,10 @@ class FleetOutcome:
             for c in self.classes
         )
 
-
-def _qualify_here(shipment: dict[str, Any], class_name: str, tracker: Any) -> dict[str, Any]:
-    """The body of a class's task, on the host Ray placed it on: fingerprint, say so to the
-    driver's tracker, unpack the project, run ``qualify run`` for the class, hand back the
-    bundle (JSON) and its samples (Parquet bytes)."""
-    import pyarrow.parquet as pq
-
-    from qualify.fingerprint import take_fingerprint
-    from qualify.project import load_project
-    from qualify.run import RunOptions, qualify_run
-    from qualify.runner import probe_runtime
-
-    ray = _ray()
-    node = ray.get_runtime_context().get_node_id()
-    fp = take_fingerprint(probe_runtime)
-    ray.get(tracker.start.remote(class_name, node, fp.hostname, fp.model_dump_json()))
-    files = {rel: (digest, ray.get(ref)) for rel, (digest, ref) in shipment["files"].items()}
-    with tempfile.TemporaryDirectory(prefix="qualify-fleet-") as tmp:
-        root = Path(tmp)
-        _unpack(files, root)
-        loaded = load_project(root / shipment["project"])
-        options = RunOptions(db_path=root / "host.duckdb", fleet_node=f"{node} ({fp.hostname})")
-        outcome = qualify_run(loaded, class_name, options)
-        samples = None
-        if outcome.samples.num_rows:
-            sink = io.BytesIO()
-            pq.write_table(outcome.samples, sink)
-            samples = sink.getvalue()
-        return {
-            "bundle": outcome.bundle.model_dump_json(),
-            "samples": samples,
-            "node": node,
-            "hostname": fp.hostname,
-        }
-
-
-class _Tracker:
-    """Lives on the driver's node: each class's task says where it runs before measuring, so
-    that a host that dies can be named and its class given error cells."""
-
-    def __init__(self) -> None:
-        self.started: dict[str, tuple[str, str, str]] = {}
-
-    def start(self, class_name: str, node: str, hostname: str, fingerprint: str) -> None:
-        self.started[class_name] = (node, hostname, fingerprint)
-
-    def seen(self) -> dict[str, tuple[str, str, str]]:
-        return dict(self.started)
-
-
-def _served(nodes: Iterable[Mapping[str, Any]], name: str) -> bool:
-    return any(
-        node.get("Alive") and CLASS_RESOURCE + name in (node.get("Resources") or {})
-        for node in nodes
-    )
-
-
-def _error_bundle(
-    loaded: LoadedProject,
-    class_name: str,
-    where: tuple[str, str, str],
-    code: str,
-    message: str,
-    digests: Sequence[str],
-    now: datetime,
-) -> RunBundle:
-    """Error cells, one per artifact, for a class whose host was lost mid-run."""
-    from qualify.run import new_run_id
-
-    host_class: HostClass = loaded.project.host_classes[class_name]
-    fp = Fingerprint.model_validate_json(where[2])
-    run_id = new_run_id(class_name, now)
-    project = loaded.project
-    specs = [project.artifacts.baseline, *project.artifacts.candidates]
-    settings = host_class.settings_digest()
-    cells = [
-        Cell(
-            run_id=run_id,
-            host_class=class_name,
-            key=host_class.key,
-            artifact_digest=digest,
-            artifact_name=spec.label,
-            role="baseline" if index == 0 else "candidate",
-            precision=spec.precision,
-            verdict="error",
-            reasons=[Reason(code=code, message=message)],
-            emulated=False,
-            isa=fp.isa,
-            measured_at=now,
-            settings_digest=settings,
-            runtime_version=fp.runtime.version,
-            cold_init_ms=None,
-            warm_init_ms=None,
-            peak_rss_mb=None,
-            peak_rss_source=None,
-            placement=None,
-            parity=None,
-            error=message,
-            fleet_node=f"{where[0]} ({where[1]})",
-        )
-        for index, (spec, digest) in enumerate(zip(specs, digests, strict=True))
-    ]
-    load = list(os.getloadavg())
-    run = RunRecord(
-        run_id=run_id,
-        host_class=class_name,
-        key=host_class.key,
-        model=project.model,
-        started_at=now,
-        finished_at=now,
-        emulated=False,
-        settings_digest=settings,
-        fingerprint=fp,
-        load_avg_before=load,
-        load_avg_after=load,
-        rollback=None,
-    )
-    return RunBundle(run=run, cells=cells)
-
-
-def _store(bundle: RunBundle, samples: Any, options: FleetOptions) -> None:
-    from matrix.bundle import write_bundle
-    from matrix.samples import empty_samples
-    from matrix.store import Store
-    from qualify.hostlock import lock_wait_message
-
-    table = samples if samples is not None else empty_samples()
-    write_bundle(bundle, table, options.bundle_dir or options.db_path.resolve().parent / "bundles")
-    with Store.open(options.db_path, on_wait=lock_wait_message()) as db:
-        db.write_run(bundle, table)
-
-
-def _read_samples(data: bytes | None) -> Any:
-    if data is None:
-        return None
-    import pyarrow.parquet as pq
-
-    return pq.read_table(io.BytesIO(data))
+    @property
+    def gaps(self) -> dict[str, str]:
+        """Per class that ended without cells: its reason code and sentence."""
+        return {c.host_class: f"{c.reason}: {c.message}" for c in self.classes if c.state == "gap"}
 
 
 def fleet_run(
@@ -468,20 +607,29 @@ def fleet_run(
     classes: Sequence[str] | None = None,
     on_event: Callable[[str], None] = lambda _msg: None,
     local_fingerprint: Callable[[], Fingerprint] | None = None,
-    poll_s: float = 0.5,
+    stop: Callable[[], bool] = lambda: False,
+    signals: bool = False,
 ) -> FleetOutcome:
     """Qualify each requested class (default: all) on a host of that class, in parallel across
-    hosts, and write what comes back to the matrix at ``options.db_path``.
+    hosts, and write what comes back to the matrix at ``options.db_path`` as it arrives.
 
-    Without ``options.address`` a cluster on this machine alone is started whose one node
-    offers the classes this host matches (``local_fingerprint`` fingerprints it).
+    Every class ends as cells or as a gap with its reason, recorded in the matrix. Without
+    ``options.address`` a cluster on this machine alone is started whose one node offers the
+    classes this host matches (``local_fingerprint`` fingerprints it). ``stop`` is asked at
+    every look: True ends the run at once, every class not back becoming ``driver_stopped``;
+    with ``signals``, SIGTERM and SIGINT do the same (a second one stops at once), from the
+    moment Ray is connected (``ray.init`` installs a SIGTERM handler of its own).
 
     Raises:
         ProjectError: an unknown class, or a file outside the project's folder.
-        QualifyError: Ray is missing or the cluster cannot be reached.
+        FleetAddressError: the address is malformed or does not answer.
+        FleetError: Ray is missing, refused the connection, or the driver failed mid-run (the
+            classes not back are recorded as ``driver_failed`` first).
     """
+    from qualify.fleet_driver import Driver
+
     known = loaded.project.host_classes
-    wanted = list(classes) if classes else list(known)
+    wanted = list(dict.fromkeys(classes)) if classes else list(known)
     for name in wanted:
         if name not in known:
             raise ProjectError(
@@ -493,143 +641,61 @@ def fleet_run(
 
         Store.open(options.db_path, model=loaded.project.model).close()
     files = shipment_files(loaded)
-    for rel, path in files.items():
-        if not path.is_file():
-            raise ProjectError(f"{loaded.path}: {rel}: not found ({path})")
-        if path.stat().st_size > _MAX_FILE:
-            raise ProjectError(f"{path}: larger than {_MAX_FILE // 2**30} GiB, not shipped")
-    resources = None
-    if options.address is None:
-        from qualify.fingerprint import take_fingerprint
-        from qualify.runner import probe_runtime
+    _check_shipment(loaded, files)
+    if options.address is not None:
+        ray = _connect(options.address, timeout_s=options.connect_timeout_s)
+        return _drive(ray, Driver, loaded, wanted, files, options, on_event, stop, signals)
+    from qualify.fingerprint import take_fingerprint
+    from qualify.runner import probe_runtime
 
-        fp = local_fingerprint() if local_fingerprint else take_fingerprint(probe_runtime)
-        resources = node_offer(loaded, fp).resources
-    ray = _connect(options.address, resources)
-    try:
-        return _run_on(ray, loaded, wanted, files, options, on_event, poll_s)
-    finally:
-        ray.shutdown()
+    fp = local_fingerprint() if local_fingerprint else take_fingerprint(probe_runtime)
+    offer = node_offer(loaded, fp, boot_id=read_boot_id())
+    with _local_auth():
+        ray = _connect(None, resources=offer.resources, labels=offer.labels)
+        return _drive(ray, Driver, loaded, wanted, files, options, on_event, stop, signals)
 
 
-def _run_on(
+def _drive(
     ray: Any,
+    driver: Any,
     loaded: LoadedProject,
     wanted: list[str],
     files: dict[str, Path],
     options: FleetOptions,
     on_event: Callable[[str], None],
-    poll_s: float,
+    stop: Callable[[], bool],
+    signals: bool,
 ) -> FleetOutcome:
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    here = ray.get_runtime_context().get_node_id()
-    tracker = (
-        ray.remote(num_cpus=0)(_Tracker)
-        .options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
-        .remote()
-    )
-    shipped = {rel: (_digest(path), ray.put(path.read_bytes())) for rel, path in files.items()}
-    project = loaded.project
-    specs = [project.artifacts.baseline, *project.artifacts.candidates]
-    digests = [shipped[_relative(loaded, s.path, "artifact")][0] for s in specs]
-    shipment = {"project": loaded.path.name, "files": shipped}
-    task = ray.remote(num_cpus=0, max_retries=0)(_qualify_here)
-    nodes = list(ray.nodes())
-    results: dict[str, ClassRun] = {}
-    pending: dict[Any, str] = {}
-    for name in wanted:
-        if not _served(nodes, name):
-            results[name] = ClassRun(name, "unserved", "no host in the cluster serves this class")
-            on_event(f"{name}: unserved (no host advertises {CLASS_RESOURCE}{name})")
-            continue
-        ref = task.options(resources={CLASS_RESOURCE + name: 1.0, HOST_RESOURCE: 1.0}).remote(
-            shipment, name, tracker
-        )
-        pending[ref] = name
-        on_event(f"{name}: scheduled")
-    started: dict[str, float] = {}
-    announced: set[str] = set()
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1, timeout=poll_s)
-        seen = ray.get(tracker.seen.remote())
-        now = time.monotonic()
-        for name, (_node, hostname, _fp) in seen.items():
-            if name not in announced:
-                announced.add(name)
-                started[name] = now
-                on_event(f"{name}: running on {hostname} ({_node[:12]})")
-        for ref in ready:
-            name = pending.pop(ref)
-            results[name] = _collect(ray, ref, name, seen.get(name), loaded, digests, options)
-            on_event(f"{name}: {results[name].message}")
-        for ref, name in list(pending.items()):
-            if name in started and now - started[name] > options.timeout_s:
-                ray.cancel(ref, force=True)
-                pending.pop(ref)
-                where = seen[name]
-                message = (
-                    f"the run on {where[1]} (node {where[0][:12]}) exceeded fleet run's "
-                    f"{options.timeout_s:g} s limit and was stopped"
-                )
-                results[name] = _lost(loaded, name, where, "fleet_timeout", message, digests)
-                _store_error(results[name], options)
-                on_event(f"{name}: error: {message}")
-    missing = [name for name in wanted if results[name].state == "unserved"]
-    if missing:
-        from matrix.store import Store
-
-        with Store.open(options.db_path, model=loaded.project.model) as db:
-            keys = loaded.project.host_classes
-            db.note_unserved(((n, keys[n].key) for n in missing), "no host advertised the class")
-    return FleetOutcome([results[name] for name in wanted])
-
-
-def _lost(
-    loaded: LoadedProject,
-    name: str,
-    where: tuple[str, str, str] | None,
-    code: str,
-    message: str,
-    digests: Sequence[str],
-) -> ClassRun:
-    if where is None:  # it never started: there is no host to give cells to
-        return ClassRun(name, "error", message)
-    bundle = _error_bundle(loaded, name, where, code, message, digests, datetime.now(UTC))
-    return ClassRun(name, "error", message, host=where[1], bundle=bundle)
-
-
-def _store_error(run: ClassRun, options: FleetOptions) -> None:
-    if run.bundle is not None:
-        _store(run.bundle, None, options)
-
-
-def _collect(
-    ray: Any,
-    ref: Any,
-    name: str,
-    where: tuple[str, str, str] | None,
-    loaded: LoadedProject,
-    digests: Sequence[str],
-    options: FleetOptions,
-) -> ClassRun:
-    """A finished task's bundle written to the matrix, or its failure as error cells."""
-    from ray import exceptions as rex
-
     try:
-        reply = ray.get(ref)
-    except rex.RayTaskError as exc:  # qualify itself failed there: a project or host error
-        cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-        host = f" on {where[1]}" if where else ""
-        return ClassRun(name, "error", f"failed{host}: {type(cause).__name__}: {cause}")
-    except (rex.RayError, OSError) as exc:
-        host = f"{where[1]} (node {where[0][:12]})" if where else "its host"
-        message = f"{host} was lost before the run came back ({type(exc).__name__})"
-        run = _lost(loaded, name, where, "node_lost", message, digests)
-        _store_error(run, options)
-        return run
-    bundle = RunBundle.model_validate_json(reply["bundle"])
-    _store(bundle, _read_samples(reply["samples"]), options)
-    verdicts = ", ".join(f"{c.artifact_name} {c.verdict}" for c in bundle.cells)
-    host = f"{reply['hostname']} ({str(reply['node'])[:12]})"
-    return ClassRun(name, "done", f"done on {host}: {verdicts}", host=host, bundle=bundle)
+        with _stop_on_signals(on_event) if signals else nullcontext(lambda: False) as signalled:
+            run = driver(ray, loaded, files, options, on_event, lambda: stop() or signalled())
+            outcome: FleetOutcome = run.run(wanted)
+        return outcome
+    finally:
+        ray.shutdown()
+
+
+@contextmanager
+def _stop_on_signals(on_event: Callable[[str], None]) -> Iterator[Callable[[], bool]]:
+    """SIGTERM and SIGINT ask the run to stop (within a look, ``FleetOptions.poll_s``); a
+    second one interrupts at once. Main thread only (elsewhere signals are not ours)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False
+        return
+    asked: list[int] = []
+
+    def handler(signum: int, _frame: Any) -> None:
+        if asked:
+            raise KeyboardInterrupt
+        asked.append(signum)
+        on_event("stopping: every class not back ends as driver_stopped")
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield lambda: bool(asked)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

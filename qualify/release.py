@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,23 +30,32 @@ from manifest.signing import check_publishable, load_private_key, sign_encoded
 from matrix.publications import steering
 from matrix.store import Store
 from qualify.artifacts import ArtifactStore, digest_file
-from qualify.coverage import CoverageItem, ReleaseGate, coverage, release_gate
+from qualify.coverage import (
+    CoverageItem,
+    ReleaseGate,
+    coverage,
+    release_gate,
+    with_fleet_gaps,
+)
 from qualify.current import read_now
 from qualify.errors import QualifyError
 from qualify.project import LoadedProject
 from qualify.publishing import Publication, publish
+from schemas.cell import Cell, latest
 from schemas.manifest import ArtifactRef, Manifest, PreviousManifest
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 __all__ = [
+    "FLEET_LOSS_CODES",
     "MAX_VALIDITY",
     "Draft",
     "GeneratedManifest",
     "ReleaseCheck",
     "artifact_refs",
     "draft_manifest",
+    "fleet_losses",
     "generate_manifest",
     "load_published",
     "parse_duration",
@@ -537,14 +546,18 @@ def release_check(
     scope: Sequence[str],
     unserved: Sequence[str] = (),
     current: Manifest | None = None,
+    gaps: Mapping[str, str] | None = None,
 ) -> ReleaseCheck:
     """Coverage and the release gate for the classes in ``scope``, from the matrix as it is
-    (``unserved`` adds to the classes the matrix knows a fleet run found no host for).
+    (``unserved`` adds to the classes the matrix knows a fleet run found no host for; ``gaps``
+    to the classes it knows a fleet run ended without a measurement, with why).
 
     Every class is decided as ``manifest generate`` would now (nothing is written), on the same
     cells, current verdicts and artifact digests (the files' bytes now, ``qualify.current``),
     and compared with its entry in ``current`` (the published manifest a CI job fetched,
-    `load_published`), else in the newest manifest the matrix published.
+    `load_published`), else in the newest manifest the matrix published. A class whose latest
+    evidence measured nothing (a fleet gap, or only a fleet run's ``node_lost``/
+    ``fleet_timeout`` cells) has no measured decision, whatever the policy makes of it.
 
     Raises:
         ArtifactError: an artifact file cannot be read.
@@ -556,10 +569,14 @@ def release_check(
     items = [
         i for i in coverage(now.standings, budgets=budgets, unserved=lost) if i.host_class in wanted
     ]
+    fleet = {name: f"{reason}: {why}" for name, (reason, why) in db.fleet_gaps().items()}
+    fleet.update(gaps or {})
+    items = with_fleet_gaps(items, fleet)
     previous = current if current is not None else previous_manifest(db)
     decisions = decide(loaded.project, now.by_key, now.runs, previous=previous, digests=now.digests)
     entries = previous.signed.entries if previous is not None else None
-    gate = release_gate(decisions, entries, scope=list(scope))
+    unmeasured = fleet_losses(loaded, now.by_key, fleet)
+    gate = release_gate(decisions, entries, scope=list(scope), unmeasured=unmeasured)
     against = (
         f"manifest v{previous.signed.version} ({previous.signed.release})"
         if previous is not None
@@ -592,3 +609,35 @@ def load_published(
             f"{model!r}; fetch {model}'s published manifest"
         )
     return found
+
+
+FLEET_LOSS_CODES = frozenset({"node_lost", "fleet_timeout", "host_failed", "bundle_unreadable"})
+"""Reasons of error cells that say a fleet run measured nothing (its host was lost, it ran out
+of time, qualify failed there, its result was unreadable), not that the artifact failed."""
+
+
+def fleet_losses(
+    loaded: LoadedProject,
+    by_key: Mapping[tuple[str, str, str], Sequence[Cell]],
+    gaps: Mapping[str, str],
+) -> dict[str, str]:
+    """Per class of the project whose latest evidence measured nothing: a fleet gap newer than
+    its cells (``gaps``), or a latest run whose every cell is an error for a fleet loss
+    (`FLEET_LOSS_CODES`); why, in words. ``by_key``: the decision cells by class key."""
+    losses: dict[str, str] = {}
+    for name, host_class in loaded.project.host_classes.items():
+        if name in gaps:
+            losses[name] = f"the latest fleet run ended it without a measurement ({gaps[name]})"
+            continue
+        mine = by_key.get(host_class.key.as_tuple(), [])
+        newest = latest(mine)
+        if newest is None:
+            continue
+        run = [c for c in mine if c.run_id == newest.run_id]
+        codes = {r.code for c in run for r in c.reasons}
+        if all(c.verdict == "error" for c in run) and codes and codes <= FLEET_LOSS_CODES:
+            losses[name] = (
+                f"its latest run ({newest.run_id}) measured nothing: "
+                + "; ".join(sorted({r.message for c in run for r in c.reasons}))[:300]
+            )
+    return losses

@@ -54,7 +54,12 @@ REASONS: dict[str, str] = {
     # How a class's run on a fleet host ended without a result (qualify.fleet).
     "node_lost": "the fleet host measuring the class left the cluster (died or was stopped) "
     "before its run came back",
-    "fleet_timeout": "the class's run on a fleet host exceeded qualify fleet run's time limit",
+    "fleet_timeout": "the class's run on a fleet host measured past qualify fleet run's time "
+    "limit (--timeout), or the run's deadline (--deadline) passed while it measured",
+    "host_failed": "qualify failed on the fleet host before the class's run came back (the "
+    "message says what it raised)",
+    "bundle_unreadable": "the class's run came back from its fleet host in a form this qualify "
+    "cannot read (a host running another qualify version, or damaged on the way)",
     # The decision policy (manifest.policy).
     "candidate_passed": "the candidate passed every gate on this class's exact key",
     "candidate_not_chosen": "the candidate passed, but another one has a lower p99 upper bound",
@@ -110,6 +115,8 @@ RUN_ERROR_CODES: tuple[str, ...] = (
     "crashed",
     "node_lost",
     "fleet_timeout",
+    "host_failed",
+    "bundle_unreadable",
 )
 """How a measuring process (or, on the fleet, its host) can end without a measurement: a
 cell's, never a manifest's."""

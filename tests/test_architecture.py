@@ -27,7 +27,7 @@ CONFINED = {
     "duckdb": ("matrix/",),
     "onnxruntime": ("qualify/worker.py", "qualify/convert.py"),
     "jinja2": ("reports/",),
-    "ray": ("qualify/fleet.py",),
+    "ray": ("qualify/fleet.py", "qualify/fleet_driver.py", "qualify/fleet_host.py"),
     "pandas": ("qualify/reader.py",),
 }
 HEAVY = ("pydantic", "duckdb", "pandas", "pyarrow", "onnxruntime", "jinja2", "click")

@@ -89,9 +89,12 @@ def loosen_slowdown(project: Path) -> None:
     project.write_text(loosened)
 
 
-def run_qualify(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """``python -m qualify ARGS`` in a real subprocess, as a user's shell would run it."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def run_qualify(
+    *args: str, cwd: Path, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m qualify ARGS`` in a real subprocess, as a user's shell would run it (in
+    ``env``, default this process's environment)."""
+    env = dict(os.environ if env is None else env, PYTHONPATH=str(ROOT))
     return subprocess.run(
         [sys.executable, "-m", "qualify", *args],
         capture_output=True,

@@ -238,10 +238,7 @@ def only_here(project: Path) -> None:
 def test_the_recipe_with_ray_catches_a_regression_from_the_published_manifest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from qualify.fingerprint import take_fingerprint
-    from qualify.fleet import node_offer
-    from qualify.runner import probe_runtime
-    from tests.qualify.test_fleet import _Fleet
+    from tests.qualify.fleet_cluster import Fleet, labels_for
 
     manifest, pub = published_release(tmp_path / "release")
     repository = tmp_path / "repository"
@@ -251,8 +248,7 @@ def test_the_recipe_with_ray_catches_a_regression_from_the_published_manifest(
     text = project.read_text()
     project.write_text(text.replace("budgets: {p99_ms: 50, ", "budgets: {p99_ms: 0.0001, ", 1))
     shutil.copy2(pub, repository / "release.pub")
-    labels = node_offer(load_project(project), take_fingerprint(probe_runtime)).labels
-    cluster = _Fleet({"node-a": ["here-cpu"]}, labels)
+    cluster = Fleet({"node-a": ["here-cpu"]}, labels_for(load_project(project)))
     try:
         runner = Runner(
             repository=repository,

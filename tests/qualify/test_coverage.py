@@ -156,11 +156,18 @@ def test_junit_and_markdown_carry_the_reasons_and_survive_hostile_names() -> Non
     assert cases[("arm-new", base)].find("error") is not None  # never run is an error
     assert cases[("arm-old", base)].find("error") is not None  # so is an error cell
     assert cases[(hostile, "rec-int8")].find("failure") is None
+    # errors (nothing measured) and failures (measured, not good enough) are counted apart
     assert int(root.get("failures") or 0) == sum(
-        1
-        for c in root.iter("testcase")
-        if c.find("failure") is not None or c.find("error") is not None
+        1 for c in root.iter("testcase") if c.find("failure") is not None
     )
+    assert int(root.get("errors") or 0) == sum(
+        1 for c in root.iter("testcase") if c.find("error") is not None
+    )
+    assert int(root.get("errors") or 0) > 0 and int(root.get("failures") or 0) > 0
+    for suite in root.iter("testsuite"):
+        marks = [e.tag for c in suite.iter("testcase") for e in c]
+        assert int(suite.get("errors") or 0) == marks.count("error")
+        assert int(suite.get("failures") or 0) == marks.count("failure")
     md = summary_markdown(items, gate, title="t | <b>")
     assert "t \\| \\<b\\>" in md
     table = [line for line in md.splitlines() if line.startswith("| x86-vnni")]
@@ -227,4 +234,5 @@ def test_matrix_gate_blocks_a_release_with_a_class_never_measured(tmp_path: Path
     assert result.exit_code == 3, result.output
     assert "here-cpu: no decision" in result.output
     root = ElementTree.parse(junit).getroot()
-    assert root.get("failures") == "2"  # the baseline never run, and the class's decision
+    # the baseline never run is an error, the class's decision a failure
+    assert (root.get("errors"), root.get("failures")) == ("1", "1")
