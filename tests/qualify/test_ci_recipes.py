@@ -248,7 +248,13 @@ def test_the_recipe_with_ray_catches_a_regression_from_the_published_manifest(
     text = project.read_text()
     project.write_text(text.replace("budgets: {p99_ms: 50, ", "budgets: {p99_ms: 0.0001, ", 1))
     shutil.copy2(pub, repository / "release.pub")
-    cluster = Fleet({"node-a": ["here-cpu"]}, labels_for(load_project(project)))
+    nodes_tmp = tmp_path / "nodes-tmp"  # the fleet task's work folder, not the machine's /tmp
+    nodes_tmp.mkdir()
+    cluster = Fleet(
+        {"node-a": ["here-cpu"]},
+        labels_for(load_project(project)),
+        env={"node-a": {"TMPDIR": str(nodes_tmp)}},
+    )
     try:
         runner = Runner(
             repository=repository,
