@@ -306,12 +306,21 @@ def _evidence_text(e: Evidence) -> str:
     return (
         f'{{"artifact_digest":{_q(e.artifact_digest)},"artifact_name":{_q(e.artifact_name)},'
         f'"batch_size":{batch},"cold_init_us":{cold},"concurrency":{concurrency},'
-        f'"emulated":{_bool(e.emulated)},"fallback_nodes":{fallback},'
+        f'"emulated":{_bool(e.emulated)},{_emulated_numerics(e)}"fallback_nodes":{fallback},'
         f'"isa_mismatch":[{",".join(map(_q, e.isa_mismatch))}],'
         f'"measured_at":{_q(e.measured_at)},"p99_budget_us":{budget},"p99_upper_us":{upper},'
         f'"p99_us":{p99},"parity":{parity_text},"peak_rss_kb":{rss},"role":{_q(e.role)},'
         f'"run_id":{_q(e.run_id)},"samples":{samples},"verdict":{_q(e.verdict)}}}'
     )
+
+
+def _emulated_numerics(e: Evidence) -> str:
+    """The ``emulated_numerics`` member and its comma, or nothing: it is absent, not null, for
+    evidence computed natively (as `schemas.manifest.Evidence` dumps it)."""
+    n = e.emulated_numerics
+    if n is None:
+        return ""
+    return f'"emulated_numerics":{{"arch":{_q(n.arch)},"cpu":{_q(n.cpu)},"qemu":{_q(n.qemu)}}},'
 
 
 def _int(value: int | None) -> str:

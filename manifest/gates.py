@@ -101,7 +101,7 @@ def _parity(cell: Cell, host_class: HostClass) -> Finding:
     if cell.role != "candidate":
         return _OFF
     if cell.parity is None:
-        known = tuple(r for r in cell.reasons if r.code == "baseline_failed")
+        known = tuple(r for r in cell.reasons if r.code in ("baseline_failed", "emulation_failed"))
         if known:
             return Finding("undecided", known)
         return _undecided("baseline_failed", "no parity evidence against the baseline")
@@ -345,7 +345,7 @@ GATES: tuple[Gate, ...] = (
         "a candidate's outputs agree with the baseline's within its precision's tolerance",
         "parity (per output: the task-level agreement parity.post asks for first, then the "
         "tightest limits that would pass and what they were taken over)",
-        ("parity_failed", "baseline_failed"),
+        ("parity_failed", "baseline_failed", "emulation_failed"),
         _parity,
     ),
     Gate(

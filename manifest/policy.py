@@ -11,9 +11,10 @@ The rule, per host class of the project (classes of other keys in the cells are 
   under the class's current settings is used; if every cell of that digest is stale, the latest
   stale one is reported as ``stale``.
 * A candidate qualifies only if that cell is not stale; is not emulated (unless the policy
-  allows it); has runner verdict ``pass``; has parity that passed against *this* baseline's
-  digest and still holds under the project's current tolerance; passes ``gates.judge`` under the
-  current budgets (p99 upper bound within budget, ``insufficient`` is not a pass; expected
+  allows it: ``allow_emulated: true``); did not compute its parity on an emulated CPU (unless
+  ``allow_emulated`` is ``'parity'`` or ``true``); has runner verdict ``pass``; has parity that
+  passed against *this* baseline's digest and still holds under the project's current
+  tolerance; passes ``gates.judge`` under the current budgets (p99 upper bound within budget, ``insufficient`` is not a pass; expected
   provider executed and fallback within the allowance; peak memory and cold init within budget);
   has peak memory and cold init measured where the class has a budget; and the class's rollback
   artifact was shown to load by the latest current evidence on the key.
@@ -54,6 +55,7 @@ from manifest.verdict import CurrentVerdict, Judge, Standing, pick
 from schemas.cell import Cell, Reason, RunRecord, recency
 from schemas.manifest import (
     ClassDecision,
+    EmulatedNumerics,
     Evidence,
     Manifest,
     OutputParitySummary,
@@ -335,6 +337,7 @@ def _evidence(cell: Cell, now: CurrentVerdict, cls: HostClass, emulated: bool) -
             "measured_at": _time(cell.measured_at),
             "emulated": emulated,
             "isa_mismatch": list(cell.isa_mismatch),
+            "emulated_numerics": _emulated_numerics(cell),
             "p99_us": None if gate is None else _us(gate.p99_ms),
             "p99_upper_us": None if gate is None else _us(gate.p99_upper_ms),
             "p99_budget_us": round(cls.budgets.p99_ms * 1000),
@@ -369,6 +372,14 @@ def _evidence(cell: Cell, now: CurrentVerdict, cls: HostClass, emulated: bool) -
     )
 
 
+def _emulated_numerics(cell: Cell) -> EmulatedNumerics | None:
+    """The evidence's note that its parity came from an emulated CPU of the class's ISA."""
+    n = cell.numerics
+    if n is None or n.source != "emulated" or n.cpu is None or n.qemu is None:
+        return None
+    return EmulatedNumerics.trusted({"cpu": n.cpu, "arch": n.arch, "qemu": n.qemu})
+
+
 def _candidate_reasons(
     cell: Cell,
     now: CurrentVerdict,
@@ -385,10 +396,23 @@ def _candidate_reasons(
     run = runs.get(cell.run_id)
     if run is None:
         found.append(Reason.of(code="run_missing", message=f"run {cell.run_id} was not supplied"))
-    if _emulated(cell, runs) and not project.policy.allow_emulated:
+    if _emulated(cell, runs) and not project.policy.emulated_hosts_qualify:
         found.append(
             Reason.of(
                 code="emulated", message=f"run {cell.run_id} ran on a host that does not match"
+            )
+        )
+    numerics = cell.numerics
+    if (
+        numerics is not None
+        and numerics.source == "emulated"
+        and not project.policy.emulated_numerics_qualify
+    ):
+        found.append(
+            Reason.of(
+                code="emulated_numerics",
+                message=f"run {cell.run_id} computed its parity on an emulated {numerics.cpu} "
+                "(policy.allow_emulated 'parity' or true accepts that)",
             )
         )
     if run is not None and run.host_busy and project.policy.busy_host == "refuse":
@@ -532,7 +556,7 @@ def _decide_class(
         key_runs,
         runs,
         current,
-        policy.allow_emulated,
+        policy.emulated_hosts_qualify,
     )
     key_text = "(" + ", ".join(cls.key.as_tuple()) + ")"
     reasons: list[Reason] = []
@@ -636,7 +660,7 @@ def _decide_class(
     why = f"no candidate qualified ({', '.join(failed_codes)})" if failed_codes else "no candidate"
     base_now = judge_.verdict(base, name=name) if base is not None else None
     standing = Standing(name, baseline_label, "baseline", baseline_digest, base, base_now)
-    unusable = _unusable(standing, policy.allow_emulated, runs)
+    unusable = _unusable(standing, policy.emulated_hosts_qualify, runs)
 
     def base_evidence() -> Evidence | None:
         return _standing_evidence(standing, cls, runs)

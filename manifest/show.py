@@ -13,6 +13,14 @@ from schemas.manifest import Manifest
 __all__ = ["render_manifest"]
 
 
+_EMULATED = {
+    True: "allowed",
+    "parity": "ignored but for parity on an emulated CPU of the class's ISA",
+    False: "ignored",
+}
+"""How ``policy.allow_emulated`` reads in a manifest's header line."""
+
+
 def render_manifest(manifest: Manifest) -> str:
     """A manifest for people: header, then one line per class with its decision and why."""
     s = manifest.signed
@@ -20,7 +28,7 @@ def render_manifest(manifest: Manifest) -> str:
         f"{s.model} release {s.release}, version {s.version}, created {s.created}, "
         f"expires {s.expires}, snapshot {s.snapshot}",
         f"policy: unknown classes -> {s.policy.unknown_class}, emulated cells "
-        f"{'allowed' if s.policy.allow_emulated else 'ignored'}, choose {s.policy.choose}",
+        f"{_EMULATED[s.policy.allow_emulated]}, choose {s.policy.choose}",
         f"signatures: {', '.join(sig.keyid[:16] for sig in manifest.signatures) or 'UNSIGNED'}",
     ]
     for name in sorted(s.entries):

@@ -24,11 +24,12 @@ if TYPE_CHECKING:
 
 __all__ = ["FeedJob", "JobError", "JobMode", "ProviderJob", "WorkerJob", "job_for"]
 
-JobMode = Literal["full", "serve", "check"]
+JobMode = Literal["full", "serve", "check", "parity"]
 """``full``: measure everything in one go; ``serve``: prepare, then answer interleaved rounds;
-``check``: only prove the artifact loads (the rollback check)."""
+``check``: only prove the artifact loads (the rollback check); ``parity``: only the parity
+outputs (the pass on an emulated CPU, `qualify.emulators`)."""
 
-_MODES = ("full", "serve", "check")
+_MODES = ("full", "serve", "check", "parity")
 
 
 class JobError(ValueError):

@@ -41,13 +41,15 @@ from qualify.ab import (
     slowdowns,
 )
 from qualify.artifacts import ArtifactStore
+from qualify.emulators import Emulators, plan_numerics
 from qualify.errors import ArtifactError, HostMismatchError, ProjectError
-from qualify.fingerprint import class_cpus, class_mismatches, isa_mismatch, take_fingerprint
+from qualify.fingerprint import class_cpus, class_mismatches, take_fingerprint
 from qualify.graph import read_signature
 from qualify.hostlock import DEFAULT_WAIT_S, lock_wait_message, measuring_alone
 from qualify.job import WorkerJob, job_for
+from qualify.numerics import Outputs, RunNumerics
 from qualify.openloop import open_loop
-from qualify.parity import OutputRole, Rows, compare_outputs, output_roles, unpack
+from qualify.parity import OutputRole, compare_outputs, output_roles, unpack
 from qualify.project import LoadedProject
 from qualify.project_view import record_view
 from qualify.release import previous_manifest
@@ -55,6 +57,7 @@ from qualify.runner import SUBPROCESSES, RoundWorker, WorkerOutcome, Workers
 from qualify.runtime_log import merge
 from qualify.soak import soak
 from qualify.stats import percentiles
+from qualify.sysroot import emulator_dirs
 from qualify.workload import build_pool
 from schemas.atomic import remove_leftovers, temp_prefix
 from schemas.base import Precision, Role
@@ -122,6 +125,9 @@ class RunOptions:
     open_loop: bool = False
     """Search the highest request rate (``--open-loop``) even where ``workload.open_loop`` is
     unset (then with its defaults)."""
+    emulators: Emulators | None = None
+    """Where ``--emulate`` finds QEMU and prepared runtimes; None: PATH, then beside the matrix
+    and the user's cache (`qualify.sysroot.emulator_dirs`)."""
 
 
 @dataclass
@@ -547,17 +553,6 @@ def placement_from(outcome: WorkerOutcome) -> Placement | None:
     return Placement(**doc, warnings=warnings, kernel_ms_per_provider=kernel)
 
 
-@dataclass
-class _Reference:
-    """What candidates' parity is judged against: the baseline's outputs (or why there are
-    none) and what each output is (`qualify.parity.output_roles`)."""
-
-    digest: str
-    roles: dict[str, OutputRole]
-    outputs: dict[str, Rows] | None = None
-    error: str | None = None
-
-
 def roles_of(baseline: Path, workload: Workload) -> dict[str, OutputRole]:
     """Each output's batch axis and kind, from the baseline's graph (its declared dims) and the
     workload; from the workload alone when the graph cannot be read."""
@@ -572,28 +567,33 @@ def roles_of(baseline: Path, workload: Workload) -> dict[str, OutputRole]:
     )
 
 
-def _parity(
-    reference: _Reference, outputs_path: Path, project: Project, precision: Precision
-) -> tuple[ParityResult | None, list[Reason]]:
-    """A candidate's parity against the baseline's outputs, or why it cannot be judged."""
-    if reference.outputs is not None and outputs_path.exists():
-        with np.load(outputs_path) as saved:
-            mine = unpack(dict(saved))
-        names = [*reference.outputs, *mine]
-        parity = compare_outputs(
-            reference.outputs,
+def _load_outputs(path: Path) -> Outputs | None:
+    """The outputs a measuring child saved there, as samples per output; None if it saved
+    none."""
+    if not path.exists():
+        return None
+    with np.load(path) as saved:
+        return unpack(dict(saved))
+
+
+def _comparer(
+    project: Project, roles: dict[str, OutputRole], digest: str, precision: Precision
+) -> Callable[[Outputs, Outputs], ParityResult]:
+    """How a candidate's outputs are compared with the baseline's (on whichever CPU both were
+    computed): the precision's tolerance, each output's role, the tasks parity.post asks for."""
+
+    def compare(reference: Outputs, mine: Outputs) -> ParityResult:
+        names = [*reference, *mine]
+        return compare_outputs(
+            reference,
             mine,
             project.tolerance(precision),
-            reference_digest=reference.digest,
-            roles=reference.roles,
+            reference_digest=digest,
+            roles=roles,
             tasks={n: t for n in names if (t := project.parity.task(n)) is not None},
         )
-        return parity, []
-    why = Reason(
-        code="baseline_failed",
-        message=f"the baseline could not be run ({reference.error}), so parity could not be judged",
-    )
-    return None, [why]
+
+    return compare
 
 
 def _repeated_text(text: str, n: int) -> pa.Array:
@@ -772,20 +772,28 @@ def qualify_run(
     )
     held = contextlib.ExitStack()
     try:
+        plan = plan_numerics(
+            fp,
+            host_class,
+            class_name,
+            options.emulate,
+            options.emulators or Emulators(runtime_dirs=emulator_dirs(db_dir)),
+            work_root,
+        )
+        if plan.source != "native" or plan.note:
+            on_event(plan.line)
         if options.measure_alone:  # the workers' whole lives: init, rounds, profile, rollback
             held.enter_context(measuring_alone(wait_s=options.host_lock_wait_s, on_wait=waits))
         inputs_path = work_root / "inputs.npz"
         np.savez(inputs_path, allow_pickle=False, **pool)
-        reference = _Reference(digest=stored[0][1], roles=roles_of(stored[0][2], wl))
+        roles = roles_of(stored[0][2], wl)
+        numerics = RunNumerics(plan, load=_load_outputs)
         configs = [
             LatencyConfig(b, c, dims_text(dims))
             for dims in wl.dim_points
             for b in wl.batch_sizes
             for c in wl.concurrency
         ]
-        numerics_from = isa_mismatch(fp, host_class)
-        if numerics_from:
-            on_event("numerics from another ISA: " + "; ".join(numerics_from))
         outcomes = _interleaved_outcomes(
             stored,
             configs,
@@ -801,6 +809,13 @@ def qualify_run(
             options.soak_s,
             wl.open_loop or (OpenLoop() if options.open_loop else None),
         )
+        numerics.run_passes(
+            _parity_jobs(stored, outcomes.outcomes, host_class, loaded, inputs_path, work_root, fp),
+            timeout_s=host_class.budgets.timeout_s,
+            parallel=len(fp.affinity) or fp.cores,
+            run=workers.emulated,
+            on_event=on_event,
+        )
         confidence = comparison_confidence(wl.confidence, len(configs))
         for index, (spec, digest, _) in enumerate(stored):
             role: Role = "baseline" if index == 0 else "candidate"
@@ -812,15 +827,16 @@ def qualify_run(
                 reasons.append(Reason(code=outcome.error_code, message=outcome.error_message or ""))
             parity = None
             outputs_path = work / "outputs.npz"
+            record = plan.numerics()
             if role == "baseline":
-                if outcome.error_code is None and outputs_path.exists():
-                    with np.load(outputs_path) as saved:
-                        reference.outputs = unpack(dict(saved))
-                else:
-                    reference.error = outcome.error_message
+                record = numerics.baseline(outcome, outputs_path)
             elif outcome.error_code is None:
-                parity, missing = _parity(reference, outputs_path, project, spec.precision)
-                reasons.extend(missing)
+                compare = _comparer(project, roles, stored[0][1], spec.precision)
+                found = numerics.candidate(index, outputs_path, compare, spec.label)
+                parity, record = found.parity, found.numerics
+                reasons.extend(found.reasons)
+                if found.said:
+                    on_event(found.said)
             cell = Cell(
                 run_id=run_id,
                 host_class=class_name,
@@ -833,7 +849,8 @@ def qualify_run(
                 reasons=reasons,
                 emulated=emulated,
                 isa=fp.isa,
-                isa_mismatch=numerics_from,
+                isa_mismatch=plan.isa_mismatch,
+                numerics=record,
                 measured_at=now(),
                 settings_digest=settings,
                 runtime_version=outcome.result.get("runtime_version") or fp.runtime.version,
@@ -961,6 +978,40 @@ def _line_of(bundle: Path) -> str | None:
         return read_run(bundle).run.model
     except MatrixError:
         return None
+
+
+def _parity_jobs(
+    stored: list[tuple[ArtifactSpec, str, Path]],
+    outcomes: list[WorkerOutcome],
+    host_class: HostClass,
+    loaded: LoadedProject,
+    inputs_path: Path,
+    work_root: Path,
+    fp: Fingerprint,
+) -> list[tuple[WorkerJob, Path] | None]:
+    """Each artifact's ``parity`` job for the emulated CPU, in ``a<i>/emulated``; None for one
+    that failed natively (the same model and inputs ran there within the class's limits first:
+    QEMU does not enforce the address-space limit)."""
+    jobs: list[tuple[WorkerJob, Path] | None] = []
+    for index, ((_, digest, path), outcome) in enumerate(zip(stored, outcomes, strict=True)):
+        if outcome.error_code is not None:
+            jobs.append(None)
+            continue
+        work = work_root / f"a{index}" / "emulated"
+        work.mkdir(parents=True, exist_ok=True)
+        job = job_for(
+            artifact_path=path,
+            digest=digest,
+            host_class=host_class,
+            workload=loaded.project.workload,
+            root=loaded.root,
+            cpus=class_cpus(fp, host_class)[0],
+            inputs_path=inputs_path,
+            work=work,
+            mode="parity",
+        )
+        jobs.append((job, work))
+    return jobs
 
 
 def _rollback_target(

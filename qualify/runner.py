@@ -34,6 +34,7 @@ from schemas.cell import PeakRssSource
 __all__ = [
     "CHILD_MODULES",
     "SUBPROCESSES",
+    "Launch",
     "RoundWorker",
     "ServedWorker",
     "WorkerOutcome",
@@ -155,7 +156,18 @@ def _bytecode_current(cached: Path, source: Path) -> bool:
     )
 
 
-def _child_env(tag: str | None = None) -> dict[str, str]:
+@dataclass(frozen=True)
+class Launch:
+    """How a child starts when not as ``python -m qualify.worker`` on this interpreter: the
+    parity pass under an emulated CPU (`qualify.emulators`)."""
+
+    argv: tuple[str, ...]
+    """The command before the job file's path (it ends ``-m qualify.worker``)."""
+    env: dict[str, str | None]
+    """Changes to the child's environment: a value sets the variable, None removes it."""
+
+
+def _child_env(tag: str | None = None, launch: Launch | None = None) -> dict[str, str]:
     cache_child_bytecode()
     env = dict(os.environ)
     if tag is not None:
@@ -165,6 +177,11 @@ def _child_env(tag: str | None = None) -> dict[str, str]:
         root + os.pathsep + env.get("PYTHONPATH", "") if env.get("PYTHONPATH") else root
     )
     env.setdefault("PYTHONHASHSEED", "0")
+    for name, value in (launch.env if launch is not None else {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     return env
 
 
@@ -267,6 +284,7 @@ def _spawn(
     job: WorkerJob | FeedJob,
     workdir: Path,
     pass_fds: tuple[int, ...] = (),
+    launch: Launch | None = None,
 ) -> tuple[subprocess.Popen[bytes], Any, float]:
     workdir.mkdir(parents=True, exist_ok=True)
     job = dataclasses.replace(job, result_path=str(workdir / "result.json"), parent_pid=os.getpid())
@@ -277,12 +295,13 @@ def _spawn(
     tag = contain.new_tag()
     started = time.monotonic()
     with out_path.open("wb") as out, err_path.open("wb") as err:
+        head = launch.argv if launch is not None else (sys.executable, "-m", "qualify.worker")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "qualify.worker", *feed, str(job_path)],
+            [*head, *feed, str(job_path)],
             stdin=subprocess.DEVNULL,  # the child's channel is its own pipe, never stdin
             stdout=out,
             stderr=err,
-            env=_child_env(tag),
+            env=_child_env(tag, launch),
             start_new_session=True,  # its own process group and session: see qualify.contain
             pass_fds=pass_fds,
         )
@@ -483,6 +502,7 @@ def run_worker(
     *,
     timeout_s: float,
     on_start: Callable[[int], None] | None = None,
+    launch: Launch | None = None,
 ) -> WorkerOutcome:
     """Run one job in a fresh ``python -m qualify.worker`` and wait for it.
 
@@ -491,11 +511,12 @@ def run_worker(
         workdir: a private directory for the job, result and child output files.
         timeout_s: wall-clock limit; the child's whole process group is killed past it.
         on_start: called with the child's pid once started (tests use it to inject faults).
+        launch: start it this way instead (under QEMU); None: this interpreter.
 
     Returns:
         The outcome; never raises for anything the child did.
     """
-    proc, job, started = _spawn(job, workdir)
+    proc, job, started = _spawn(job, workdir, launch=launch)
     if on_start is not None:
         on_start(proc.pid)
     ended = _reap(proc, started + timeout_s, result_path=job.result_path)
@@ -682,6 +703,9 @@ class Workers:
     """``run(job, workdir, *, timeout_s)``: one job to its end (the rollback check)."""
     probe: Callable[[], dict[str, Any]]
     """The host's onnxruntime identity (`probe_runtime`)."""
+    emulated: Callable[..., WorkerOutcome] = run_worker
+    """``emulated(job, workdir, *, timeout_s, launch)``: a parity pass under QEMU
+    (`qualify.emulators`); tests hand a scripted one to drive its outcomes without QEMU."""
 
 
 SUBPROCESSES = Workers(serve=ServedWorker, run=run_worker, probe=probe_runtime)

@@ -934,7 +934,8 @@ def _save_parity_outputs(
 
 
 def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
-    """Digest check, cold init, placement, warm init and parity outputs; None in check mode."""
+    """Digest check, cold init, placement, warm init and parity outputs; None in check mode
+    and in parity mode (which saves the parity outputs and nothing more)."""
     _place_on_cores(job, result)
     t_numpy = time.perf_counter_ns()
     import numpy as np
@@ -990,6 +991,9 @@ def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
         except Exception as exc:  # then placement stays unknown, and the verdict says so
             result["warnings"].append(f"placement from the profiler failed: {exc}")
     if job.mode == "check":
+        return None
+    if job.mode == "parity":  # under an emulated CPU: its timings are QEMU's, not the class's
+        _save_parity_outputs(_recurrent(session, job), job, model_feed, post)
         return None
 
     # Warm init: a second session in the same process. A host never holds two, so the peak

@@ -25,6 +25,8 @@ __all__ = [
     "LatencyConfig",
     "LatencyResult",
     "LoggedWarning",
+    "Numerics",
+    "NumericsSource",
     "OpenLoopResult",
     "OutputParity",
     "ParityResult",
@@ -489,6 +491,53 @@ class ParityResult(Document):
     outputs: list[OutputParity] = Field(description="Per-output results.")
 
 
+NumericsSource = Literal["native", "emulated", "other_isa"]
+"""How a cell's parity outputs were computed (`Numerics`)."""
+
+
+class Numerics(Document):
+    """How a cell's parity outputs were computed: on the measuring host's own CPU, or under
+    QEMU user-mode emulation on a CPU of the class's instruction set."""
+
+    source: NumericsSource = Field(
+        description="native: on the measuring host's CPU, whose ISA is the class's; emulated: "
+        "under QEMU on 'cpu', a CPU of the class's ISA, so by the kernels onnxruntime picks for "
+        "it; other_isa: on the measuring host's CPU, whose ISA is not the class's (isa_mismatch "
+        "says how)."
+    )
+    arch: str = Field(description="The architecture whose kernels computed them.")
+    cpu: str | None = Field(
+        default=None, description="The emulated CPU model (QEMU's name); null when not emulated."
+    )
+    qemu: str | None = Field(
+        default=None, description="The QEMU version that emulated it; null when not emulated."
+    )
+    runtime_version: str | None = Field(
+        default=None,
+        description="The onnxruntime version that computed them under emulation (for another "
+        "architecture, that of its prepared runtime); null when not emulated.",
+    )
+    note: str | None = Field(
+        default=None,
+        description="Why the class's numerics were not emulated although --emulate asked (no "
+        "emulated CPU for its ISA, QEMU or the prepared runtime missing), or what failed under "
+        "emulation; null otherwise.",
+    )
+    native_max_abs: dict[str, float] | None = Field(
+        default=None,
+        description="For a candidate whose numerics were emulated: the largest |candidate - "
+        "baseline| per output when both ran natively on the measuring host in the same run "
+        "(that host's numerics), beside the emulated figures in 'parity'; null otherwise.",
+    )
+
+    @property
+    def label(self) -> str:
+        """``emulated neoverse-n1 (QEMU 7.2.22)``, ``native`` or ``other ISA``."""
+        if self.source == "emulated":
+            return f"emulated {self.cpu} (QEMU {self.qemu})"
+        return "other ISA" if self.source == "other_isa" else "native"
+
+
 class RollbackCheck(Document):
     """Whether the class's rollback artifact loads and runs under this runtime."""
 
@@ -519,6 +568,12 @@ class Cell(Document):
         default_factory=list,
         description="How that ISA differs from what the class's hosts have (a required feature "
         "missing, another architecture): non-empty means numerics from another ISA.",
+    )
+    numerics: Numerics | None = Field(
+        default=None,
+        description="How its parity outputs were computed (natively, or on an emulated CPU of "
+        "the class's ISA); null in cells older than this field, which read as native unless "
+        "isa_mismatch says another ISA.",
     )
     measured_at: datetime = Field(description="When the artifact's subprocess finished (UTC).")
     settings_digest: str = Field(description="Digest of the class's runtime and provider settings.")

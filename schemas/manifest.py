@@ -12,9 +12,15 @@ with ``format(x, ".6e")``, times ``YYYY-MM-DDTHH:MM:SSZ`` strings.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from schemas.base import Digest, Document, Role, Verdict
 from schemas.cell import Reason
@@ -33,6 +39,7 @@ __all__ = [
     "ClassDocument",
     "ClassDocumentSigned",
     "Decision",
+    "EmulatedNumerics",
     "Evidence",
     "Manifest",
     "ManifestArtifact",
@@ -93,6 +100,14 @@ class ParitySummary(Document):
     outputs: dict[str, OutputParitySummary] = Field(description="Per output, by name.")
 
 
+class EmulatedNumerics(Document):
+    """Parity computed under QEMU on an emulated CPU of the class's own ISA."""
+
+    cpu: str = Field(description="The emulated CPU model (QEMU's name), e.g. neoverse-n1.")
+    arch: str = Field(description="Its architecture, e.g. aarch64.")
+    qemu: str = Field(description="The QEMU version that emulated it.")
+
+
 class Evidence(Document):
     """The cell a decision rests on, in integers and strings only."""
 
@@ -112,6 +127,12 @@ class Evidence(Document):
         description="Numerics from another ISA: how the measuring host's ISA differs from the "
         "class's (empty: the same).",
     )
+    emulated_numerics: EmulatedNumerics | None = Field(
+        default=None,
+        description="Present when the parity was computed under QEMU on an emulated CPU of the "
+        "class's ISA (numerics of this ISA, emulated); absent when computed on the measuring "
+        "host's own CPU (then isa_mismatch says whether its ISA was the class's).",
+    )
     p99_us: int | None = Field(
         description="p99 point estimate of the gating latency config, integer microseconds."
     )
@@ -128,6 +149,15 @@ class Evidence(Document):
     peak_rss_kb: int | None = Field(description="Peak RSS of the subprocess, KiB.")
     cold_init_us: int | None = Field(description="Cold init, microseconds.")
     parity: ParitySummary | None = Field(description="Parity summary; null for the baseline.")
+
+    @model_serializer(mode="wrap")
+    def _absent_when_native(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Absent rather than null: manifests of natively measured evidence keep the bytes they
+        # had before the field existed (the builder writes the same, `manifest.build`).
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("emulated_numerics", 0) is None:
+            del dumped["emulated_numerics"]
+        return dumped
 
 
 class ClassDecision(Document):

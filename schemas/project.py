@@ -18,6 +18,7 @@ from pydantic import AfterValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from schemas.base import NAME_RE, NAME_RULE, Document, Name, Precision
+from schemas.emulation import CPU_MODELS, NATIVE, EmulatedCpu
 from schemas.rules import batched_on, merge_tolerance, sample_at
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "ArtifactSpec",
     "Artifacts",
     "Budgets",
+    "Emulation",
     "HostClass",
     "HostClassKey",
     "InputSpec",
@@ -669,8 +671,14 @@ class Policy(_ProjectDocument):
     unknown_class: Literal["baseline", "hold"] = Field(
         default="hold", description="What a class with no evidence gets."
     )
-    allow_emulated: bool = Field(
-        default=False, description="Whether emulated cells may qualify a candidate."
+    allow_emulated: bool | Literal["parity"] = Field(
+        default=False,
+        description="Which emulated evidence may qualify a candidate. false: none (neither a "
+        "cell measured on a host outside the class nor parity computed on an emulated CPU); "
+        "'parity': parity computed under QEMU on a CPU of the class's own ISA counts as the "
+        "class's, while latency, memory and init must still come from a host of the class; "
+        "true: any (also figures measured on a host outside the class, and numerics of another "
+        "ISA).",
     )
     failing_baseline: Literal["hold", "baseline"] = Field(
         default="hold",
@@ -688,6 +696,17 @@ class Policy(_ProjectDocument):
         default="lowest_p99_upper",
         description="How to choose among several passing candidates.",
     )
+
+    @property
+    def emulated_hosts_qualify(self) -> bool:
+        """Whether a cell measured on a host outside its class may qualify (``true`` only)."""
+        return self.allow_emulated is True
+
+    @property
+    def emulated_numerics_qualify(self) -> bool:
+        """Whether parity computed on an emulated CPU of the class's ISA may qualify
+        (``true`` or ``'parity'``)."""
+        return self.allow_emulated is not False
 
 
 class HostClassKey(_ProjectDocument):
@@ -897,6 +916,17 @@ class Budgets(_ProjectDocument):
     )
 
 
+class Emulation(_ProjectDocument):
+    """How ``qualify run --emulate`` computes this class's numerics (parity outputs)."""
+
+    cpu: EmulatedCpu | Literal["native"] = Field(
+        description="The QEMU CPU model whose kernels compute the parity outputs: Nehalem, "
+        "SandyBridge, Haswell (x86_64); cortex-a72, neoverse-n1 (aarch64); or 'native' to "
+        "compute them on the measuring host's own CPU. Without an emulation section the model "
+        "comes from the match rules (README: Numerics of hosts you do not have)."
+    )
+
+
 class HostClass(_ProjectDocument):
     """A named cohort of hosts."""
 
@@ -907,6 +937,32 @@ class HostClass(_ProjectDocument):
         default_factory=ProviderSpec, description="Providers and options."
     )
     budgets: Budgets = Field(description="Budgets a candidate must meet.")
+    emulation: Emulation | None = Field(
+        default=None,
+        description="The emulated CPU for --emulate's parity, overriding the one the match "
+        "rules give; not part of the settings digest (a cell records what computed its "
+        "numerics).",
+    )
+
+    @model_validator(mode="after")
+    def _emulated_cpu_of_its_arch(self) -> HostClass:
+        cpu = self.emulation.cpu if self.emulation is not None else NATIVE
+        model = CPU_MODELS.get(cpu)
+        arch = self.match.arch
+        if model is not None and arch is not None and model.arch != arch:
+            raise PydanticCustomError(
+                "emulated_cpu_arch",
+                "emulation.cpu {cpu} is an {model_arch} CPU, but the class's match.arch is "
+                "{arch}; name one of: {known}, or 'native'",
+                {
+                    "cpu": cpu,
+                    "model_arch": model.arch,
+                    "arch": arch,
+                    "known": ", ".join(m.name for m in CPU_MODELS.values() if m.arch == arch)
+                    or "none",
+                },
+            )
+        return self
 
     @model_validator(mode="after")
     def _strict_fallback_falls_back_nowhere(self) -> HostClass:

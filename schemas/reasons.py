@@ -42,6 +42,8 @@ REASONS: dict[str, str] = {
     "(the lower bound of the paired ratio is above max_slowdown)",
     "baseline_failed": "the baseline could not run on this class, so a candidate's parity "
     "cannot be judged (and the class is held)",
+    "emulation_failed": "the parity pass on the class's emulated CPU (qualify run --emulate) "
+    "failed for the candidate or the baseline, so parity on the class's ISA cannot be judged",
     # How a subprocess ended (qualify.runner).
     "digest_mismatch": "the artifact's bytes do not match its digest",
     "load_failed": "the runtime refused the model (unsupported opset or op, bad graph)",
@@ -74,6 +76,8 @@ REASONS: dict[str, str] = {
     "budget_changed": "a gate's evidence was gathered against a budget it cannot be re-judged "
     "under (the open-loop rate search, after budgets.p99_ms changed): the cell is stale",
     "emulated": "measured on a host that does not match the class, and the policy forbids it",
+    "emulated_numerics": "its parity was computed on an emulated CPU (QEMU), and the policy "
+    "does not accept emulated numerics (policy.allow_emulated false)",
     "host_busy": "the run's host was busier than its cores while measuring, and the policy "
     "refuses such evidence (policy.busy_host 'refuse')",
     "verdict_not_pass": "the cell's verdict is not 'pass' and it records no other reason (a "
@@ -141,6 +145,7 @@ CELL_CODES: tuple[str, ...] = (
     "sustained_drift",
     "soak_insufficient",
     "baseline_failed",
+    "emulation_failed",
     *RUN_ERROR_CODES,
 )
 """Codes a cell's reasons may carry."""

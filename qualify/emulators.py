@@ -1,0 +1,273 @@
+"""Numerics of hosts you do not have: a class's parity on an emulated CPU of its own ISA.
+
+onnxruntime picks its kernels for the CPU it runs on; under QEMU user-mode emulation that CPU is
+the one QEMU presents, so the parity outputs computed there are those of that CPU's kernels,
+exactly, on any host. Latency, memory and init under emulation are QEMU's, never the class's:
+this module computes parity outputs only.
+
+Owns deciding, per run, how a class's numerics are obtained (`plan_numerics`: natively, on the
+emulated CPU `schemas.emulation.cpu_for` or the class's ``emulation.cpu`` names, or on this host
+as another ISA's, with the reason), finding QEMU and its version, the launch of the parity child
+under QEMU (a `qualify.runner.Launch`), and running the parity passes (`emulated_passes`).
+Does not assemble runtimes for another architecture (`qualify.sysroot`) and does not compare
+outputs (`qualify.parity`).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from qualify.fingerprint import isa_mismatch
+from qualify.job import WorkerJob
+from qualify.runner import Launch, WorkerOutcome, run_worker
+from qualify.sysroot import FOREIGN, find_runtime, verify_runtime
+from schemas.atomic import write_atomic
+from schemas.cell import Numerics, NumericsSource
+from schemas.emulation import CPU_MODELS, NATIVE, CpuModel, cpu_for, kernel_flags
+from schemas.host import Fingerprint
+from schemas.project import HostClass
+
+__all__ = ["Emulators", "NumericsPlan", "emulated_passes", "plan_numerics", "qemu_version"]
+
+_QEMU_VERSION = re.compile(r"version (\d+\.\d+(?:\.\d+)?)")
+
+
+def qemu_version(qemu: str) -> str | None:
+    """``7.2.22`` from ``qemu-aarch64-static --version``; None when it does not say."""
+    try:
+        proc = subprocess.run(
+            [qemu, "--version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = _QEMU_VERSION.search(proc.stdout)
+    return found.group(1) if found else None
+
+
+def _find_qemu(arch: str) -> str | None:
+    for name in (f"qemu-{arch}-static", f"qemu-{arch}"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@dataclass(frozen=True)
+class Emulators:
+    """Where a run finds QEMU and prepared runtimes: the seam tests replace."""
+
+    find_qemu: Callable[[str], str | None] = _find_qemu
+    """QEMU user-mode emulator for an architecture (``qemu-<arch>-static`` on PATH)."""
+    version: Callable[[str], str | None] = qemu_version
+    runtime_dirs: tuple[Path, ...] = ()
+    """Where prepared runtimes for other architectures are looked for (`qualify.sysroot`)."""
+    host_arch: str = field(default_factory=platform.machine)
+
+
+@dataclass(frozen=True)
+class NumericsPlan:
+    """How one run computes the class's numerics."""
+
+    source: NumericsSource
+    arch: str
+    cpu: str | None = None
+    qemu: str | None = None
+    runtime_version: str | None = None
+    note: str | None = None
+    launch: Launch | None = None
+    """How to start the parity child under QEMU; None when the numerics are computed natively."""
+    isa_mismatch: list[str] = field(default_factory=list)
+    """How the measuring host's ISA differs from the class's, when the numerics are native."""
+
+    def numerics(
+        self, *, note: str | None = None, native_max_abs: dict[str, float] | None = None
+    ) -> Numerics:
+        """The cell's record of it (``note`` adds what failed in this cell's pass)."""
+        said = "; ".join(n for n in (self.note, note) if n) or None
+        return Numerics(
+            source=self.source,
+            arch=self.arch,
+            cpu=self.cpu,
+            qemu=self.qemu,
+            runtime_version=self.runtime_version,
+            note=said,
+            native_max_abs=native_max_abs,
+        )
+
+    @property
+    def line(self) -> str:
+        """One line for the run's output."""
+        if self.source == "emulated":
+            return (
+                f"numerics: emulated {self.cpu} ({self.arch}, QEMU {self.qemu}, onnxruntime "
+                f"{self.runtime_version}); latency, memory and init are this host's"
+            )
+        head = "numerics from another ISA: " + "; ".join(self.isa_mismatch)
+        text = head if self.source == "other_isa" else "numerics: this host's (the class's ISA)"
+        return text + (f" ({self.note})" if self.note else "")
+
+
+def _native(fp: Fingerprint, host_class: HostClass, note: str | None) -> NumericsPlan:
+    other = isa_mismatch(fp, host_class)
+    return NumericsPlan(
+        source="other_isa" if other else "native",
+        arch=fp.arch,
+        note=note if other else None,
+        isa_mismatch=other,
+    )
+
+
+def plan_numerics(
+    fp: Fingerprint,
+    host_class: HostClass,
+    class_name: str,
+    emulate: bool,
+    emulators: Emulators,
+    work: Path,
+) -> NumericsPlan:
+    """How this run computes the class's parity outputs.
+
+    Without ``emulate``, natively (as another ISA's where the host's is not the class's). With
+    it, on the class's emulated CPU when this host's kernel-relevant CPU flags differ from that
+    CPU's; natively with a note saying why when there is no such CPU, QEMU is missing, or no
+    runtime is prepared for another architecture.
+
+    Args:
+        work: a folder for the run's own files (a same-architecture ARM CPU's cpuinfo).
+
+    Raises:
+        SysrootError: a prepared runtime exists but is broken or was changed.
+    """
+    if not emulate:
+        return _native(fp, host_class, None)
+    chosen: str | None = host_class.emulation.cpu if host_class.emulation is not None else None
+    if chosen == NATIVE:
+        return _native(fp, host_class, "emulation.cpu is native")
+    if chosen is None:
+        chosen, why = cpu_for(host_class.match.model_dump())
+        if chosen is None:
+            return _native(fp, host_class, why)
+    model = CPU_MODELS[chosen]
+    if fp.arch == model.arch and kernel_flags(fp.arch, fp.cpu_flags) == model.flags:
+        return _native(fp, host_class, None)  # this host presents exactly that CPU's kernels
+    qemu = emulators.find_qemu(model.arch)
+    if qemu is None:
+        return _native(
+            fp,
+            host_class,
+            f"no QEMU for {model.arch} (qemu-{model.arch}-static) on PATH to emulate "
+            f"{model.name}; Fix: apt-get install qemu-user-static",
+        )
+    version = emulators.version(qemu) or "unknown"
+    if model.arch == emulators.host_arch:
+        launch = _same_arch(qemu, model, work)
+        runtime = fp.runtime.version
+    else:
+        found = _foreign(fp, host_class, class_name, model, qemu, emulators)
+        if isinstance(found, str):
+            return _native(fp, host_class, found)
+        launch, runtime = found
+    return NumericsPlan(
+        source="emulated",
+        arch=model.arch,
+        cpu=model.name,
+        qemu=version,
+        runtime_version=runtime,
+        launch=launch,
+    )
+
+
+def _same_arch(qemu: str, model: CpuModel, work: Path) -> Launch:
+    """This interpreter under QEMU with ``model``; an ARM CPU also gets its own cpuinfo (the
+    host's names features QEMU's CPU lacks, and onnxruntime would run them: SIGILL)."""
+    argv = [qemu, "-cpu", model.name]
+    if model.cpuinfo:
+        prefix = work / f"cpu-{model.name}"
+        (prefix / "proc").mkdir(parents=True, exist_ok=True)
+        write_atomic(prefix / "proc" / "cpuinfo", model.cpuinfo)
+        argv += ["-L", str(prefix)]
+    return Launch(argv=(*argv, sys.executable, "-m", "qualify.worker"), env={})
+
+
+def _foreign(
+    fp: Fingerprint,
+    host_class: HostClass,
+    class_name: str,
+    model: CpuModel,
+    qemu: str,
+    emulators: Emulators,
+) -> tuple[Launch, str] | str:
+    """The launch on a runtime prepared for another architecture, or why there is none."""
+    fix = f"qualify emulators prepare --class {class_name}"
+    if model.arch not in FOREIGN:
+        return f"no runtime can be prepared for {model.arch} on this {emulators.host_arch} host"
+    found = find_runtime(emulators.runtime_dirs, model.arch, host_class.runtime, fp.runtime.version)
+    if found is None:
+        looked = ", ".join(str(d) for d in emulators.runtime_dirs) or "nowhere"
+        return (
+            f"no {model.arch} runtime with {host_class.runtime.package} "
+            f"{host_class.runtime.version} is prepared (looked in {looked}); Fix: {fix}"
+        )
+    path, doc = found
+    verify_runtime(path, doc, f"{fix} (it replaces the runtime)")
+    root = str(Path(__file__).resolve().parent.parent)
+    launch = Launch(
+        argv=(
+            qemu,
+            "-cpu",
+            model.name,
+            "-L",
+            str(path / "cpu" / model.name),
+            str(path / "root" / "usr" / "bin" / f"python{doc.python}"),
+            "-m",
+            "qualify.worker",
+        ),
+        env={
+            # The guest's /usr is the prefix's (QEMU looks absolute paths up there first).
+            "PYTHONHOME": "/usr",
+            "PYTHONPATH": os.pathsep.join((root, str(path / "site"))),
+            "PYTHONNOUSERSITE": "1",
+            "LD_LIBRARY_PATH": None,
+            "LD_PRELOAD": None,
+            "PYTHONSTARTUP": None,
+        },
+    )
+    return launch, doc.onnxruntime
+
+
+def emulated_passes(
+    launch: Launch,
+    jobs: Sequence[tuple[WorkerJob, Path] | None],
+    *,
+    timeout_s: float,
+    parallel: int,
+    run: Callable[..., WorkerOutcome] = run_worker,
+) -> list[WorkerOutcome | None]:
+    """Run each artifact's parity pass under QEMU, ``parallel`` at a time (nothing is timed:
+    emulated figures are not the class's, so they may share the cores).
+
+    Args:
+        jobs: per artifact, its ``parity`` job and folder; None for one not to run.
+        run: how a child is run (`qualify.runner.run_worker`; a scripted one in tests).
+
+    Returns:
+        Per artifact, how its pass ended; None where no job was given.
+    """
+
+    def one(item: tuple[WorkerJob, Path] | None) -> WorkerOutcome | None:
+        if item is None:
+            return None
+        job, work = item
+        return run(job, work, timeout_s=timeout_s, launch=launch)
+
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        return list(pool.map(one, jobs))
