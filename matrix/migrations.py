@@ -462,6 +462,25 @@ MIGRATIONS: tuple[Migration, ...] = (
         name="model_line: the one model line a matrix holds, stamped from its runs and manifests",
         statements=(_MODEL_LINE, _STAMP_FROM_RECORDS),
     ),
+    Migration(
+        version=16,
+        name="cells.numerics and numerics_cpu (parity computed natively, on an emulated CPU of "
+        "the class's ISA, or on another ISA) and the matrix view showing them",
+        statements=(
+            "DROP VIEW matrix",
+            "ALTER TABLE cells ADD COLUMN numerics VARCHAR",
+            "ALTER TABLE cells ADD COLUMN numerics_cpu VARCHAR",
+            # What the cell document says; a cell from before it said: another ISA's where
+            # isa_mismatch says so, else native (nothing was emulated before).
+            "UPDATE cells SET numerics = coalesce(json_extract_string(cell, '$.numerics.source'), "
+            "CASE WHEN len(isa_mismatch) > 0 THEN 'other_isa' ELSE 'native' END), "
+            "numerics_cpu = json_extract_string(cell, '$.numerics.cpu')",
+            _MATRIX_VIEW.replace(
+                "emulated, measured_at",
+                "emulated, isa_mismatch, numerics, numerics_cpu, measured_at",
+            ),
+        ),
+    ),
 )
 
 LATEST_VERSION: int = MIGRATIONS[-1].version

@@ -202,7 +202,17 @@ def _cell_row(cell: Cell) -> dict[str, Any]:
         "error": cell.error,
         "cell": cell.model_dump_json(),
         "isa_mismatch": list(cell.isa_mismatch),
+        **_numerics_columns(cell),
     }
+
+
+def _numerics_columns(cell: Cell) -> dict[str, str | None]:
+    """How the cell's parity outputs were computed; a cell without the record reads as it
+    did before the field existed (another ISA's where isa_mismatch says so, else native)."""
+    n = cell.numerics
+    if n is None:
+        return {"numerics": "other_isa" if cell.isa_mismatch else "native", "numerics_cpu": None}
+    return {"numerics": n.source, "numerics_cpu": n.cpu}
 
 
 def _latency_rows(cell: Cell) -> list[dict[str, Any]]:

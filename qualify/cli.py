@@ -306,7 +306,9 @@ def cli(debug: bool) -> None:
 @click.option(
     "--emulate",
     is_flag=True,
-    help="Measure even if this host does not match the class; cells are marked emulated.",
+    help="Measure even if this host does not match the class (cells are marked emulated), and "
+    "compute parity on an emulated CPU of the class's ISA under QEMU where one exists (see "
+    "qualify emulators show).",
 )
 @click.option(
     "--shared-host",
@@ -602,6 +604,71 @@ def tune_cmd(
 
 def _bound(value: float | None) -> str:
     return "?" if value is None else f"{value:.3f}"
+
+
+@cli.group("emulators")
+def emulators_group() -> None:
+    """What --emulate needs to measure a class's numerics on an emulated CPU of its ISA."""
+
+
+@emulators_group.command("prepare")
+@click.option("--class", "class_name", required=True, help="Host class to prepare for.")
+@_project_option
+@click.option(
+    "--into",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Emulators folder; default: $QUALIFY_EMULATORS, else ~/.cache/qualify/emulators "
+    "(runs also look in 'emulators' beside the matrix).",
+)
+@click.option(
+    "--onnxruntime",
+    "onnxruntime",
+    metavar="VERSION",
+    help="onnxruntime version to pin; default: this host's, when the class's runtime.version "
+    "takes it.",
+)
+def emulators_prepare(
+    class_name: str, project_path: Path, into: Path | None, onnxruntime: str | None
+) -> None:
+    """Download and assemble the runtime a class's emulated CPU needs (the only command that
+    downloads: Debian's packages of the architecture's Python, onnxruntime and numpy wheels
+    from PyPI, each recorded with its digest)."""
+    from importlib import metadata
+
+    from qualify.emulators import prepare_for_class
+    from qualify.project import load_project
+    from qualify.runner import probe_runtime
+    from qualify.sysroot import user_emulator_dir
+
+    loaded = load_project(project_path)
+    classes = loaded.project.host_classes
+    if class_name not in classes:
+        _fail(f"{project_path}: host_classes: no class named {class_name!r}")
+    path = prepare_for_class(
+        classes[class_name],
+        into or user_emulator_dir(),
+        host_version=str(probe_runtime()["version"]),
+        numpy_version=metadata.version("numpy"),
+        onnxruntime=onnxruntime,
+        on_event=lambda m: click.echo(f"  {m}", err=True),
+    )
+    if path is not None:
+        click.echo(f"prepared {path}")
+
+
+@emulators_group.command("show")
+@_project_option
+@_db_option
+def emulators_show(project_path: Path, db_path: Path) -> None:
+    """QEMU, the prepared runtimes, and each class's emulated CPU (each runtime verified)."""
+    from qualify.emulators import Emulators, status_lines
+    from qualify.project import load_project
+    from qualify.sysroot import emulator_dirs
+
+    classes = load_project(project_path, check_models=False).project.host_classes
+    dirs = emulator_dirs(db_path.resolve().parent)
+    for line in status_lines(classes, Emulators(runtime_dirs=dirs)):
+        click.echo(line)
 
 
 @cli.group("matrix")

@@ -15,13 +15,14 @@ outputs (`qualify.parity`).
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import platform
 import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,14 +30,38 @@ from pathlib import Path
 from qualify.fingerprint import isa_mismatch
 from qualify.job import WorkerJob
 from qualify.runner import Launch, WorkerOutcome, run_worker
-from qualify.sysroot import FOREIGN, find_runtime, verify_runtime
+from qualify.sysroot import (
+    FOREIGN,
+    SysrootError,
+    find_runtime,
+    prepare_runtime,
+    runtimes_in,
+    verify_runtime,
+)
 from schemas.atomic import write_atomic
 from schemas.cell import Numerics, NumericsSource
-from schemas.emulation import CPU_MODELS, NATIVE, CpuModel, cpu_for, kernel_flags
+from schemas.emulation import (
+    CPU_MODELS,
+    NATIVE,
+    CpuModel,
+    PreparedRuntime,
+    cpu_for,
+    kernel_flags,
+)
 from schemas.host import Fingerprint
 from schemas.project import HostClass
 
-__all__ = ["Emulators", "NumericsPlan", "emulated_passes", "plan_numerics", "qemu_version"]
+__all__ = [
+    "Emulators",
+    "NumericsPlan",
+    "class_cpu",
+    "emulated_passes",
+    "plan_numerics",
+    "prepare_for_class",
+    "prepared_runtimes",
+    "qemu_version",
+    "status_lines",
+]
 
 _QEMU_VERSION = re.compile(r"version (\d+\.\d+(?:\.\d+)?)")
 
@@ -149,13 +174,9 @@ def plan_numerics(
     """
     if not emulate:
         return _native(fp, host_class, None)
-    chosen: str | None = host_class.emulation.cpu if host_class.emulation is not None else None
-    if chosen == NATIVE:
-        return _native(fp, host_class, "emulation.cpu is native")
+    chosen, why = class_cpu(host_class)
     if chosen is None:
-        chosen, why = cpu_for(host_class.match.model_dump())
-        if chosen is None:
-            return _native(fp, host_class, why)
+        return _native(fp, host_class, why)
     model = CPU_MODELS[chosen]
     if fp.arch == model.arch and kernel_flags(fp.arch, fp.cpu_flags) == model.flags:
         return _native(fp, host_class, None)  # this host presents exactly that CPU's kernels
@@ -271,3 +292,112 @@ def emulated_passes(
 
     with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         return list(pool.map(one, jobs))
+
+
+def class_cpu(host_class: HostClass) -> tuple[str | None, str]:
+    """The class's emulated CPU: its ``emulation.cpu``, else the table's (`cpu_for`), or None
+    and why there is none."""
+    chosen = host_class.emulation.cpu if host_class.emulation is not None else None
+    if chosen == NATIVE:
+        return None, "emulation.cpu is native"
+    if chosen is not None:
+        return chosen, "emulation.cpu in the project file"
+    return cpu_for(host_class.match.model_dump())
+
+
+def _pinned(host_class: HostClass, host_version: str, given: str | None) -> str:
+    """The onnxruntime version to prepare: ``given``, else this host's when the class's pattern
+    takes it, else the pattern itself when it names one version."""
+    pattern = host_class.runtime.version
+    if given is not None:
+        if not fnmatch.fnmatchcase(given, pattern):
+            raise SysrootError(
+                f"--onnxruntime {given} is not the class's runtime.version {pattern!r}"
+            )
+        return given
+    if fnmatch.fnmatchcase(host_version, pattern):
+        return host_version
+    if re.fullmatch(r"\d+(\.\d+)+", pattern):
+        return pattern
+    raise SysrootError(
+        f"the class's runtime.version is {pattern!r} and this host has onnxruntime "
+        f"{host_version}; Fix: pass --onnxruntime with the exact version to prepare"
+    )
+
+
+def prepare_for_class(
+    host_class: HostClass,
+    into: Path,
+    *,
+    host_version: str,
+    numpy_version: str,
+    onnxruntime: str | None = None,
+    host_arch: str | None = None,
+    prepare: Callable[..., Path] = prepare_runtime,
+    on_event: Callable[[str], None] = lambda _m: None,
+) -> Path | None:
+    """Prepare what ``--emulate`` needs for a class: the runtime for its emulated CPU's
+    architecture, pinned to the class's onnxruntime. None when nothing is needed (no emulated
+    CPU, or one of this host's own architecture: QEMU runs this interpreter).
+
+    Raises:
+        SysrootError: the class's runtime cannot be prepared, or the download failed.
+    """
+    cpu, why = class_cpu(host_class)
+    if cpu is None:
+        on_event(f"nothing to prepare: {why}")
+        return None
+    arch = CPU_MODELS[cpu].arch
+    if arch == (host_arch or platform.machine()):
+        on_event(
+            f"nothing to prepare: {cpu} is an {arch} CPU, and QEMU runs this host's own Python "
+            "under it (it needs only qemu-user-static)"
+        )
+        return None
+    if host_class.runtime.package != "onnxruntime":
+        raise SysrootError(
+            f"the class's runtime is {host_class.runtime.package}; a runtime for {arch} can be "
+            "prepared for the onnxruntime package (CPU) only"
+        )
+    version = _pinned(host_class, host_version, onnxruntime)
+    return prepare(arch, version, numpy_version, into, on_event=on_event)
+
+
+def status_lines(classes: Mapping[str, HostClass], emulators: Emulators) -> list[str]:
+    """What ``qualify emulators show`` prints: QEMU per architecture, each prepared runtime,
+    and per class its emulated CPU and whether ``--emulate`` has what it needs here."""
+    lines = []
+    for arch in sorted({m.arch for m in CPU_MODELS.values()}):
+        qemu = emulators.find_qemu(arch)
+        where = f"{qemu} (QEMU {emulators.version(qemu) or 'unknown'})" if qemu else "not found"
+        lines.append(f"qemu {arch}: {where}")
+    for folder in emulators.runtime_dirs:
+        lines.append(f"runtimes in {folder}:")
+        for path, doc in prepared_runtimes(folder):
+            lines.append(
+                f"  {path.name}: Python {doc.python} (Debian {doc.debian_suite}), onnxruntime "
+                f"{doc.onnxruntime}, numpy {doc.numpy}, prepared {doc.prepared_at}"
+            )
+    for name, host_class in classes.items():
+        cpu, why = class_cpu(host_class)
+        if cpu is None:
+            lines.append(f"{name}: no emulated CPU ({why})")
+            continue
+        model = CPU_MODELS[cpu]
+        head = f"{name}: {cpu}, {model.level} ({why})"
+        if model.arch == emulators.host_arch:
+            lines.append(f"{head}: this host's Python under QEMU")
+            continue
+        fix = f"qualify emulators prepare --class {name}"
+        found = find_runtime(emulators.runtime_dirs, model.arch, host_class.runtime, prefer=None)
+        if found is None:
+            lines.append(f"{head}: no {model.arch} runtime prepared; Fix: {fix}")
+            continue
+        verify_runtime(found[0], found[1], fix)
+        lines.append(f"{head}: runtime {found[0]} (verified)")
+    return lines
+
+
+def prepared_runtimes(folder: Path) -> list[tuple[Path, PreparedRuntime]]:
+    """Every prepared runtime in an emulators folder (unreadable ones raise `SysrootError`)."""
+    return [found for arch in sorted(FOREIGN) for found in runtimes_in(folder, arch)]

@@ -48,6 +48,7 @@ __all__ = [
     "emulator_dirs",
     "find_runtime",
     "prepare_runtime",
+    "runtimes_in",
     "tree_digest",
     "user_emulator_dir",
     "verify_runtime",
@@ -124,6 +125,25 @@ def _read_runtime(path: Path) -> PreparedRuntime:
         ) from None
 
 
+def runtimes_in(folder: Path, arch: str) -> list[tuple[Path, PreparedRuntime]]:
+    """The runtimes prepared for ``arch`` in one emulators folder, by folder name.
+
+    Raises:
+        SysrootError: a folder that looks like one has a broken ``runtime.json``.
+    """
+    try:
+        entries = sorted(folder.glob(f"{arch}-onnxruntime-*"))
+    except OSError:
+        return []
+    found = []
+    for path in entries:
+        if path.is_dir() and not path.name.startswith("."):
+            doc = _read_runtime(path)
+            if doc.arch == arch:
+                found.append((path, doc))
+    return found
+
+
 def find_runtime(
     dirs: Sequence[Path], arch: str, want: RuntimeSpec, prefer: str | None
 ) -> tuple[Path, PreparedRuntime] | None:
@@ -135,18 +155,12 @@ def find_runtime(
     """
     if want.package != "onnxruntime":
         return None
-    found: list[tuple[Path, PreparedRuntime]] = []
-    for folder in dirs:
-        try:
-            entries = sorted(folder.glob(f"{arch}-onnxruntime-*"))
-        except OSError:
-            continue
-        for path in entries:
-            if not path.is_dir() or path.name.startswith("."):
-                continue
-            doc = _read_runtime(path)
-            if doc.arch == arch and fnmatch.fnmatchcase(doc.onnxruntime, want.version):
-                found.append((path, doc))
+    found = [
+        (path, doc)
+        for folder in dirs
+        for path, doc in runtimes_in(folder, arch)
+        if fnmatch.fnmatchcase(doc.onnxruntime, want.version)
+    ]
     if not found:
         return None
     exact = [f for f in found if f[1].onnxruntime == prefer]

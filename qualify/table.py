@@ -75,6 +75,8 @@ def _cell_text(row: Mapping[str, Any]) -> tuple[str, str]:
         text += " emulated"
     if row.get("isa_mismatch"):
         text += " other-ISA"
+    if row.get("numerics") == "emulated":
+        text += f" numerics:{row.get('numerics_cpu')}"
     return one_line(row["verdict"]), text
 
 

@@ -336,6 +336,9 @@ def _flags(
         marks.append("emulated")
     if cell.isa_mismatch:
         marks.append("numerics from another ISA (" + "; ".join(cell.isa_mismatch) + ")")
+    numerics = cell.numerics
+    if numerics is not None and numerics.source == "emulated":
+        marks.append(f"numerics of this ISA, emulated on {numerics.cpu} (QEMU {numerics.qemu})")
     if now is not None and now.stale:
         marks.append("stale: " + "; ".join(r.message for r in now.reasons))
     return (", ".join(marks), "warn") if marks else ("current", "")
@@ -503,6 +506,8 @@ def _parity_rows(cell: Cell, now: CurrentVerdict) -> list[ParityRow]:
     # field); a stale cell was not judged now, so the run's own limits are shown for it.
     judged = {o.name: o for o in now.parity}
     rows = []
+    numerics = cell.numerics
+    here = numerics.native_max_abs if numerics is not None else None
     # Task-level outputs first (what a user of the service sees), then the tensors.
     for out in sorted(cell.parity.outputs, key=lambda o: o.task_tolerance is None):
         found = judged.get(out.name)
@@ -513,6 +518,19 @@ def _parity_rows(cell: Cell, now: CurrentVerdict) -> list[ParityRow]:
         tensors = [f for f in failures if not f.startswith(_TASK_PHRASES)]
         limits = out.tolerance if found is None else found.limits
         rows.extend(_output_rows(cell.artifact_name, out, limits, tensors))
+        if numerics is not None and here is not None and out.name in here:
+            # The difference the ISA makes: the same pair on the measuring host's own CPU.
+            rows.append(
+                ParityRow(
+                    artifact=cell.artifact_name,
+                    output=out.name,
+                    check=f"max |a-b| on the measuring host, not {numerics.cpu}",
+                    measured=number(here[out.name]),
+                    tolerance="not judged",
+                    min_passing="—",
+                    tone="muted",
+                )
+            )
     return rows
 
 
