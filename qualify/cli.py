@@ -612,7 +612,12 @@ def emulators_group() -> None:
 
 
 @emulators_group.command("prepare")
-@click.option("--class", "class_name", required=True, help="Host class to prepare for.")
+@click.option("--class", "class_name", help="Host class to prepare for.")
+@click.option(
+    "--arch",
+    type=click.Choice(["aarch64"]),
+    help="Prepare for this architecture instead of a class (this host's onnxruntime and numpy).",
+)
 @_project_option
 @click.option(
     "--into",
@@ -628,7 +633,11 @@ def emulators_group() -> None:
     "takes it.",
 )
 def emulators_prepare(
-    class_name: str, project_path: Path, into: Path | None, onnxruntime: str | None
+    class_name: str | None,
+    arch: str | None,
+    project_path: Path,
+    into: Path | None,
+    onnxruntime: str | None,
 ) -> None:
     """Download and assemble the runtime a class's emulated CPU needs (the only command that
     downloads: Debian's packages of the architecture's Python, onnxruntime and numpy wheels
@@ -638,20 +647,32 @@ def emulators_prepare(
     from qualify.emulators import prepare_for_class
     from qualify.project import load_project
     from qualify.runner import probe_runtime
-    from qualify.sysroot import user_emulator_dir
+    from qualify.sysroot import prepare_runtime, user_emulator_dir
 
-    loaded = load_project(project_path)
-    classes = loaded.project.host_classes
-    if class_name not in classes:
-        _fail(f"{project_path}: host_classes: no class named {class_name!r}")
-    path = prepare_for_class(
-        classes[class_name],
-        into or user_emulator_dir(),
-        host_version=str(probe_runtime()["version"]),
-        numpy_version=metadata.version("numpy"),
-        onnxruntime=onnxruntime,
-        on_event=lambda m: click.echo(f"  {m}", err=True),
-    )
+    if (class_name is None) == (arch is None):
+        _fail("pass --class NAME (from the project file) or --arch aarch64, one of them")
+
+    def say(message: str) -> None:
+        click.echo(f"  {message}", err=True)
+
+    folder = into or user_emulator_dir()
+    host_version = str(probe_runtime()["version"])
+    if arch is not None:
+        path: Path | None = prepare_runtime(
+            arch, onnxruntime or host_version, metadata.version("numpy"), folder, on_event=say
+        )
+    else:
+        classes = load_project(project_path, check_models=False).project.host_classes
+        if class_name not in classes:
+            _fail(f"{project_path}: host_classes: no class named {class_name!r}")
+        path = prepare_for_class(
+            classes[str(class_name)],
+            folder,
+            host_version=host_version,
+            numpy_version=metadata.version("numpy"),
+            onnxruntime=onnxruntime,
+            on_event=say,
+        )
     if path is not None:
         click.echo(f"prepared {path}")
 

@@ -3,10 +3,26 @@ takes its host-wide measurement lock."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from qualify.sysroot import user_emulator_dir
+
+PREPARED_EMULATORS = user_emulator_dir()
+"""Where this machine's user keeps prepared runtimes (``qualify emulators prepare``; CI prepares
+one in .ci/run), read before any test hides it."""
+
+
+def need_emulator(what: str) -> None:
+    """Skip for a missing emulator piece, with the fix; on CI (``$CI`` set), where .ci/run
+    installs every piece, fail instead."""
+    message = f"{what} (.ci/run installs it)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 @pytest.fixture(autouse=True)
@@ -21,4 +37,7 @@ def _private_state_home(
     # Each test its own host measurement lock: the suite's parallel workers are not two
     # qualifications competing for one host (the lock's own tests share one on purpose).
     monkeypatch.setenv("QUALIFY_HOST_LOCK", str(home / "measure.lock"))
+    # No runtime this machine's user prepared for another architecture: what --emulate does in
+    # a test does not depend on it (the tests that want one ask for `prepared_emulators`).
+    monkeypatch.setenv("QUALIFY_EMULATORS", str(home / "emulators"))
     yield

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from qualify.job import WorkerJob
-from qualify.runner import WorkerOutcome, Workers
+from qualify.runner import Launch, WorkerOutcome, Workers
 from schemas.rules import fallback_count
 
 CPU = "CPUExecutionProvider"
@@ -40,6 +40,10 @@ class Script:
     per_process: tuple[float, ...] = ()
     """Latency factor of each process started for this artifact, in order (the baseline's
     second is its A/A control): two processes of the same bytes differ; 1.0 past the end."""
+    emulated_outputs: Mapping[str, np.ndarray] | None = None
+    """What its parity pass on an emulated CPU writes; None: the same as ``outputs``."""
+    emulated_error: str | None = None
+    """Its parity pass on an emulated CPU ends with this error code instead."""
 
 
 def digest_of(path: Path) -> str:
@@ -145,6 +149,7 @@ class ScriptedWorkers:
     scripts: Mapping[str, Script]
     started: list[ScriptedWorker] = field(default_factory=list)
     checked: list[WorkerJob] = field(default_factory=list)
+    emulated_jobs: list[tuple[WorkerJob, Launch]] = field(default_factory=list)
     runtime_version: str = "1.32.0"
 
     def _script(self, job: WorkerJob) -> Script:
@@ -180,6 +185,26 @@ class ScriptedWorkers:
             wall_s=0.01,
         )
 
+    def emulated(
+        self, job: WorkerJob, workdir: Path, *, timeout_s: float, launch: Launch
+    ) -> WorkerOutcome:
+        """A parity pass under QEMU (`qualify.emulators`), as its script says."""
+        self.emulated_jobs.append((job, launch))
+        script = self._script(job)
+        error = script.emulated_error
+        if error is None:
+            outputs = script.emulated_outputs or script.outputs
+            np.savez(job.outputs_path, allow_pickle=False, **dict(outputs))
+        return WorkerOutcome(
+            result={} if error else {"ok": True, "runtime_version": self.runtime_version},
+            error_code=error,
+            error_message=f"scripted {error} under QEMU" if error else None,
+            peak_rss_mb=None,
+            exit_status=0,
+            signal_name=None,
+            wall_s=0.01,
+        )
+
     def probe(self) -> dict[str, Any]:
         return {
             "package": "onnxruntime",
@@ -191,4 +216,4 @@ class ScriptedWorkers:
 
     def seam(self) -> Workers:
         """The seam `qualify_run` takes."""
-        return Workers(serve=self.serve, run=self.run, probe=self.probe)
+        return Workers(serve=self.serve, run=self.run, probe=self.probe, emulated=self.emulated)
