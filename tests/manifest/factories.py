@@ -24,6 +24,7 @@ from schemas.base import Verdict
 from schemas.cell import (
     Cell,
     LatencyResult,
+    Numerics,
     OutputParity,
     ParityResult,
     Placement,
@@ -94,7 +95,7 @@ def make_project(
     *,
     candidates: tuple[str, ...] = ("rec-int8",),
     unknown_class: str = "hold",
-    allow_emulated: bool = False,
+    allow_emulated: bool | str = False,
 ) -> Project:
     """A project file with a baseline, the given candidates (int8) and classes."""
     return Project.model_validate(
@@ -195,6 +196,7 @@ class Fleet:
         rollback_digest: str | None = None,
         settings_digest: str | None = None,
         key_of: str | None = None,
+        numerics: Numerics | None = None,
     ) -> str:
         """Script one run on a class: a baseline cell and optionally one candidate cell.
 
@@ -241,6 +243,7 @@ class Fleet:
             "settings_digest": settings,
             "runtime_version": "1.32.0",
             "warm_init_ms": 20.0,
+            "numerics": numerics,
         }
         base_ok = baseline_verdict != "error"
         self.cells.append(

@@ -145,6 +145,10 @@ def evidence(draw: st.DrawFn) -> Evidence:
             "measured_at": "2025-06-01T10:00:00Z",
             "emulated": draw(st.booleans()),
             "isa_mismatch": draw(st.lists(hostile, max_size=3)),
+            "emulated_numerics": draw(
+                st.none()
+                | st.fixed_dictionaries({"cpu": hostile, "arch": hostile, "qemu": hostile})
+            ),
             "p99_us": draw(maybe_int),
             "p99_upper_us": draw(maybe_int),
             "p99_budget_us": draw(st.integers(min_value=0, max_value=2**40)),

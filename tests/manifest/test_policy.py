@@ -10,7 +10,7 @@ import pytest
 from manifest import policy, verdict
 from manifest.build import build_manifest
 from manifest.errors import PolicyError
-from schemas.cell import OutputParity
+from schemas.cell import Numerics, OutputParity
 from schemas.manifest import ClassDecision, Manifest
 from schemas.project import InputSpec, OutputTolerance, Parity, TaskTolerance
 from tests.manifest.factories import (
@@ -208,6 +208,76 @@ def test_emulated_cell_qualifies_when_the_policy_allows_it() -> None:
     fleet = Fleet(make_project({"arm": class_spec(1)}, allow_emulated=True))
     fleet.qualify("arm", emulated=True)
     assert fleet.decide()["arm"].decision == "candidate"
+
+
+N1 = Numerics(source="emulated", arch="aarch64", cpu="neoverse-n1", qemu="7.2.22")
+
+
+@pytest.mark.parametrize(
+    ("allow", "decision", "code"),
+    [
+        (False, "baseline", "emulated_numerics"),
+        ("parity", "candidate", None),
+        (True, "candidate", None),
+    ],
+)
+def test_parity_on_an_emulated_cpu_of_the_classs_isa_qualifies_only_where_the_policy_says(
+    allow: bool | str, decision: str, code: str | None
+) -> None:
+    # Measured on a host of the class (latency, memory, init are its own); parity on QEMU.
+    fleet = Fleet(
+        make_project({"arm": class_spec(1)}, unknown_class="baseline", allow_emulated=allow)
+    )
+    fleet.qualify("arm", numerics=N1)
+    d = fleet.decide()["arm"]
+    assert d.decision == decision
+    assert ("emulated_numerics" in {r.code for r in d.reasons}) == (code is not None)
+    if decision == "candidate":
+        assert d.evidence is not None and d.evidence.emulated_numerics is not None
+        assert d.evidence.emulated_numerics.model_dump() == {
+            "cpu": "neoverse-n1",
+            "arch": "aarch64",
+            "qemu": "7.2.22",
+        }
+
+
+def test_policy_parity_still_requires_latency_from_a_host_of_the_class() -> None:
+    fleet = Fleet(
+        make_project({"arm": class_spec(1)}, unknown_class="baseline", allow_emulated="parity")
+    )
+    fleet.qualify("arm", emulated=True, numerics=N1)
+    d = fleet.decide()["arm"]
+    assert d.decision == "baseline"
+    assert {r.code for r in d.reasons} >= {"emulated"}
+    assert "emulated_numerics" not in {r.code for r in d.reasons}
+
+
+def test_evidence_of_numerics_computed_natively_has_no_emulated_numerics_member() -> None:
+    fleet = Fleet(make_project({"arm": class_spec(1)}, allow_emulated=True))
+    fleet.qualify("arm", numerics=Numerics(source="native", arch="aarch64"))
+    d = fleet.decide()["arm"]
+    assert d.evidence is not None and d.evidence.emulated_numerics is None
+    assert "emulated_numerics" not in d.evidence.model_dump(mode="json")
+    emulated = Fleet(make_project({"arm": class_spec(1)}, allow_emulated=True))
+    emulated.qualify("arm", numerics=N1)
+    signed = build_manifest(
+        emulated.project,
+        list(emulated.decide().values()),
+        release="r1",
+        version=1,
+        created=CLOCK,
+        expires=CLOCK + timedelta(days=30),
+        snapshot="snap",
+        artifacts=artifact_refs(emulated.project),
+    )
+    evidence = signed["entries"]["arm"]["evidence"]
+    assert evidence["emulated_numerics"] == {
+        "arch": "aarch64",
+        "cpu": "neoverse-n1",
+        "qemu": "7.2.22",
+    }
+    read = Manifest.model_validate({"signed": signed, "signatures": []})
+    assert read.signed.entries["arm"].evidence is not None
 
 
 def test_the_runners_verdict_is_judged_again_under_the_budgets_now() -> None:

@@ -172,3 +172,37 @@ def test_a_copy_of_a_missing_or_foreign_file_is_refused_by_name(
         db_path.write_bytes(content)
     with pytest.raises(MatrixError, match=str(db_path)):
         Store.open_copy(db_path)
+
+
+def test_cells_from_before_numerics_were_recorded_read_as_native_or_another_isas(
+    db_path: Path,
+) -> None:
+    upto = next(i for i, m in enumerate(MIGRATIONS) if m.name.startswith("cells.numerics"))
+    conn = duckdb.connect(str(db_path))
+    conn.execute(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+        "applied_at TIMESTAMPTZ NOT NULL)"
+    )
+    for migration in MIGRATIONS[:upto]:
+        for statement in migration.statements:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_migrations VALUES (?, ?, ?)",
+            [migration.version, migration.name, FIXED],
+        )
+    for digest, mismatch, cell in (
+        ("sha256:a", [], "{}"),
+        ("sha256:b", ["arch x86_64, class aarch64"], "{}"),
+        ("sha256:c", [], '{"numerics": {"source": "emulated", "cpu": "Haswell"}}'),
+    ):
+        conn.execute(
+            "INSERT INTO cells (run_id, artifact_digest, host_class, hardware, runtime, provider, "
+            "artifact_name, role, precision, verdict, reason_codes, reasons, emulated, "
+            "measured_at, settings_digest, cell, isa_mismatch) VALUES ('r1', ?, 'c', 'h', 'r', "
+            "'p', ?, 'candidate', 'int8', 'pass', [], '[]', false, ?, 's', ?, ?)",
+            [digest, digest[-1], FIXED, cell, mismatch],
+        )
+    conn.close()
+    with Store.open(db_path) as store:
+        rows = {r["artifact_name"]: (r["numerics"], r["numerics_cpu"]) for r in store.matrix_rows()}
+    assert rows == {"a": ("native", None), "b": ("other_isa", None), "c": ("emulated", "Haswell")}
