@@ -96,6 +96,9 @@ class Emulators:
     runtime_dirs: tuple[Path, ...] = ()
     """Where prepared runtimes for other architectures are looked for (`qualify.sysroot`)."""
     host_arch: str = field(default_factory=platform.machine)
+    force: bool = False
+    """Emulate even where this host presents exactly the emulated CPU's kernel flags (where a
+    run otherwise computes the class's numbers natively, as faithfully and far faster)."""
 
 
 @dataclass(frozen=True)
@@ -178,7 +181,8 @@ def plan_numerics(
     if chosen is None:
         return _native(fp, host_class, why)
     model = CPU_MODELS[chosen]
-    if fp.arch == model.arch and kernel_flags(fp.arch, fp.cpu_flags) == model.flags:
+    same = fp.arch == model.arch and kernel_flags(fp.arch, fp.cpu_flags) == model.flags
+    if same and not emulators.force:
         return _native(fp, host_class, None)  # this host presents exactly that CPU's kernels
     qemu = emulators.find_qemu(model.arch)
     if qemu is None:
