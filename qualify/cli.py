@@ -632,12 +632,14 @@ def emulators_group() -> None:
     help="onnxruntime version to pin; default: this host's, when the class's runtime.version "
     "takes it.",
 )
+@click.option("--force", is_flag=True, help="Download and assemble it again even if prepared.")
 def emulators_prepare(
     class_name: str | None,
     arch: str | None,
     project_path: Path,
     into: Path | None,
     onnxruntime: str | None,
+    force: bool,
 ) -> None:
     """Download and assemble the runtime a class's emulated CPU needs (the only command that
     downloads: Debian's packages of the architecture's Python, onnxruntime and numpy wheels
@@ -659,7 +661,12 @@ def emulators_prepare(
     host_version = str(probe_runtime()["version"])
     if arch is not None:
         path: Path | None = prepare_runtime(
-            arch, onnxruntime or host_version, metadata.version("numpy"), folder, on_event=say
+            arch,
+            onnxruntime or host_version,
+            metadata.version("numpy"),
+            folder,
+            on_event=say,
+            force=force,
         )
     else:
         classes = load_project(project_path, check_models=False).project.host_classes
@@ -672,6 +679,7 @@ def emulators_prepare(
             numpy_version=metadata.version("numpy"),
             onnxruntime=onnxruntime,
             on_event=say,
+            force=force,
         )
     if path is not None:
         click.echo(f"prepared {path}")

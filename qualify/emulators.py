@@ -339,6 +339,7 @@ def prepare_for_class(
     host_arch: str | None = None,
     prepare: Callable[..., Path] = prepare_runtime,
     on_event: Callable[[str], None] = lambda _m: None,
+    force: bool = False,
 ) -> Path | None:
     """Prepare what ``--emulate`` needs for a class: the runtime for its emulated CPU's
     architecture, pinned to the class's onnxruntime. None when nothing is needed (no emulated
@@ -364,7 +365,7 @@ def prepare_for_class(
             "prepared for the onnxruntime package (CPU) only"
         )
     version = _pinned(host_class, host_version, onnxruntime)
-    return prepare(arch, version, numpy_version, into, on_event=on_event)
+    return prepare(arch, version, numpy_version, into, on_event=on_event, force=force)
 
 
 def status_lines(classes: Mapping[str, HostClass], emulators: Emulators) -> list[str]:

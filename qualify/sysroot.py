@@ -316,6 +316,7 @@ def prepare_runtime(
     run: Runner = _run,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     on_event: Callable[[str], None] = lambda _m: None,
+    force: bool = False,
 ) -> Path:
     """Download and assemble a runtime for ``arch`` into ``into`` (the only function here that
     downloads). Built in a temporary folder beside its place and renamed into it at the end, so
@@ -326,6 +327,7 @@ def prepare_runtime(
         onnxruntime: the exact onnxruntime version to pin.
         numpy: the exact numpy version to pin.
         into: the emulators folder.
+        force: assemble it again even when one of that version is there and verifies.
 
     Returns:
         The runtime's folder.
@@ -345,9 +347,12 @@ def prepare_runtime(
             f"{keyring} is missing: it verifies Debian's packages. Fix: apt-get install "
             "debian-archive-keyring"
         )
+    name = _name(arch, onnxruntime)
+    if not force and _usable(into / name, numpy):
+        on_event(f"{into / name} is prepared and verifies; nothing downloaded (--force redoes it)")
+        return into / name
     into.mkdir(parents=True, exist_ok=True)
     remove_leftovers(into)
-    name = _name(arch, onnxruntime)
     work = Path(tempfile.mkdtemp(prefix=temp_prefix(name), suffix=".tmp", dir=into))
     try:
         for folder in ("debs", "wheels", "apt"):
@@ -385,6 +390,18 @@ def prepare_runtime(
         return target
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _usable(path: Path, numpy: str) -> bool:
+    """Whether a runtime is already prepared at ``path`` with this numpy, and verifies."""
+    if not (path / "runtime.json").is_file():
+        return False
+    try:
+        doc = _read_runtime(path)
+        verify_runtime(path, doc, "")
+    except SysrootError:
+        return False
+    return doc.numpy == numpy
 
 
 def _pip(arch: str, onnxruntime: str, numpy: str, into: Path) -> list[str]:

@@ -337,7 +337,13 @@ def test_a_prepare_that_fails_midway_leaves_no_runtime_and_the_old_one_intact(
     before = fake_runtime(folder, "1.32.0")
     with pytest.raises(SysrootError, match="failed"):
         prepare_runtime(
-            "aarch64", "1.32.0", "2.4.6", folder, keyring=keyring, run=FakeRegistries(fail_at)
+            "aarch64",
+            "1.32.0",
+            "2.4.6",
+            folder,
+            keyring=keyring,
+            run=FakeRegistries(fail_at),
+            force=True,
         )
     assert sorted(p.name for p in folder.iterdir()) == [before.name]
     assert find_runtime([folder], "aarch64", RuntimeSpec(version="1.32.*"), None) is not None
@@ -424,3 +430,21 @@ def test_emulators_show_lists_qemu_runtimes_and_what_each_class_uses(tmp_path: P
     assert "x86-v3: Haswell, x86-64-v3 (AVX2, FMA)" in text and "this host's Python" in text
     assert "x86-v4: no emulated CPU (no emulated CPU has avx512_vnni" in text
     assert "arm-v9: no emulated CPU (no emulated CPU has i8mm" in text
+
+
+def test_preparing_again_downloads_nothing_unless_forced_or_the_runtime_changed(
+    tmp_path: Path,
+) -> None:
+    keyring = tmp_path / "debian.gpg"
+    keyring.write_bytes(b"key")
+    folder = tmp_path / "emulators"
+    prepare_runtime("aarch64", "1.32.0", "2.4.6", folder, keyring=keyring, run=FakeRegistries())
+    again = FakeRegistries()
+    path = prepare_runtime("aarch64", "1.32.0", "2.4.6", folder, keyring=keyring, run=again)
+    assert again.commands == []
+    (path / "site" / "numpy" / "__init__.py").write_text("changed")
+    prepare_runtime("aarch64", "1.32.0", "2.4.6", folder, keyring=keyring, run=again)
+    assert again.commands  # a runtime that no longer verifies is made again
+    forced = FakeRegistries()
+    prepare_runtime("aarch64", "1.32.0", "2.4.6", folder, keyring=keyring, run=forced, force=True)
+    assert forced.commands
