@@ -10,6 +10,7 @@ run hands over how to load and compare, `qualify.parity`'s).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,13 +77,15 @@ class RunNumerics:
         launch = self.plan.launch
         if launch is None:
             return
-        on_event(
-            f"parity passes on emulated {self.plan.cpu} ({sum(1 for j in jobs if j)} artifacts)"
-        )
+        count = sum(1 for j in jobs if j)
+        on_event(f"parity on emulated {self.plan.cpu}: {count} artifacts, {parallel} at a time")
         self._folders = [job[1] if job else Path() for job in jobs]
+        started = time.monotonic()
         self._passes = emulated_passes(
             launch, jobs, timeout_s=timeout_s, parallel=parallel, run=run
         )
+        spent = time.monotonic() - started
+        on_event(f"parity on emulated {self.plan.cpu}: done in {spent:.1f} s")
 
     def _emulated_outputs(self, index: int) -> tuple[Outputs | None, str | None]:
         assert self._passes is not None

@@ -55,6 +55,7 @@ DOCUMENTS: list[tuple[str, str]] = [
     ("class-manifest.schema.json", "schemas.manifest:ClassDocument"),
     ("telemetry-event.schema.json", "schemas.telemetry:TelemetryEvent"),
     ("telemetry-check.schema.json", "schemas.telemetry:TelemetryCheck"),
+    ("emulator-runtime.schema.json", "schemas.emulation:PreparedRuntime"),
 ]
 """The published documents: (file name, ``module:Model``). Models are imported only when needed,
 so a line may be added before other code imports its module."""

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import PREPARED_EMULATORS, need_emulator
 from tests.qualify.projects import run_qualify
 from tests.reports.htmltree import parse
 from tests.reports.test_browser import _run
@@ -26,7 +28,10 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     work = tmp_path_factory.mktemp("demo") / "demo"
-    proc = run_qualify("demo", "--workdir", str(work), cwd=work.parent)
+    # The aarch64 runtime this machine's user prepared (CI prepares one): arm-r5's parity is
+    # computed on an emulated Neoverse-N1 with it.
+    env = dict(os.environ, QUALIFY_EMULATORS=str(PREPARED_EMULATORS))
+    proc = run_qualify("demo", "--workdir", str(work), cwd=work.parent, timeout=900, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return work, proc.stdout
 
@@ -71,6 +76,25 @@ def test_three_classes_get_the_candidate_and_the_lost_gpu_class_does_not(
             assert f"  {name}: exit 3: hold: its hosts keep what they run" in out
         else:
             assert f"  {name}: exit 0: runs " in out
+
+
+def test_the_demo_computes_arm_and_avx2_numerics_on_emulated_cpus_beside_this_hosts(
+    demo: tuple[Path, str],
+) -> None:
+    _, out = demo
+    section = out[out.index("== numerics:") : out.index("== qualify manifest generate")]
+    lines = {line.split(":")[0].strip(): line for line in section.splitlines()[1:] if line}
+    assert set(lines) == {"arm-r5", "x86-v4", "x86-v3-1t", "gpu-t4"}
+    assert "on this host's CPU, not on the class's CUDAExecutionProvider" in lines["gpu-t4"]
+    avx2 = lines["x86-v3-1t"]  # an AVX2-only host computes the class's kernels itself
+    assert "on an emulated Haswell (x86_64, QEMU " in avx2 or "whose ISA is the class's" in avx2
+    if "on an emulated Haswell" in avx2:
+        assert "; this host natively: " in avx2
+    if shutil.which("qemu-aarch64-static") is None:
+        need_emulator("qemu-aarch64-static is not installed")
+    if "on an emulated neoverse-n1 (aarch64, QEMU " not in lines["arm-r5"]:
+        need_emulator(f"arm-r5 was not emulated: {lines['arm-r5']}")
+    assert "; this host natively: " in lines["arm-r5"]
 
 
 def test_commands_work_from_the_demo_directory_with_defaults(demo: tuple[Path, str]) -> None:
