@@ -86,6 +86,7 @@ def cell_summary(cell: Cell) -> dict[str, Any]:
         "cold_init_ms": cell.cold_init_ms,
         "parity_passed": cell.parity.passed if cell.parity else None,
         "warnings": [w.model_dump() for w in cell.placement.warnings] if cell.placement else [],
+        "numerics": cell.numerics.model_dump() if cell.numerics else None,
     }
 
 

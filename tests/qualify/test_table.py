@@ -93,3 +93,29 @@ def test_csv_has_a_header_and_empty_for_missing() -> None:
     header, line = text.splitlines()
     assert header.split(",")[:2] == ["host_class", "hardware"]
     assert ",," in line
+
+
+def test_numerics_of_this_isa_emulated_read_apart_from_another_isas() -> None:
+    rows = [
+        _row(
+            "arm-r5",
+            "fp32",
+            "baseline",
+            emulated=True,
+            numerics="emulated",
+            numerics_cpu="neoverse-n1",
+        ),
+        _row(
+            "arm-old",
+            "fp32",
+            "baseline",
+            emulated=True,
+            isa_mismatch=["no asimddp"],
+            numerics="other_isa",
+        ),
+        _row("x86-v4", "fp32", "baseline", numerics="native"),
+    ]
+    lines = {line.split()[0]: line for line in matrix_table(rows).splitlines()[2:]}
+    assert "emulated numerics:neoverse-n1" in lines["arm-r5"] and "other-ISA" not in lines["arm-r5"]
+    assert "other-ISA" in lines["arm-old"] and "numerics:" not in lines["arm-old"]
+    assert "numerics:" not in lines["x86-v4"] and "other-ISA" not in lines["x86-v4"]

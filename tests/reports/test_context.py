@@ -393,3 +393,24 @@ def test_task_level_parity_is_shown_first_with_what_each_metric_was_taken_over()
     assert ("h_out", "not applied: top1 agreement") in checks
     assert ("post.text", "measured over") in checks
     assert _row(cls, "parity")[1][0] == "parity fail (post.text exact match 0.84)"
+
+
+def test_parity_on_an_emulated_cpu_is_marked_and_this_hosts_figure_shown_beside() -> None:
+    from schemas.cell import Numerics
+
+    fleet, name, _ = _one_class(5, lambda budget: budget / 2, 1000)
+    n1 = Numerics(source="emulated", arch="aarch64", cpu="neoverse-n1", qemu="7.2.22")
+    for index, cell in enumerate(fleet.cells):
+        here = {o.name: 0.004 for o in cell.parity.outputs} if cell.parity else None
+        fleet.cells[index] = cell.model_copy(
+            update={"numerics": n1.model_copy(update={"native_max_abs": here})}
+        )
+    cls = _class(_view(fleet), name)
+    measured = _row(cls, "measured")
+    assert all(
+        value == ("numerics of this ISA, emulated on neoverse-n1 (QEMU 7.2.22)", "warn")
+        for value in measured
+    )
+    beside = [p for p in cls.parity if p.check.startswith("max |a-b| on the measuring host")]
+    assert beside and all(p.measured == "0.004" and p.tolerance == "not judged" for p in beside)
+    assert "not neoverse-n1" in beside[0].check
