@@ -11,9 +11,10 @@ Why these models and not others (QEMU 7.2, onnxruntime 1.32, measured; README "N
 you do not have"): QEMU's TCG implements SSE4.2, AVX, AVX2, FMA and F16C but no AVX-512,
 AVX-VNNI or AMX, so an x86 class that requires one of those has no emulated CPU (a model named
 for it would silently lose the feature). On ARM, ``neoverse-n1`` (Armv8.2 with the dot product)
-and ``cortex-a72`` (Armv8.0) compute the same int8 numbers there; QEMU's ``max`` (SVE, I8MM)
-gave max abs 0.99997 for a pair whose every other CPU gives 0.0161, so no model stands for a
-class that requires SVE or I8MM.
+and ``cortex-a72`` (Armv8.0) compute the same int8 numbers there; QEMU's ``max`` (SVE, I8MM),
+shown a Neoverse-V1's cpuinfo, gave max abs 0.99997 for a batch whose every other CPU gives
+0.0161 (QEMU's I8MM or SVE, or onnxruntime's kernel for them: not told apart without the
+hardware), so no model stands for a class that requires SVE or I8MM.
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ def cpu_for(rules: Mapping[str, Any]) -> tuple[str | None, str]:
         why = (
             "QEMU's TCG does not implement them"
             if arch == "x86_64"
-            else "QEMU's only CPU with them ('max') computed wrong int8 numbers with onnxruntime"
+            else "onnxruntime computed wrong int8 numbers on QEMU's only CPU with them ('max')"
         )
         return None, f"no emulated CPU has {', '.join(beyond)}: {why}"
     relevant = wanted & KERNEL_FLAGS[arch]
