@@ -124,7 +124,7 @@ class WorkerJob:
             if provider["cpus"] is not None:
                 provider["cpus"] = tuple(int(c) for c in provider["cpus"])
             fields["configs"] = tuple((int(b), int(c)) for b, c in fields["configs"])
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:  # int(inf) overflows
             raise JobError(f"job.configs or job.provider.execution_providers: {exc}") from None
         fields["provider"] = ProviderJob(**provider)
         return cls(**fields)
