@@ -415,6 +415,8 @@ def numerics_line(cells: list[Cell], host_class: HostClass) -> str:
     accelerator = host_class.match.accelerator
     if accelerator:
         return f"{figure} on this host's CPU, not on the class's {accelerator}"
+    if n.note:
+        return f"{figure} on this host, a host of the class (not emulated: {n.note})"
     return f"{figure} on this host, whose ISA is the class's"
 
 

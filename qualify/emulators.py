@@ -140,16 +140,19 @@ class NumericsPlan:
                 f"{self.runtime_version}); latency, memory and init are this host's"
             )
         head = "numerics from another ISA: " + "; ".join(self.isa_mismatch)
-        text = head if self.source == "other_isa" else "numerics: this host's (the class's ISA)"
-        return text + (f" ({self.note})" if self.note else "")
+        text = head if self.source == "other_isa" else "numerics: this host's, a host of the class"
+        return text + (f" (not emulated: {self.note})" if self.note else "")
 
 
 def _native(fp: Fingerprint, host_class: HostClass, note: str | None) -> NumericsPlan:
+    """Numerics computed on this host; ``note``: why not on the class's emulated CPU although
+    --emulate asked (kept also where this host is of the class: it may present more of the ISA
+    than the class's least capable hosts)."""
     other = isa_mismatch(fp, host_class)
     return NumericsPlan(
         source="other_isa" if other else "native",
         arch=fp.arch,
-        note=note if other else None,
+        note=note,
         isa_mismatch=other,
     )
 

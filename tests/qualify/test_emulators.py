@@ -200,14 +200,15 @@ def test_an_avx2_class_on_an_avx512_host_is_emulated_on_haswell_with_this_interp
     assert (same.source, same.launch, same.note) == ("native", None, None)
 
 
-def test_a_class_no_emulated_cpu_stands_for_says_why_only_where_its_numerics_are_another_isas(
+def test_a_class_no_emulated_cpu_stands_for_says_why_and_is_another_isas_only_off_the_class(
     tmp_path: Path,
 ) -> None:
     v4 = klass(arch="x86_64", cpu_flags=["avx512f", "avx512_vnni"])
     here = plan_numerics(
         host(tmp_path, AVX512), v4, "x86-v4", True, FakeQemu().emulators(), tmp_path
     )
-    assert (here.source, here.note) == ("native", None)
+    assert here.source == "native" and here.isa_mismatch == []
+    assert here.note is not None and "no emulated CPU has avx512_vnni, avx512f" in here.note
     avx2_host = plan_numerics(
         host(tmp_path, HASWELL), v4, "x86-v4", True, FakeQemu().emulators(), tmp_path
     )
