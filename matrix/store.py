@@ -207,12 +207,11 @@ def _cell_row(cell: Cell) -> dict[str, Any]:
 
 
 def _numerics_columns(cell: Cell) -> dict[str, str | None]:
-    """How the cell's parity outputs were computed; a cell without the record reads as it
-    did before the field existed (another ISA's where isa_mismatch says so, else native)."""
-    n = cell.numerics
-    if n is None:
-        return {"numerics": "other_isa" if cell.isa_mismatch else "native", "numerics_cpu": None}
-    return {"numerics": n.source, "numerics_cpu": n.cpu}
+    """How the cell's parity outputs were computed (`schemas.cell.Cell.numerics_source`)."""
+    return {
+        "numerics": cell.numerics_source,
+        "numerics_cpu": cell.numerics.cpu if cell.numerics is not None else None,
+    }
 
 
 def _latency_rows(cell: Cell) -> list[dict[str, Any]]:

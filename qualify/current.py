@@ -151,6 +151,8 @@ def _cell_columns(cell: Cell) -> dict[str, Any]:
         "warm_init_ms": cell.warm_init_ms,
         "emulated": cell.emulated,
         "isa_mismatch": list(cell.isa_mismatch),
+        "numerics": cell.numerics_source,
+        "numerics_cpu": cell.numerics.cpu if cell.numerics is not None else None,
         "measured_at": cell.measured_at,
         "settings_digest": cell.settings_digest,
         "runtime_version": cell.runtime_version,

@@ -647,6 +647,14 @@ class Cell(Document):
     )
 
     @property
+    def numerics_source(self) -> NumericsSource:
+        """How its parity outputs were computed; a cell from before `numerics` existed reads as
+        it did then (another ISA's where isa_mismatch says so, else native)."""
+        if self.numerics is not None:
+            return self.numerics.source
+        return "other_isa" if self.isa_mismatch else "native"
+
+    @property
     def gate_latency(self) -> LatencyResult | None:
         """The latency config the p99 gate rests on: the worst case, the one with the highest
         p99 upper bound (no bound counts as the highest), ties (several with no bound yet)
