@@ -118,7 +118,15 @@ def _write_unchecked(store: Store, bundle: RunBundle) -> None:
     conn = store.connection
     rows = [("runs", module._run_row(bundle, 0, FIXED))]
     rows += [("cells", module._cell_row(c)) for c in bundle.cells]
-    for table, row in rows:
+    for table, whole in rows:
+        # Only the columns the old schema has: columns added since were not the old writer's.
+        have = {
+            name
+            for (name,) in conn.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = ?", [table]
+            ).fetchall()
+        }
+        row = {k: v for k, v in whole.items() if k in have}
         names = ", ".join(f'"{c}"' for c in row)
         marks = ", ".join("?" for _ in row)
         conn.execute(f"INSERT INTO {table} ({names}) VALUES ({marks})", list(row.values()))
