@@ -49,7 +49,7 @@ schemas: $(VENV)/.installed-dev
 	$(BIN)/python -m schemas.generate
 
 docs: $(VENV)/.installed-dev
-	$(BIN)/python -m qualify.docgen
+	$(BIN)/python -m qualify.cli.docgen
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run_all.py

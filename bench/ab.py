@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from qualify.project import load_project  # noqa: E402
+from qualify.project.load import load_project  # noqa: E402
 from qualify.run import RunOptions, qualify_run  # noqa: E402
 from schemas.cell import Cell  # noqa: E402
 from tests.models import build, padded_mlp  # noqa: E402

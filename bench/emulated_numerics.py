@@ -28,13 +28,13 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from qualify.demo_assets import asset_path  # noqa: E402
-from qualify.emulators import Emulators, plan_numerics  # noqa: E402
-from qualify.fingerprint import take_fingerprint  # noqa: E402
-from qualify.job import job_for  # noqa: E402
-from qualify.parity import compare_outputs  # noqa: E402
-from qualify.runner import Launch, probe_runtime, run_worker  # noqa: E402
-from qualify.sysroot import user_emulator_dir  # noqa: E402
+from qualify.demo.assets import asset_path  # noqa: E402
+from qualify.measure.emulators import Emulators, plan_numerics  # noqa: E402
+from qualify.measure.fingerprint import take_fingerprint  # noqa: E402
+from qualify.measure.job import job_for  # noqa: E402
+from qualify.measure.parity import compare_outputs  # noqa: E402
+from qualify.measure.runner import Launch, probe_runtime, run_worker  # noqa: E402
+from qualify.measure.sysroot import user_emulator_dir  # noqa: E402
 from schemas.emulation import CPU_MODELS  # noqa: E402
 from schemas.project import (  # noqa: E402
     DEFAULT_TOLERANCES,

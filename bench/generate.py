@@ -2,7 +2,7 @@
 
 Measures, on this machine and in this run, interleaved (generate, reference, generate, ...):
 
-* **generate**: ``qualify.release.generate_manifest`` end to end, as ``qualify manifest generate
+* **generate**: ``qualify.release.generate.generate_manifest`` end to end, as ``qualify manifest generate
   --publish`` runs it once the project file is loaded and the matrix is open: read the cells,
   runs and previous manifest from a DuckDB matrix, hash the artifact files, decide every class,
   build the document, record the draft, sign it, record and write it (to a temporary file),
@@ -49,8 +49,8 @@ from manifest.policy import decide_each  # noqa: E402
 from manifest.signing import generate_keypair, load_private_key, sign_encoded  # noqa: E402
 from matrix.store import Store  # noqa: E402
 from qualify.artifacts import ArtifactStore, digest_file  # noqa: E402
-from qualify.project import LoadedProject  # noqa: E402
-from qualify.release import artifact_refs, generate_manifest, previous_manifest  # noqa: E402
+from qualify.project.load import LoadedProject  # noqa: E402
+from qualify.release.generate import artifact_refs, generate_manifest, previous_manifest  # noqa: E402
 from schemas.cell import Cell, RunBundle, RunRecord  # noqa: E402
 
 __all__ = ["Fixture", "fixture", "main"]

@@ -8,14 +8,14 @@ of what LoadGen times (see 'Where a difference comes from' in the output). Each 
 every case twice, each side in its own fresh subprocess:
 
 - **qualify**: the real code path. A worker job (the fields of ``qualify.run._job``) goes to
-  ``qualify.runner.run_worker``, which spawns ``python -m qualify.worker``; the raw samples come
+  ``qualify.measure.runner.run_worker``, which spawns ``python -m qualify.measure.worker``; the raw samples come
   back from the job's ``samples_path`` (``.npz`` key ``b{batch}_c1``) and are summarised with
-  ``qualify.stats.percentiles``. ``min_samples = max_samples = N`` (a multiple of 64, the worker's
+  ``qualify.measure.stats.percentiles``. ``min_samples = max_samples = N`` (a multiple of 64, the worker's
   look interval), a huge budget and time cap make the worker time exactly N queries.
 - **LoadGen**: ``python bench/harness_vs_loadgen.py --loadgen-child JOB`` builds the session with
   the worker's own ``_create`` (so the session options cannot drift), feeds the same 16 feeds the
   worker cycles through (built by the worker's ``_batch`` from the same input pool, which
-  ``qualify.workload.build_pool`` makes as a run would), and runs ``mlperf_loadgen``
+  ``qualify.measure.workload.build_pool`` makes as a run would), and runs ``mlperf_loadgen``
   SingleStream / PerformanceOnly with ``min_query_count = max_query_count = N``. The SUT runs the
   session synchronously inside ``issue_queries``, applies the worker's post-processing and calls
   ``QuerySamplesComplete``. LoadGen's p50/p99 are read from ``mlperf_log_detail.txt``
@@ -39,7 +39,7 @@ p99, the spread over rounds, and the ratio qualify / LoadGen against the +-3% ta
 It changes no qualify code and judges nothing but that ratio. Run alone,
 ``python bench/harness_vs_loadgen.py`` prints the markdown section on stdout (progress on stderr);
 ``bench/run_all.py`` collects it into ``docs/benchmarks.md``. The LoadGen child imports
-onnxruntime: it has to, and it reuses ``qualify.worker``'s helpers so both sides build the same
+onnxruntime: it has to, and it reuses ``qualify.measure.worker``'s helpers so both sides build the same
 session.
 """
 
@@ -64,11 +64,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np
 
 from bench import _cnn
-from qualify.demo_assets import FP32_MODEL, INPUTS, INT8_MODEL, NAMES, asset_path
-from qualify.job import ProviderJob, WorkerJob
-from qualify.runner import run_worker
-from qualify.stats import p99_bounds, percentiles
-from qualify.workload import build_pool
+from qualify.demo.assets import FP32_MODEL, INPUTS, INT8_MODEL, NAMES, asset_path
+from qualify.measure.job import ProviderJob, WorkerJob
+from qualify.measure.runner import run_worker
+from qualify.measure.stats import p99_bounds, percentiles
+from qualify.measure.workload import build_pool
 from schemas.project import InputSpec, Workload
 
 __all__ = [
@@ -230,7 +230,7 @@ def _paired_diff(a: list[float], b: list[float]) -> float:
 def median_interval(values: list[float]) -> tuple[float | None, float | None]:
     """Distribution-free `CONFIDENCE` interval of the median of ``values``.
 
-    Two one-sided order-statistic bounds from ``qualify.stats.p99_bounds`` at q = 0.5, each at
+    Two one-sided order-statistic bounds from ``qualify.measure.stats.p99_bounds`` at q = 0.5, each at
     (1 + CONFIDENCE) / 2; None on a side where there are too few values (fewer than 6 rounds
     give no 95% interval at all).
     """
@@ -276,7 +276,7 @@ def _inputs_npz(case: Case, workdir: Path) -> Path:
 
 
 def _job(case: Case, work: Path, workdir: Path, queries: int) -> WorkerJob:
-    """A worker job (`qualify.job`), fixed to exactly ``queries`` samples."""
+    """A worker job (`qualify.measure.job`), fixed to exactly ``queries`` samples."""
     artifact = _artifact(case, workdir)
     return WorkerJob(
         mode="full",
@@ -564,7 +564,7 @@ def render_markdown(
         "Per case, both sides time the same model with the same session options (CPU EP, "
         "`intra_op_num_threads=1`, graph optimisation `all`, built by the worker's own `_create` "
         f"on both sides), the same inputs (the worker's {FEED_ROWS} feeds, from the pool "
-        "`qualify.workload.build_pool` makes), batch 1, concurrency 1 and post-processing "
+        "`qualify.measure.workload.build_pool` makes), batch 1, concurrency 1 and post-processing "
         f"`{POSTPROCESS}`; {rounds} interleaved rounds with the order flipped every round, each "
         "side in a fresh subprocess. Judged: a small image CNN (`bench/_cnn.py`, built from code "
         "with a fixed seed: three 3x3 convolutions with 32/64/128 channels on 3x64x64 seeded "
@@ -574,8 +574,8 @@ def render_markdown(
         f"recorded digits rows), {queries:,} queries per side per round: at about 20 us per "
         "inference, LoadGen's own per-query work is a large share of the interval LoadGen times "
         "(measured below). **qualify**: the real worker through "
-        "`qualify.runner.run_worker`, raw samples from its `samples.npz`, percentiles by "
-        "`qualify.stats.percentiles`. **LoadGen**: mlcommons-loadgen "
+        "`qualify.measure.runner.run_worker`, raw samples from its `samples.npz`, percentiles by "
+        "`qualify.measure.stats.percentiles`. **LoadGen**: mlcommons-loadgen "
         f"{loadgen_version}, SingleStream, PerformanceOnly, `min_query_count = max_query_count`, "
         "p50/p99 as LoadGen reports them in `mlperf_log_detail.txt`. "
         f"Target: qualify / LoadGen within +-{TARGET:.0%} for p50 and p99.",
@@ -729,7 +729,7 @@ def _loadgen_child(job_path: Path) -> int:
 
     import mlperf_loadgen as lg
 
-    from qualify.worker import _batch, _create, _postprocess
+    from qualify.measure.worker import _batch, _create, _postprocess
 
     job = json.loads(job_path.read_text(encoding="utf-8"))
     worker_job = WorkerJob.from_json(json.dumps(job["job"]))

@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from qualify.demo import lay_out  # noqa: E402
-from qualify.project import load_project  # noqa: E402
+from qualify.demo.story import lay_out  # noqa: E402
+from qualify.project.load import load_project  # noqa: E402
 from qualify.run import RunOptions, qualify_run  # noqa: E402
 
 BARE = """

@@ -5,7 +5,7 @@ the identity, one intra-op thread) is close to a queue with a fixed service time
 ``qualify run`` (real serving process) once to read its p50, sets the class's p99 budget to
 ``--budget-x`` times it, then runs again with ``workload.open_loop``, and compares the highest
 rate the search found with the rate an M/D/1 queue (Poisson arrivals, one server, a fixed
-service time: ``qualify.openloop.md1_max_rate``) predicts for the same budget, taking as the
+service time: ``qualify.measure.openloop.md1_max_rate``) predicts for the same budget, taking as the
 service time the median of the probes' own times in service. Target (issue 11): within 15%.
 Repeated ``--repeat`` times; each row is one search. A real service time varies a little (an
 M/G/1 queue, whose tail is longer than M/D/1's), so the search finds somewhat less than the
@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from qualify.openloop import md1_max_rate  # noqa: E402
-from qualify.project import load_project  # noqa: E402
+from qualify.measure.openloop import md1_max_rate  # noqa: E402
+from qualify.project.load import load_project  # noqa: E402
 from qualify.run import RunOptions, qualify_run  # noqa: E402
 from tests.models import padded_mlp  # noqa: E402
 from tests.qualify.projects import write_project  # noqa: E402

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from qualify.demo import lay_out  # noqa: E402
+from qualify.demo.story import lay_out  # noqa: E402
 
 TARGETS = {"matrix show": 2.0}
 

@@ -34,14 +34,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from matrix.store import Store  # noqa: E402
-from qualify.demo import lay_out  # noqa: E402
+from qualify.demo.story import lay_out  # noqa: E402
 
 STAGES = (
     ("parent imports (qualify.run and what it pulls in)", "qualify/run.py", "<module>"),
-    ("runtime probe (a subprocess)", "qualify/runner.py", "probe_runtime"),
-    ("workers preparing (import, session, parity outputs)", "qualify/runner.py", "ready"),
-    ("interleaved rounds", "qualify/ab.py", "interleave"),
-    ("throughput and profiling passes, worker exit", "qualify/runner.py", "finish"),
+    ("runtime probe (a subprocess)", "qualify/measure/runner.py", "probe_runtime"),
+    ("workers preparing (import, session, parity outputs)", "qualify/measure/runner.py", "ready"),
+    ("interleaved rounds", "qualify/measure/ab.py", "interleave"),
+    ("throughput and profiling passes, worker exit", "qualify/measure/runner.py", "finish"),
     ("rollback check", "qualify/run.py", "_rollback_check"),
     ("sample tables (pyarrow, pandas on first use)", "qualify/run.py", "_sample_tables"),
 )

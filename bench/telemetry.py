@@ -179,8 +179,8 @@ def phase_ingest(db: Path, file: Path) -> dict[str, Any]:
 
 def phase_check(db: Path) -> dict[str, Any]:
     from matrix.store import Store
-    from qualify.telemetry import gather_aggregates
-    from qualify.telemetry_check import check_telemetry
+    from qualify.telemetry.check import check_telemetry
+    from qualify.telemetry.watch import gather_aggregates
     from schemas.telemetry import CheckSettings
 
     cells, manifest = _fleet()

@@ -4,7 +4,7 @@ Writes one synthetic JSON-lines file of ``--events`` events (``bench/telemetry.p
 generator, deterministic), then measures, interleaved in the same run and each in a fresh
 subprocess with a fresh DuckDB file:
 
-* qualify: ``qualify.telemetry.ingest_files`` (what ``qualify telemetry ingest FILE`` calls:
+* qualify: ``qualify.telemetry.watch.ingest_files`` (what ``qualify telemetry ingest FILE`` calls:
   hash, strict checks, bad lines by number, one transaction);
 * reference: ``CREATE TABLE t AS SELECT * FROM read_json(path, format='newline_delimited')``,
   no checks at all.
@@ -44,7 +44,7 @@ _QUALIFY = """
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from qualify.telemetry import ingest_files
+from qualify.telemetry.watch import ingest_files
 report = ingest_files(Path(sys.argv[1]), [Path(sys.argv[2])], now=datetime.now(UTC))
 print(report.events, report.bad_lines)
 """

@@ -2,7 +2,7 @@
 
 Owns reading the facts a match rule needs (arch, CPU model and flags, cores, memory) from
 ``/proc`` and checking them against a class's rules. Both ``qualify run`` (through
-``qualify.fingerprint``) and the host-side ``resolve-artifact`` use it, so a host is put in the
+``qualify.measure.fingerprint``) and the host-side ``resolve-artifact`` use it, so a host is put in the
 same class by both. Rules arrive as plain dicts (the ``match`` mapping of a project file or a
 manifest entry), never pydantic models: this module must stay importable without pydantic.
 """

@@ -5,7 +5,7 @@ into it: `stage` (the version's set written into ``v<version>/``, hosts see noth
 `point` (the pointer ``current`` moved to it, older sets removed) and `discard` (a staged set
 that was never pointed at, removed). ``manifest.build.write_per_class`` is `stage` then `point`;
 a publishing command runs them around writing the whole manifest, so that a kill at any
-instant leaves the matrix's record and the files in agreement (``qualify.publishing``).
+instant leaves the matrix's record and the files in agreement (``qualify.release.publishing``).
 
 The layout is TUF's consistent snapshot: every version's documents live in their own folder
 ``v<version>/`` (``envelope.class_filename`` names), and one small pointer file, ``current``

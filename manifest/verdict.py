@@ -372,7 +372,7 @@ def _measured(out: OutputParity) -> OutputTolerance:
         == (kept.max_abs, kept.mean_abs, kept.max_rel, kept.cosine_min, kept.top1_agreement_min)
         and 0.0 not in values
     ):
-        # The runner records the measured values as min_passing (qualify.parity): the same
+        # The runner records the measured values as min_passing (qualify.measure.parity): the same
         # model, without validating a copy per cell. (A zero is rebuilt: 0.0 == -0.0, and the
         # sign would show in a message.)
         return kept

@@ -314,7 +314,7 @@ CREATE TABLE project_views (
 )
 """
 """What a writing command validated: per project file (``view_key``: the digest of its bytes
-and of the view's format), the part ``matrix show`` reads (``qualify.project_view.ProjectView``),
+and of the view's format), the part ``matrix show`` reads (``qualify.project.view.ProjectView``),
 so that showing the matrix of an unchanged project file needs neither pydantic nor YAML."""
 
 _ROLLOUTS = """

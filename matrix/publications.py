@@ -3,7 +3,7 @@
 Owns the SQL of the publication journal (the ``manifests`` columns ``pending``,
 ``pending_document`` and ``discarded_at``) and of the classes a person steers (holds, pins and
 aborted rollouts, from the ``rollouts`` log). Does not own the files or the order of the steps
-(``qualify.publishing``), nor signing.
+(``qualify.release.publishing``), nor signing.
 
 A version is published in three matrix steps around the files: `begin` records, in one
 transaction, the signed document and the publication's intent (where its files go and the

@@ -1176,7 +1176,7 @@ class Store:
     """Project views kept (the newest): one per project file version a writer saw."""
 
     def record_project_view(self, key: str, view: str) -> None:
-        """Keep ``view`` (``qualify.project_view.ProjectView.to_json``) of the project file whose
+        """Keep ``view`` (``qualify.project.view.ProjectView.to_json``) of the project file whose
         bytes ``key`` names, dropping the oldest beyond `MAX_PROJECT_VIEWS`.
 
         Raises:

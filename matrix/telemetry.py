@@ -5,7 +5,7 @@ in ``matrix.migrations``), the record of what was ingested (``telemetry_files``)
 aggregate queries over a time window: a profile per (class, digest, runtime, providers,
 fallback) and the latency tail of chosen (class, digest) pairs. Does not own the event model
 (``schemas.telemetry``), what hosts write (``manifest.host_events``) or judging events against a
-manifest (``qualify.telemetry_check``).
+manifest (``qualify.telemetry.check``).
 
 How a file is read (fast for millions of lines, exact about bad ones):
 

@@ -15,8 +15,8 @@ window itself:
   is counted once whatever it ran before.
 
 Does not own reading event files or the profile and tail queries (``matrix.telemetry``, which
-use `scope_sql`), nor what any of it means for a class (``qualify.telemetry_time`` and
-``qualify.telemetry_check``).
+use `scope_sql`), nor what any of it means for a class (``qualify.telemetry.timeline`` and
+``qualify.telemetry.check``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Tree::
     ├── ProjectError        the project file is missing, unreadable or invalid
     ├── HostMismatchError   the host does not match the class and --emulate was not given
     ├── ArtifactError       an artifact file is missing or its bytes do not match its digest
-    └── ConversionError     qualify candidates could not make a variant (qualify.convert)
+    └── ConversionError     qualify candidates could not make a variant (qualify.candidates.convert)
 
 Messages name the file, the field and the fix. Nothing here prints or exits.
 """

@@ -17,8 +17,8 @@ from manifest.signing import key_id, load_public_key, verify
 from matrix.publications import published_before, steering
 from matrix.store import Store
 from qualify import __version__
-from qualify.current import file_digests
-from qualify.project import LoadedProject
+from qualify.project.load import LoadedProject
+from qualify.release.current import file_digests
 from reports import build_report, write_report
 from schemas.manifest import Manifest
 

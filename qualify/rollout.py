@@ -42,9 +42,9 @@ from matrix.store import Store
 from matrix.telemetry import Cohort, rollout_reported
 from qualify.artifacts import ArtifactStore
 from qualify.errors import QualifyError
-from qualify.project import LoadedProject
-from qualify.publishing import Publication, log_row, publish
-from qualify.release import artifact_refs, previous_document, previous_manifest
+from qualify.project.load import LoadedProject
+from qualify.release.generate import artifact_refs, previous_document, previous_manifest
+from qualify.release.publishing import Publication, log_row, publish
 from schemas.manifest import Manifest, Rollback
 from schemas.telemetry import CheckSettings, ClassState, TelemetryCheck
 
@@ -139,7 +139,7 @@ def _publish(
 ) -> int:
     """``signed`` as the next version, signed and published as one transaction with its
     rollout-log row (``log``: `publishing.log_row`'s arguments but the version), so that the
-    version is current exactly when the log records it (``qualify.publishing``)."""
+    version is current exactly when the log records it (``qualify.release.publishing``)."""
     key = load_private_key(key_path)
     version = max(int(signed["version"]) + 1, db.highest_manifest_version() + 1)
     signed["version"] = version
@@ -534,8 +534,8 @@ def advance_rollout(
     Returns:
         What was published (None when halted) and the verdict with its evidence.
     """
-    from qualify.telemetry import gather_aggregates, load_releases
-    from qualify.telemetry_check import check_telemetry
+    from qualify.telemetry.check import check_telemetry
+    from qualify.telemetry.watch import gather_aggregates, load_releases
 
     settings = settings or CheckSettings()
     manifest, signed = _current(db)

@@ -32,7 +32,9 @@ from matrix.errors import BundleError, MatrixError
 from matrix.ingest import ingest_bundles
 from matrix.samples import SAMPLES_SCHEMA, empty_samples
 from matrix.store import Store
-from qualify.ab import (
+from qualify.artifacts import ArtifactStore
+from qualify.errors import ArtifactError, HostMismatchError, ProjectError
+from qualify.measure.ab import (
     ConfigEvidence,
     Interleaved,
     aa_control,
@@ -40,25 +42,23 @@ from qualify.ab import (
     interleave,
     slowdowns,
 )
-from qualify.artifacts import ArtifactStore
-from qualify.emulators import Emulators, plan_numerics
-from qualify.errors import ArtifactError, HostMismatchError, ProjectError
-from qualify.fingerprint import class_cpus, class_mismatches, take_fingerprint
-from qualify.graph import read_signature
-from qualify.hostlock import DEFAULT_WAIT_S, lock_wait_message, measuring_alone
-from qualify.job import WorkerJob, job_for
-from qualify.numerics import Outputs, RunNumerics
-from qualify.openloop import open_loop
-from qualify.parity import OutputRole, compare_outputs, output_roles, unpack
-from qualify.project import LoadedProject
-from qualify.project_view import record_view
-from qualify.release import previous_manifest
-from qualify.runner import SUBPROCESSES, RoundWorker, WorkerOutcome, Workers
-from qualify.runtime_log import merge
-from qualify.soak import soak
-from qualify.stats import percentiles
-from qualify.sysroot import emulator_dirs
-from qualify.workload import build_pool
+from qualify.measure.emulators import Emulators, plan_numerics
+from qualify.measure.fingerprint import class_cpus, class_mismatches, take_fingerprint
+from qualify.measure.hostlock import DEFAULT_WAIT_S, lock_wait_message, measuring_alone
+from qualify.measure.job import WorkerJob, job_for
+from qualify.measure.numerics import Outputs, RunNumerics
+from qualify.measure.openloop import open_loop
+from qualify.measure.parity import OutputRole, compare_outputs, output_roles, unpack
+from qualify.measure.runner import SUBPROCESSES, RoundWorker, WorkerOutcome, Workers
+from qualify.measure.runtime_log import merge
+from qualify.measure.soak import soak
+from qualify.measure.stats import percentiles
+from qualify.measure.sysroot import emulator_dirs
+from qualify.measure.workload import build_pool
+from qualify.project.graph import read_signature
+from qualify.project.load import LoadedProject
+from qualify.project.view import record_view
+from qualify.release.generate import previous_manifest
 from schemas.atomic import remove_leftovers, temp_prefix
 from schemas.base import Precision, Role
 from schemas.cell import (
@@ -121,13 +121,13 @@ class RunOptions:
     soak_s: float | None = None
     """Soak this long (``--soak``), whatever ``workload.soak_s`` says; None: as the workload."""
     fleet_node: str | None = None
-    """The Ray node this run measures on, for a fleet run (`qualify.fleet`): every cell says it."""
+    """The Ray node this run measures on, for a fleet run (`qualify.fleet.cluster`): every cell says it."""
     open_loop: bool = False
     """Search the highest request rate (``--open-loop``) even where ``workload.open_loop`` is
     unset (then with its defaults)."""
     emulators: Emulators | None = None
     """Where ``--emulate`` finds QEMU and prepared runtimes; None: PATH, then beside the matrix
-    and the user's cache (`qualify.sysroot.emulator_dirs`)."""
+    and the user's cache (`qualify.measure.sysroot.emulator_dirs`)."""
 
 
 @dataclass
@@ -168,7 +168,7 @@ def latency_results(
             continue
         pct = percentiles(ns.astype(np.float64) / 1e6)
         # The bounds and decision are those of the last scheduled look (a sequential test whose
-        # looks share the error, qualify.stats.spend_alpha), not a fresh look at all samples.
+        # looks share the error, qualify.measure.stats.spend_alpha), not a fresh look at all samples.
         ips = throughput.get(config.short)
         results.append(
             LatencyResult(
@@ -723,7 +723,7 @@ def qualify_run(
         on_wait: receives the lines that say whose lock the run waits for (default: on_event;
             the CLI shows them even with --json, where on_event is silent).
         now: the clock.
-        workers: where the measuring processes come from (`qualify.runner.SUBPROCESSES`);
+        workers: where the measuring processes come from (`qualify.measure.runner.SUBPROCESSES`);
             tests hand scripted stand-ins.
         on_progress: receives a line after every interleaved round (the CLI shows it in place
             on a terminal and not at all when piped).

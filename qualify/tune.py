@@ -29,14 +29,16 @@ from typing import Any
 import numpy as np
 
 from matrix.store import Store
-from qualify.ab import ConfigEvidence, interleave, slowdowns
 from qualify.artifacts import ArtifactStore
 from qualify.errors import ProjectError
-from qualify.fingerprint import class_cpus
-from qualify.job import job_for
-from qualify.parity import Rows, compare_outputs, unpack
-from qualify.project import LoadedProject
-from qualify.project_edit import set_class_provider
+from qualify.measure.ab import ConfigEvidence, interleave, slowdowns
+from qualify.measure.fingerprint import class_cpus
+from qualify.measure.job import job_for
+from qualify.measure.parity import Rows, compare_outputs, unpack
+from qualify.measure.runner import SUBPROCESSES, RoundWorker, WorkerOutcome, Workers
+from qualify.measure.workload import build_pool
+from qualify.project.edit import set_class_provider
+from qualify.project.load import LoadedProject
 from qualify.run import (
     RunOptions,
     RunOutcome,
@@ -47,8 +49,6 @@ from qualify.run import (
     qualify_run,
     roles_of,
 )
-from qualify.runner import SUBPROCESSES, RoundWorker, WorkerOutcome, Workers
-from qualify.workload import build_pool
 from schemas.atomic import temp_prefix
 from schemas.cell import Cell, LatencyConfig, ParityResult, Slowdown, dims_text
 from schemas.host import Fingerprint

@@ -1148,7 +1148,7 @@ def build_report(
         lineage: How made candidates were derived (``Store.lineage()``); adds the lineage table.
         steering: The classes a person steers now (``matrix.publications.steering``): class ->
             the hold, pin or abort row of the rollout log; listed above the rollout history.
-        digests: Artifact label -> the digest of its file now (``qualify.current.file_digests``):
+        digests: Artifact label -> the digest of its file now (``qualify.release.current.file_digests``):
             a project artifact's column shows the cell of those bytes, every verdict is the
             cell's under the project now (``manifest.verdict``). Labels missing here take the
             digest the cells last measured under that name.

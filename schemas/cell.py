@@ -50,7 +50,7 @@ __all__ = [
 BUNDLE_FORMAT = "qualify-run-bundle/1"
 
 PeakRssSource = Literal["wait4", "vmhwm", "vmhwm-before-kill"]
-"""How a peak RSS was measured (see ``qualify.runner.child_peak_rss_mb``)."""
+"""How a peak RSS was measured (see ``qualify.measure.runner.child_peak_rss_mb``)."""
 
 REASON_CODES: dict[str, str] = {code: REASONS[code] for code in CELL_CODES}
 """The codes of a cell's reasons and their meanings (from `schemas.reasons`)."""

@@ -4,8 +4,8 @@ Owns the documented table from a class's match rules to a QEMU CPU model (`CPU_M
 `cpu_for`): the lowest CPU of the class's instruction set, whose kernels onnxruntime picks when
 it runs on that CPU under QEMU user-mode emulation, and the models of the document that records a
 runtime assembled for another architecture (``runtime.json``, `PreparedRuntime`). Pure data and
-pure functions: finding QEMU, preparing and launching are ``qualify.emulators`` and
-``qualify.sysroot``.
+pure functions: finding QEMU, preparing and launching are ``qualify.measure.emulators`` and
+``qualify.measure.sysroot``.
 
 Why these models and not others (QEMU 7.2, onnxruntime 1.32, measured; README "Numerics of hosts
 you do not have"): QEMU's TCG implements SSE4.2, AVX, AVX2, FMA and F16C but no AVX-512,

@@ -1,6 +1,6 @@
 """The host fingerprint: what a qualification run was measured on.
 
-Owns the model only; ``qualify.fingerprint`` reads the host and fills it in.
+Owns the model only; ``qualify.measure.fingerprint`` reads the host and fills it in.
 """
 
 from __future__ import annotations

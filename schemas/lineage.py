@@ -1,6 +1,6 @@
 """Lineage of a candidate qualify made: its parent, the converter, every parameter.
 
-Owns the model only; ``qualify.candidates`` makes it, ``matrix.store`` keeps it in the
+Owns the model only; ``qualify.candidates.make`` makes it, ``matrix.store`` keeps it in the
 ``lineage`` table and the report shows it beside the candidate.
 """
 

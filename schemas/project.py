@@ -1,7 +1,7 @@
 """The project file (``qualify.yaml``): what a qualification run needs to know.
 
 Owns the models of the project document and their cross-field rules (one baseline, unique
-host-class keys, positive budgets). Does not read files: ``qualify.project`` loads YAML, resolves
+host-class keys, positive budgets). Does not read files: ``qualify.project.load`` loads YAML, resolves
 paths and turns validation errors into messages that point at lines.
 """
 
@@ -1014,7 +1014,7 @@ class HostClass(_ProjectDocument):
 
 def open_loop_seconds(spec: OpenLoop, p99_budget_ms: float) -> float:
     """The least time an open-loop search keeps one artifact's subprocess busy: every probe
-    lasts ``probe_s``, and never less than 50 p99 budgets (``qualify.openloop.arrivals``)."""
+    lasts ``probe_s``, and never less than 50 p99 budgets (``qualify.measure.openloop.arrivals``)."""
     return spec.probes * max(spec.probe_s, 50 * p99_budget_ms / 1000.0)
 
 

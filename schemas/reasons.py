@@ -44,7 +44,7 @@ REASONS: dict[str, str] = {
     "cannot be judged (and the class is held)",
     "emulation_failed": "the parity pass on the class's emulated CPU (qualify run --emulate) "
     "failed for the candidate or the baseline, so parity on the class's ISA cannot be judged",
-    # How a subprocess ended (qualify.runner).
+    # How a subprocess ended (qualify.measure.runner).
     "digest_mismatch": "the artifact's bytes do not match its digest",
     "load_failed": "the runtime refused the model (unsupported opset or op, bad graph)",
     "run_failed": "inference raised an error",
@@ -53,7 +53,7 @@ REASONS: dict[str, str] = {
     "timeout": "the subprocess exceeded its wall-clock limit",
     "out_of_memory": "the subprocess exceeded its memory limit",
     "crashed": "the subprocess died without a result",
-    # How a class's run on a fleet host ended without a result (qualify.fleet).
+    # How a class's run on a fleet host ended without a result (qualify.fleet.cluster).
     "node_lost": "the fleet host measuring the class left the cluster (died or was stopped) "
     "before its run came back",
     "fleet_timeout": "the class's run on a fleet host measured past qualify fleet run's time "

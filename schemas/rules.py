@@ -2,11 +2,11 @@
 fallback count, parity tolerance.
 
 * **Quantile rank** (`order_rank`): which order statistic is the q-quantile of n samples. The
-  runner's percentiles and bounds (`qualify.stats`), the report's percentile chart and
+  runner's percentiles and bounds (`qualify.measure.stats`), the report's percentile chart and
   `telemetry check` all use it.
 * **p99 against a budget** (`p99_outcome`): the upper confidence bound within the budget passes,
   the lower bound above it fails, anything else is undecided. The runner's adaptive sampling
-  (`qualify.stats`), the gates (`manifest.gates`) and the report's colours use it.
+  (`qualify.measure.stats`), the gates (`manifest.gates`) and the report's colours use it.
 * **Slowdown** (`slower_than`): a candidate is measurably slower when the lower bound of its
   paired ratio to the baseline is above ``max_slowdown``.
 * **Fallback** (`fallback_count`): the nodes that ran anywhere but on the expected provider. The
@@ -14,14 +14,14 @@ fallback count, parity tolerance.
 * **Parity tolerance** (`merge_tolerance`, `resolve_tolerance`, `tolerance_failures`): which
   limit applies to an output (field by field: the built-in default, the project's family entry,
   the per-output override; a null turns a check off) and what fails it. The runner
-  (`qualify.parity`) applies it to fresh measurements; the current verdict
+  (`qualify.measure.parity`) applies it to fresh measurements; the current verdict
   (`manifest.verdict`) re-applies it to stored ones against the current project file; both
   word a failure the same way, with the limit printed exactly as configured (``cosine_min 0.162
   < 0.9999``, never ``< 1``) and the measured value rounded only as far as keeps it on its side
   of the limit.
 
 Lives in the bottom layer so that every package may import it, and imports only the standard
-library when loaded: the measuring subprocess (`qualify.worker`, through `qualify.stats`) and the
+library when loaded: the measuring subprocess (`qualify.measure.worker`, through `qualify.measure.stats`) and the
 host-side telemetry writer import it, and neither may pay for pydantic.
 """
 
@@ -260,7 +260,7 @@ def batched_on(batch_axis: int | None, source: str, state_from: str | None) -> i
 def swept_axes(shape: list[int | str], axis: int | None) -> list[int]:
     """The axes of one sample (``shape`` without the batch axis ``axis``, as `batched_on`
     gives it) that a swept dimension sizes: those the shape names instead of sizing. Owned here
-    for the input pool (`qualify.workload`) and the measuring child, which cuts them."""
+    for the input pool (`qualify.measure.workload`) and the measuring child, which cuts them."""
     kept = [d for k, d in enumerate(shape) if k != axis]
     return [k for k, d in enumerate(kept) if isinstance(d, str)]
 

@@ -5,7 +5,7 @@ Owns the models only: ``TelemetryEvent`` (one JSON line a host appends; publishe
 ``qualify telemetry check`` prints) and ``StaleItem`` (what ``qualify matrix stale`` prints).
 Hosts write events with ``manifest.host_events`` (standard library only, so it does not import
 this module: the schema file and a test keep the two in step); ``matrix.telemetry`` stores them;
-``qualify.telemetry_check`` judges them and ``qualify.staleness`` lists what to re-run.
+``qualify.telemetry.check`` judges them and ``qualify.telemetry.staleness`` lists what to re-run.
 
 An event line looks like::
 

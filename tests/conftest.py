@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from qualify.sysroot import user_emulator_dir
+from qualify.measure.sysroot import user_emulator_dir
 
 PREPARED_EMULATORS = user_emulator_dir()
 """Where this machine's user keeps prepared runtimes (``qualify emulators prepare``; CI prepares

@@ -25,9 +25,9 @@ ALLOWED = {
 # Third-party packages confined to one room.
 CONFINED = {
     "duckdb": ("matrix/",),
-    "onnxruntime": ("qualify/worker.py", "qualify/convert.py"),
+    "onnxruntime": ("qualify/measure/worker.py", "qualify/candidates/convert.py"),
     "jinja2": ("reports/",),
-    "ray": ("qualify/fleet.py", "qualify/fleet_driver.py", "qualify/fleet_host.py"),
+    "ray": ("qualify/fleet/cluster.py", "qualify/fleet/driver.py", "qualify/fleet/host.py"),
     "pandas": ("qualify/reader.py",),
 }
 HEAVY = ("pydantic", "duckdb", "pandas", "pyarrow", "onnxruntime", "jinja2", "click")

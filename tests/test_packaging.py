@@ -38,9 +38,9 @@ def test_wheel_carries_demo_assets_templates_static_files_and_schemas(tmp_path: 
     (wheel,) = tmp_path.glob("qualify-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
     for needed in (
-        "qualify/demo_assets/digits-mlp-fp32.onnx",
-        "qualify/demo_assets/digits-mlp-int8.onnx",
-        "qualify/demo_assets/digits_inputs.npy",
+        "qualify/demo/assets/digits-mlp-fp32.onnx",
+        "qualify/demo/assets/digits-mlp-int8.onnx",
+        "qualify/demo/assets/digits_inputs.npy",
         "reports/templates/base.html",
         "schemas/project.schema.json",
         "schemas/manifest.schema.json",

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from matrix.store import Store
-from qualify.project import load_project
-from qualify.project_view import record_view
+from qualify.project.load import load_project
+from qualify.project.view import record_view
 from tests.qualify.projects import write_project
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +36,7 @@ NEVER = (
     "ruamel",
     "matrix.bundle",
     "qualify.run",
-    "qualify.runner",
+    "qualify.measure.runner",
     "reports.render",
     "reports.context",
 )

@@ -2,7 +2,7 @@
 settings, emulated), and the runs those cells and the rollback checks need, equals deciding on
 every cell and run of the matrix, whatever its history.
 
-Generation reads only those cells (``qualify.release``), so a matrix that keeps every run's cells,
+Generation reads only those cells (``qualify.release.generate``), so a matrix that keeps every run's cells,
 release after release, costs a generation its groups, not its history. Random fleets of up to
 three runs per class (stale settings, emulated runs, cells on another class's key, rollback
 checks that failed) are written to a real DuckDB matrix and decided both ways.

@@ -8,7 +8,7 @@ measured, only stale or only emulated evidence), provider and session settings, 
 release whose rollbacks come from the first (another runtime, an artifact the project no longer
 lists) under the other unknown-class policy. It is generated twice: through the pure
 ``decide`` + ``build_manifest`` + ``sign_encoded`` path, and through
-``qualify.release.generate_manifest`` on a DuckDB matrix (artifact files hashed, a class held by
+``qualify.release.generate.generate_manifest`` on a DuckDB matrix (artifact files hashed, a class held by
 a person kept). Fixed clock, fixed test key: the bytes must not change when generation is made
 faster. To rewrite them deliberately::
 
@@ -146,8 +146,8 @@ def _through_the_matrix(tmp: Path) -> dict[str, bytes]:
     generate --publish`` runs it; before the second, a person holds ``a-cand``."""
     from matrix.samples import empty_samples
     from matrix.store import Store
-    from qualify.project import LoadedProject
-    from qualify.release import generate_manifest
+    from qualify.project.load import LoadedProject
+    from qualify.release.generate import generate_manifest
     from schemas.cell import RunBundle
 
     models = tmp / "models"

@@ -7,15 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from qualify.emulators import Emulators
-from qualify.sysroot import tree_digest
+from qualify.measure.emulators import Emulators
+from qualify.measure.sysroot import tree_digest
 from schemas.emulation import CPU_MODELS, PreparedRuntime
 
 FAKE_QEMU = "/opt/fake/qemu-{arch}-static"
 
 
 def fake_runtime(folder: Path, version: str = "1.32.0", arch: str = "aarch64") -> Path:
-    """A runtime folder with the shape `qualify.sysroot.prepare_runtime` leaves and a valid
+    """A runtime folder with the shape `qualify.measure.sysroot.prepare_runtime` leaves and a valid
     ``runtime.json`` (its pieces are a few bytes each: nothing here can run)."""
     path = folder / f"{arch}-onnxruntime-{version}"
     python = path / "root" / "usr" / "bin" / "python3.11"

@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from qualify.fingerprint import take_fingerprint
-from qualify.fleet import CLASS_RESOURCE, HOST_RESOURCE, LOCAL_ENV, node_offer, read_boot_id
-from qualify.project import LoadedProject
-from qualify.runner import probe_runtime
+from qualify.fleet.cluster import CLASS_RESOURCE, HOST_RESOURCE, LOCAL_ENV, node_offer, read_boot_id
+from qualify.measure.fingerprint import take_fingerprint
+from qualify.measure.runner import probe_runtime
+from qualify.project.load import LoadedProject
 
 SLOW_HOOK = """
 import time

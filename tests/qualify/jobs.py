@@ -1,4 +1,4 @@
-"""Worker jobs for tests: built by `qualify.job.job_for` from the project's own models, so a
+"""Worker jobs for tests: built by `qualify.measure.job.job_for` from the project's own models, so a
 test's job carries every field with the project file's defaults, exactly as a run's would."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from qualify.job import JobMode, WorkerJob, job_for
-from qualify.workload import build_pool
+from qualify.measure.job import JobMode, WorkerJob, job_for
+from qualify.measure.workload import build_pool
 from schemas.project import (
     Budgets,
     HostClass,

@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 from matrix.store import Store
 from qualify.cli import cli
-from qualify.project import load_project
-from qualify.publishing import PAUSE_ENV
+from qualify.project.load import load_project
+from qualify.release.publishing import PAUSE_ENV
 from qualify.run import RunOptions, qualify_run
 from tests.qualify.projects import ROOT, write_project
 from tests.qualify.scripted import CPU, Script, ScriptedWorkers, digest_of
@@ -93,7 +93,7 @@ class Lab:
 
     def killed_at(self, instant: str, *args: str) -> str:
         """Run ``qualify ARGS`` in a real process, SIGKILL it at the named instant of its
-        publication (``qualify.publishing.PAUSE_ENV``), and return what it said before."""
+        publication (``qualify.release.publishing.PAUSE_ENV``), and return what it said before."""
         env = {**os.environ, PAUSE_ENV: instant, "PYTHONPATH": str(ROOT)}
         proc = subprocess.Popen(
             [sys.executable, "-m", "qualify", *self.args(*args)],

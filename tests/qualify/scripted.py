@@ -1,5 +1,5 @@
 """Scripted stand-ins for the measuring subprocesses, for `qualify.run.qualify_run`'s seam
-(`qualify.runner.Workers`): each artifact behaves as its `Script` says, in milliseconds and
+(`qualify.measure.runner.Workers`): each artifact behaves as its `Script` says, in milliseconds and
 without onnxruntime, so a test can drive every way a worker ends through the whole run."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from qualify.job import WorkerJob
-from qualify.runner import Launch, WorkerOutcome, Workers
+from qualify.measure.job import WorkerJob
+from qualify.measure.runner import Launch, WorkerOutcome, Workers
 from schemas.rules import fallback_count
 
 CPU = "CPUExecutionProvider"
@@ -89,7 +89,7 @@ def queue_reply(rate: float, arrivals: int, seed: int, service_s: float) -> dict
 
 
 class ScriptedWorker:
-    """One artifact's scripted process (`qualify.runner.RoundWorker`)."""
+    """One artifact's scripted process (`qualify.measure.runner.RoundWorker`)."""
 
     def __init__(self, job: WorkerJob, script: Script, pid: int, factor: float = 1.0) -> None:
         self.job, self.script, self.pid = job, script, pid
@@ -188,7 +188,7 @@ class ScriptedWorkers:
     def emulated(
         self, job: WorkerJob, workdir: Path, *, timeout_s: float, launch: Launch
     ) -> WorkerOutcome:
-        """A parity pass under QEMU (`qualify.emulators`), as its script says."""
+        """A parity pass under QEMU (`qualify.measure.emulators`), as its script says."""
         self.emulated_jobs.append((job, launch))
         script = self._script(job)
         error = script.emulated_error

@@ -5,7 +5,7 @@ published at chosen times, and hosts' events over them.
 each a copy of the first manifest with some entries re-pointed (artifact, rollback, rollout or
 hold), and the events hosts wrote. ``Story.check`` writes the events to a JSON-lines file,
 ingests it into a real DuckDB matrix, stores and publishes every version there, and runs the
-check the CLI runs (``qualify.telemetry.run_check``).
+check the CLI runs (``qualify.telemetry.watch.run_check``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from manifest import envelope
 from matrix.samples import empty_samples
 from matrix.store import Store
 from matrix.telemetry import ingest_telemetry
-from qualify.telemetry import run_check
+from qualify.telemetry.watch import run_check
 from schemas.cell import RunBundle
 from schemas.manifest import Manifest, ManifestArtifact, Rollback, Rollout
 from schemas.telemetry import CheckSettings, TelemetryCheck

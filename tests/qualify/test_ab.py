@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from qualify.ab import (
+from qualify.measure.ab import (
     ROUND_SAMPLES,
     ConfigEvidence,
     aa_control,
@@ -22,7 +22,12 @@ from qualify.ab import (
     round_quota,
     slowdowns,
 )
-from qualify.stats import AUTO_TIME_CAP_CEILING_S, AUTO_TIME_CAP_FLOOR_S, RatioBounds, time_cap
+from qualify.measure.stats import (
+    AUTO_TIME_CAP_CEILING_S,
+    AUTO_TIME_CAP_FLOOR_S,
+    RatioBounds,
+    time_cap,
+)
 from schemas.cell import LatencyConfig, RoundFigure
 from schemas.project import InputSpec, Workload
 

@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from matrix.store import Store
-from qualify.candidates import make_candidates
+from qualify.candidates.make import make_candidates
 from qualify.cli import cli
-from qualify.demo import lay_out
-from qualify.project import load_project
+from qualify.demo.story import lay_out
+from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
 from tests.qualify.projects import run_qualify
 
@@ -116,7 +116,7 @@ def test_a_run_qualifies_the_made_candidates(demo: Path) -> None:
 
 def _fresh_init(tmp_path: Path) -> Path:
     """A project as ``qualify init`` writes it for a real model: generated inputs only."""
-    from qualify.demo_assets import FP32_MODEL, asset_path
+    from qualify.demo.assets import FP32_MODEL, asset_path
 
     model = tmp_path / "model.onnx"
     model.write_bytes(asset_path(FP32_MODEL).read_bytes())

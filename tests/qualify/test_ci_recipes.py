@@ -35,8 +35,8 @@ import yaml
 
 from manifest.signing import generate_keypair
 from matrix.store import Store
-from qualify.project import load_project
-from qualify.release import generate_manifest
+from qualify.project.load import load_project
+from qualify.release.generate import generate_manifest
 from qualify.run import RunOptions, qualify_run
 from tests.qualify.projects import ROOT, loosen_slowdown, write_project
 from tests.qualify.scripted import Script, ScriptedWorkers, digest_of

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from matrix.store import Store
 from qualify.cli import cli
-from qualify.project_view import recorded_view
+from qualify.project.view import recorded_view
 from tests.qualify.projects import run_qualify, write_project
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,7 +143,9 @@ def _workers_under(path: Path) -> list[str]:
         ["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True, check=True
     )
     return [
-        line for line in ps.stdout.splitlines() if "qualify.worker" in line and str(path) in line
+        line
+        for line in ps.stdout.splitlines()
+        if "qualify.measure.worker" in line and str(path) in line
     ]
 
 

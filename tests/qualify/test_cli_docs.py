@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from qualify.cli import cli
-from qualify.docgen import README, _walk, cli_reference, glossary, render_readme
+from qualify.cli.docgen import README, _walk, cli_reference, glossary, render_readme
 
 COMMANDS = [" ".join(path[1:]) for path, _ in _walk(cli, ["qualify"])]
 

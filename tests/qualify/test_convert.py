@@ -1,4 +1,4 @@
-"""Making candidate variants of a baseline (qualify.convert).
+"""Making candidate variants of a baseline (qualify.candidates.convert).
 
 The demo's real digits MLP goes through every converter; tiny models built here with
 onnx.helper (IR 8, opset 17) stand for the situations a converter cannot handle. Numerics are
@@ -22,14 +22,14 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from qualify.convert import (
+from qualify.candidates.convert import (
     VARIANTS,
     ConversionError,
     Variant,
     calibration_digest,
     make_variants,
 )
-from qualify.demo_assets import FP32_MODEL, INPUTS, asset_path
+from qualify.demo.assets import FP32_MODEL, INPUTS, asset_path
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = ["CPUExecutionProvider"]
@@ -581,7 +581,7 @@ def test_unreadable_baseline_names_the_file(tmp_path: Path) -> None:
 
 def test_importing_convert_loads_neither_onnx_nor_onnxruntime() -> None:
     code = (
-        "import sys, qualify.convert\n"
+        "import sys, qualify.candidates.convert\n"
         "print(','.join(m for m in ('onnx', 'onnxruntime') if m in sys.modules))\n"
     )
     out = subprocess.run(

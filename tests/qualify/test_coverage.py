@@ -13,7 +13,7 @@ from xml.etree import ElementTree
 import pytest
 
 from manifest.verdict import CurrentVerdict, Judge, standings
-from qualify.coverage import (
+from qualify.release.coverage import (
     CoverageItem,
     coverage,
     coverage_line,

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from qualify.cpus import cpus_for, numa_nodes, parse_cpulist
 from qualify.errors import HostMismatchError
-from qualify.project import load_project
+from qualify.measure.cpus import cpus_for, numa_nodes, parse_cpulist
+from qualify.measure.runner import run_worker
+from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
-from qualify.runner import run_worker
 from tests.models import build
 from tests.qualify.jobs import make_job
 from tests.qualify.projects import write_project

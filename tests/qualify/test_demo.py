@@ -159,7 +159,7 @@ def test_force_over_a_finished_demo_deletes_everything_it_wrote_and_nothing_else
 ) -> None:
     import shutil
 
-    from qualify.demo import MARKER, prepare_workdir
+    from qualify.demo.story import MARKER, prepare_workdir
 
     work, _ = demo
     copy = tmp_path / "demo"

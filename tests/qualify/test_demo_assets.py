@@ -1,6 +1,6 @@
 """The committed demo assets are what their README says: real, small, loadable, in parity.
 
-Checks the files in ``qualify/demo_assets/`` against their README (digests), against the contract
+Checks the files in ``qualify/demo/assets/`` against their README (digests), against the contract
 ``qualify demo`` relies on (names, shapes, opset 17 / IR 8, a genuinely int8 candidate that passes
 int8 parity) and, in a slow test, against a fresh rebuild by ``scripts/build_demo_assets.py``.
 """
@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from qualify.demo_assets import (
+from qualify.demo.assets import (
     ASSETS_DIR,
     FP32_MODEL,
     INPUTS,

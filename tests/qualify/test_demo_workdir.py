@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from qualify.demo import MARKER, prepare_workdir
+from qualify.demo.story import MARKER, prepare_workdir
 from qualify.errors import QualifyError
 from tests.qualify.projects import run_qualify
 

@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from qualify.errors import ProjectError
-from qualify.project import load_project
+from qualify.measure.workload import build_pool
+from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
-from qualify.workload import build_pool
 from schemas.cell import LatencyConfig, dims_text
 from schemas.project import InputSpec, Workload
 
@@ -176,7 +176,7 @@ def test_each_swept_config_feeds_the_model_at_its_own_size(tmp_path: Path) -> No
 
 
 def test_an_input_fed_whole_is_cut_to_each_size_and_stays_contiguous(tmp_path: Path) -> None:
-    from qualify.worker import _at_dims, _batch
+    from qualify.measure.worker import _at_dims, _batch
     from tests.models import build
     from tests.qualify.jobs import make_job
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qualify.demo_assets import asset_path
-from qualify.emulators import Emulators
-from qualify.project import load_project
+from qualify.demo.assets import asset_path
+from qualify.measure.emulators import Emulators
+from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
 from schemas.cell import Cell
 from tests.conftest import PREPARED_EMULATORS, need_emulator

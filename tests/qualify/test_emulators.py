@@ -11,9 +11,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qualify.emulators import Emulators, class_cpu, plan_numerics, prepare_for_class, status_lines
-from qualify.fingerprint import isa_mismatch, take_fingerprint
-from qualify.sysroot import SysrootError, find_runtime, prepare_runtime, verify_runtime
+from qualify.measure.emulators import (
+    Emulators,
+    class_cpu,
+    plan_numerics,
+    prepare_for_class,
+    status_lines,
+)
+from qualify.measure.fingerprint import isa_mismatch, take_fingerprint
+from qualify.measure.sysroot import SysrootError, find_runtime, prepare_runtime, verify_runtime
 from schemas.host import Fingerprint
 from schemas.project import (
     Budgets,
@@ -94,7 +100,7 @@ def test_an_arm_class_is_emulated_on_a_neoverse_n1_with_its_prepared_runtime(
         str(runtime / "cpu" / "neoverse-n1"),
         str(runtime / "root" / "usr" / "bin" / "python3.11"),
         "-m",
-        "qualify.worker",
+        "qualify.measure.worker",
     )
     env = plan.launch.env
     assert env["PYTHONHOME"] == "/usr" and str(runtime / "site") in str(env["PYTHONPATH"])
@@ -191,7 +197,7 @@ def test_an_avx2_class_on_an_avx512_host_is_emulated_on_haswell_with_this_interp
         "Haswell",
         sys.executable,
         "-m",
-        "qualify.worker",
+        "qualify.measure.worker",
     )
     # A host that presents exactly Haswell's kernels computes the class's numbers itself.
     same = plan_numerics(

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from qualify import energy
-from qualify.project import load_project
+from qualify.measure import energy
+from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
 from tests.qualify.projects import write_project
 from tests.qualify.scripted import Script, ScriptedWorkers, digest_of

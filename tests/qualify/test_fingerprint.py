@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from manifest.hostmatch import HostFacts, match_failures, read_host_facts
-from qualify.fingerprint import class_mismatches, take_fingerprint
+from qualify.measure.fingerprint import class_mismatches, take_fingerprint
 from schemas.project import Budgets, HostClass, HostClassKey, MatchRules, RuntimeSpec
 
 ARM_CPUINFO = """processor\t: 0

@@ -24,8 +24,7 @@ from hypothesis import strategies as st
 
 from matrix.store import Store
 from qualify import __version__
-from qualify.fingerprint import take_fingerprint
-from qualify.fleet import (
+from qualify.fleet.cluster import (
     MACHINE_LABEL,
     PROJECT_LABEL,
     VERSION_LABEL,
@@ -40,9 +39,10 @@ from qualify.fleet import (
     read_boot_id,
     shipment_files,
 )
-from qualify.fleet_driver import can_take
-from qualify.project import load_project
-from qualify.runner import probe_runtime
+from qualify.fleet.driver import can_take
+from qualify.measure.fingerprint import take_fingerprint
+from qualify.measure.runner import probe_runtime
+from qualify.project.load import load_project
 from tests.qualify.fleet_cluster import (
     SLOW_HOOK,
     Fleet,
@@ -324,9 +324,9 @@ def test_a_run_without_an_address_starts_ray_here_alone_and_writes_nothing_under
 @on_cluster
 def test_the_demo_on_a_three_node_cluster_matches_a_per_host_run(tmp_path: Path) -> None:
     from matrix.ingest import ingest_bundles
-    from qualify.coverage import junit_xml
-    from qualify.demo import lay_out
-    from qualify.release import release_check
+    from qualify.demo.story import lay_out
+    from qualify.release.coverage import junit_xml
+    from qualify.release.generate import release_check
     from qualify.run import RunOptions, qualify_run
 
     loaded = load_project(lay_out(tmp_path / "demo"))

@@ -14,13 +14,13 @@ from xml.etree import ElementTree
 from matrix.samples import empty_samples
 from matrix.store import Store
 from qualify.artifacts import digest_file
-from qualify.coverage import junit_xml
-from qualify.fingerprint import take_fingerprint
-from qualify.fleet import FleetOptions
-from qualify.fleet_driver import Driver, _Class, error_bundle
-from qualify.project import LoadedProject, load_project
-from qualify.release import release_check
-from qualify.runner import probe_runtime
+from qualify.fleet.cluster import FleetOptions
+from qualify.fleet.driver import Driver, _Class, error_bundle
+from qualify.measure.fingerprint import take_fingerprint
+from qualify.measure.runner import probe_runtime
+from qualify.project.load import LoadedProject, load_project
+from qualify.release.coverage import junit_xml
+from qualify.release.generate import release_check
 from tests.qualify.projects import write_project
 
 

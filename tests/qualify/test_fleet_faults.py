@@ -23,8 +23,8 @@ from click.testing import CliRunner
 
 from matrix.store import Store
 from qualify.cli import cli
-from qualify.fleet import LOCAL_ENV, PROJECT_LABEL, VERSION_LABEL, FleetOptions, fleet_run
-from qualify.project import load_project
+from qualify.fleet.cluster import LOCAL_ENV, PROJECT_LABEL, VERSION_LABEL, FleetOptions, fleet_run
+from qualify.project.load import load_project
 from tests.qualify.fleet_cluster import (
     SLOW_HOOK,
     VERSION_SHIM,

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from matrix.store import Store
 from qualify.cli import cli
-from qualify.runner import STDERR_KEPT, run_worker
+from qualify.measure.runner import STDERR_KEPT, run_worker
 from tests.models import build
 from tests.qualify.jobs import make_job
 from tests.qualify.projects import write_project
@@ -327,7 +327,7 @@ def test_where_a_hook_was_stuck_is_read_from_any_stderr_without_failing(
 ) -> None:
     import re
 
-    from qualify.runner import _stuck_at
+    from qualify.measure.runner import _stuck_at
 
     dump = "".join(f'  File "{f}", line {n} in fn\n' for f, n in frames)
     where = _stuck_at(noise + "\nThread 0x1 (most recent call first):\n" + dump, "/p")

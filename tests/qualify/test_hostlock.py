@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from matrix.store import Store
 from qualify.errors import QualifyError
-from qualify.hostlock import lock_wait_message, measuring_alone
+from qualify.measure.hostlock import lock_wait_message, measuring_alone
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def _holder(lock: Path, hold_s: float) -> subprocess.Popen[str]:
         f"""
         import time
         from pathlib import Path
-        from qualify.hostlock import measuring_alone
+        from qualify.measure.hostlock import measuring_alone
         with measuring_alone(wait_s=5, on_wait=print, path=Path({str(lock)!r})):
             print("held", flush=True)
             time.sleep({hold_s})
@@ -188,7 +188,7 @@ def test_the_lock_file_is_never_truncated_and_its_record_is_replaced_in_place(
 def test_the_default_lock_is_in_a_directory_no_other_user_can_write(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from qualify.hostlock import host_lock_path
+    from qualify.measure.hostlock import host_lock_path
 
     monkeypatch.delenv("QUALIFY_HOST_LOCK")
     monkeypatch.setenv("HOME", str(tmp_path))

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 
 from matrix.store import Store
 from qualify.cli import cli
-from qualify.project import load_project
+from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
 from tests.models import IR_VERSION, OPSET, build
 

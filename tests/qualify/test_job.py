@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qualify.job import JobError, WorkerJob
-from qualify.runner import run_worker
+from qualify.measure.job import JobError, WorkerJob
+from qualify.measure.runner import run_worker
 from tests.models import build
 from tests.qualify.jobs import make_job
 
@@ -94,7 +94,7 @@ def test_a_worker_handed_an_incomplete_job_measures_nothing_and_says_why(
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", "qualify.worker", str(path)],
+        [sys.executable, "-m", "qualify.measure.worker", str(path)],
         capture_output=True,
         text=True,
         check=False,

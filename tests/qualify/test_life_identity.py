@@ -21,7 +21,7 @@ from click.testing import CliRunner, Result
 
 from matrix.store import Store
 from qualify.cli import cli
-from qualify.project import load_project
+from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
 from tests.qualify.projects import write_project
 from tests.qualify.scripted import Script, ScriptedWorkers, digest_of

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from qualify.openloop import (
+from qualify.measure.openloop import (
     STABLE_BUDGETS,
     RateSearch,
     arrivals,
@@ -123,7 +123,7 @@ def test_a_worker_that_ends_is_said_and_the_others_are_searched(tmp_path: Path) 
 @pytest.mark.quiet  # its p99 must meet 10 ms at the probed rates: a loaded machine misses it
 def test_a_real_run_searches_each_artifacts_rate_and_gates_it(tmp_path: Path) -> None:
     from manifest.gates import judge
-    from qualify.project import load_project
+    from qualify.project.load import load_project
     from qualify.run import RunOptions, qualify_run
     from tests.qualify.projects import write_project
 

@@ -1,4 +1,4 @@
-"""Baseline vs candidate output parity (qualify.parity)."""
+"""Baseline vs candidate output parity (qualify.measure.parity)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from qualify import parity
-from qualify.parity import REL_EPS, compare_outputs
+from qualify.measure import parity
+from qualify.measure.parity import REL_EPS, compare_outputs
 from schemas.cell import ParityResult
 from schemas.project import (
     DEFAULT_TOLERANCES,
@@ -526,7 +526,7 @@ def test_a_detector_that_lost_every_box_fails_however_close_its_tensors_are() ->
 
 
 def test_samples_of_different_shapes_round_trip_through_the_childs_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from qualify.worker import _pack
+    from qualify.measure.worker import _pack
 
     rows = [np.arange(12.0).reshape(2, 6), np.zeros((0, 6)), np.ones((1, 6))]
     texts = [np.array("ab"), np.array("abcd"), np.array("")]

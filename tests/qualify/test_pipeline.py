@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from qualify.errors import ProjectError
-from qualify.project import load_project
+from qualify.project.load import load_project
 from qualify.run import RunOptions, RunOutcome, qualify_run
 from tests.qualify.projects import write_project
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qualify.errors import ProjectError
-from qualify.project import (
+from qualify.project.load import (
     PROJECT_FILENAME,
     LoadedProject,
     dump_project,

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from manifest.verdict import Judge, standings
 from matrix.store import Store
-from qualify.coverage import coverage, unmeasured
-from qualify.project import load_project
-from qualify.project_view import ClassView, ProjectView, record_view, recorded_view, view_key
+from qualify.project.load import load_project
+from qualify.project.view import ClassView, ProjectView, record_view, recorded_view, view_key
+from qualify.release.coverage import coverage, unmeasured
 from tests.manifest.factories import digest_of, scenario
 from tests.qualify.projects import write_project
 

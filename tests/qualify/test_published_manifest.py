@@ -10,9 +10,9 @@ import pytest
 from manifest.envelope import encode_canonical, encode_envelope
 from manifest.errors import SignatureError
 from manifest.signing import generate_keypair
-from qualify.coverage import ReleaseGate, summary_markdown
 from qualify.errors import QualifyError
-from qualify.release import load_published
+from qualify.release.coverage import ReleaseGate, summary_markdown
+from qualify.release.generate import load_published
 from tests.manifest.factories import GOLDEN, fixed_key, scenario, signed_manifest
 
 

@@ -1,4 +1,4 @@
-"""Publishing is a transaction (``qualify.publishing``): a publishing command killed with SIGKILL
+"""Publishing is a transaction (``qualify.release.publishing``): a publishing command killed with SIGKILL
 at every named instant, or failing, leaves the matrix's record and the published files in
 agreement, and the next command completes or discards what was interrupted and says which.
 And ``--per-class DIR`` deletes only what qualify wrote there, refusing a directory holding

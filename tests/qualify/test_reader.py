@@ -24,7 +24,7 @@ from matrix.migrations import LATEST_VERSION, MIGRATIONS
 from matrix.store import Store
 from qualify import reader
 from qualify.cli import cli
-from qualify.project import load_project
+from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
 from tests.matrix.test_concurrency import HOLD_LOCK, child, wait_for
 from tests.qualify.projects import write_project

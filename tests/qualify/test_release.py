@@ -227,7 +227,7 @@ def test_report_is_written_for_the_matrix_and_its_manifest(matrix: Path) -> None
 def test_a_generate_that_dies_before_writing_its_file_publishes_nothing(
     matrix: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import qualify.publishing as publishing
+    import qualify.release.publishing as publishing
     from matrix.store import Store
 
     tmp = own_copy(matrix, tmp_path)

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from manifest import resolve
 from qualify.cli import cli
-from qualify.project import load_project
+from qualify.project.load import load_project
 from qualify.rollout import parse_steps
 from qualify.run import RunOptions, qualify_run
 from tests.models import padded_mlp

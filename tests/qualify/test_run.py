@@ -21,9 +21,9 @@ import pytest
 
 from matrix.store import Store
 from qualify.errors import HostMismatchError, ProjectError
-from qualify.project import load_project
+from qualify.measure.stats import rounds_for_median_bound
+from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
-from qualify.stats import rounds_for_median_bound
 from tests.models import build, padded_mlp, warns_each_run
 from tests.qualify.jobs import make_job
 from tests.qualify.projects import LOOSE_SLOWDOWN, loosen_slowdown, write_project
@@ -178,7 +178,7 @@ def test_modified_artifact_copy_is_refused_before_loading(tmp_path: Path) -> Non
 
 
 def test_worker_refuses_bytes_that_do_not_match_the_digest(tmp_path: Path) -> None:
-    from qualify.runner import run_worker
+    from qualify.measure.runner import run_worker
 
     job = make_job(tmp_path, build("identity_mlp", tmp_path), expected_digest="sha256:" + "0" * 64)
     outcome = run_worker(job, tmp_path / "w", timeout_s=60)
@@ -190,7 +190,7 @@ def test_worker_refuses_bytes_that_do_not_match_the_digest(tmp_path: Path) -> No
 def test_concurrent_runs_on_one_matrix_both_land(tmp_path: Path) -> None:
     import threading
 
-    from qualify.hostlock import measuring_alone
+    from qualify.measure.hostlock import measuring_alone
 
     project = write_project(tmp_path, [])
     db = tmp_path / "m.duckdb"
@@ -287,7 +287,7 @@ def test_the_next_run_cleans_what_killed_runs_left_and_records_their_bundles(
 def test_placement_falls_back_to_the_profiler_on_an_onnxruntime_without_the_api(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from qualify import worker
+    from qualify.measure import worker
 
     model = build("classifier", tmp_path)
     job = make_job(tmp_path, model)
@@ -316,7 +316,7 @@ def test_after_a_manifest_approves_a_candidate_the_next_run_proves_that_candidat
     import onnx
 
     from manifest.signing import generate_keypair
-    from qualify.release import generate_manifest
+    from qualify.release.generate import generate_manifest
 
     project = write_project(tmp_path, [])
     twin = onnx.load(tmp_path / "models" / "identity_mlp.onnx")

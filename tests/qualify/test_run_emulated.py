@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from matrix.store import Store
-from qualify.project import load_project
+from qualify.project.load import load_project
 from qualify.run import RunOptions, RunOutcome, qualify_run
 from tests.qualify.emulated import FakeQemu, fake_runtime
 from tests.qualify.projects import write_project

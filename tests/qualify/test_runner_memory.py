@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from qualify.runner import child_peak_rss_mb
+from qualify.measure.runner import child_peak_rss_mb
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def _worker_in_a_big_parent(tmp_path: Path) -> list[object]:
     code = f"""
 import json, numpy as np
 from pathlib import Path
-from qualify.runner import run_worker
+from qualify.measure.runner import run_worker
 ballast = np.ones(50_000_000)  # 400 MB resident in the parent
 model = Path({str(model)!r})
 from tests.qualify.jobs import make_job
@@ -68,7 +68,7 @@ def test_the_child_reads_its_peak_with_only_numpy_and_onnxruntime_loaded(tmp_pat
 
 def test_the_runner_caches_the_bytecode_of_every_module_the_child_imports(tmp_path: Path) -> None:
     # A child that compiles qualify's sources itself counts the compiler's memory in its peak.
-    from qualify.runner import CHILD_MODULES, _bytecode_current, cache_child_bytecode
+    from qualify.measure.runner import CHILD_MODULES, _bytecode_current, cache_child_bytecode
     from tests.models import build
     from tests.qualify.jobs import make_job
 
@@ -83,8 +83,8 @@ def own():
                    if m.__name__.partition(".")[0] in ("qualify", "schemas"))
     open({str(listing)!r}, "w").write("\\n".join(names))
 atexit.register(own)
-sys.argv = ["qualify.worker", {str(tmp_path / "job.json")!r}]
-runpy.run_module("qualify.worker", run_name="__main__")
+sys.argv = ["qualify.measure.worker", {str(tmp_path / "job.json")!r}]
+runpy.run_module("qualify.measure.worker", run_name="__main__")
 """
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True)
     assert json.loads((tmp_path / "result.json").read_text())["ok"] is True

@@ -1,5 +1,5 @@
 """onnxruntime's warnings as a person reads them: each once, with its count, clean and bounded
-(qualify.runtime_log)."""
+(qualify.measure.runtime_log)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qualify import runtime_log
-from qualify.runtime_log import MAX_CHARS, MAX_DISTINCT, clean, count_lines, merge, read_log
+from qualify.measure import runtime_log
+from qualify.measure.runtime_log import MAX_CHARS, MAX_DISTINCT, clean, count_lines, merge, read_log
 
 VERIFY = (
     "\x1b[0;93m2026-12-06 02:51:24.002062703 [W:onnxruntime:, execution_frame.cc:943 "

@@ -11,10 +11,10 @@ from pydantic import ValidationError
 
 from qualify.cli import cli
 from qualify.errors import ProjectError
-from qualify.project import load_project
+from qualify.measure.worker import _batch  # the feed builder the timed loops use
+from qualify.measure.workload import build_pool
+from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
-from qualify.worker import _batch  # the feed builder the timed loops use
-from qualify.workload import build_pool
 from schemas.project import InputSpec, Workload
 from tests.models import CLASSES, STATE, STEPS, recurrent, time_first
 from tests.qualify.jobs import make_job
@@ -93,7 +93,7 @@ def test_a_recurrent_models_parity_outputs_follow_its_state_from_step_to_step(
 ) -> None:
     import onnxruntime as ort
 
-    from qualify.runner import run_worker
+    from qualify.measure.runner import run_worker
 
     model = recurrent(tmp_path)
     job = make_job(tmp_path, model, mode="full", workload=_recurrent_workload(), configs=((1, 1),))
@@ -174,7 +174,7 @@ def test_a_recurrent_model_is_compared_over_a_sequence_of_steps(tmp_path: Path) 
 
 def test_a_model_without_the_state_output_is_a_load_error_naming_it(tmp_path: Path) -> None:
     # The project check refuses this at load; a job that still reaches the child says why.
-    from qualify.runner import run_worker
+    from qualify.measure.runner import run_worker
     from tests.models import build
 
     model = build("identity_mlp", tmp_path)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from manifest.gates import judge
-from qualify.project import load_project
+from qualify.measure.soak import WINDOWS, host_heat, soak
+from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
-from qualify.soak import WINDOWS, host_heat, soak
 from schemas.cell import LatencyConfig, Soak, SoakWindow
 from tests.manifest.factories import Fleet, class_spec, make_project
 from tests.qualify.projects import write_project

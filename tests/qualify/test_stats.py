@@ -1,4 +1,4 @@
-"""Latency percentiles and distribution-free p99 bounds (qualify.stats)."""
+"""Latency percentiles and distribution-free p99 bounds (qualify.measure.stats)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qualify import stats
-from qualify.stats import (
+from qualify.measure import stats
+from qualify.measure.stats import (
     AdaptiveP99,
     LookPlan,
     Percentiles,
@@ -292,7 +292,7 @@ def test_stats_imports_only_numpy_and_the_standard_library() -> None:
     import sys
 
     code = (
-        "import sys, qualify.stats; "
+        "import sys, qualify.measure.stats; "
         "bad = [m for m in ('pydantic', 'pandas', 'scipy', 'onnxruntime') if m in sys.modules]; "
         "print(bad)"
     )

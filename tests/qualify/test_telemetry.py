@@ -16,13 +16,13 @@ from manifest import envelope
 from matrix.samples import empty_samples
 from matrix.store import Store
 from matrix.telemetry import ingest_telemetry
-from qualify.demo_telemetry import write_demo_telemetry
+from qualify.demo.telemetry import write_demo_telemetry
 from qualify.errors import QualifyError
-from qualify.release import parse_duration
-from qualify.staleness import stale_items
-from qualify.telemetry import gather_aggregates, load_current_manifest, run_check, run_stale
-from qualify.telemetry_check import check_telemetry
-from qualify.telemetry_render import render_check
+from qualify.release.generate import parse_duration
+from qualify.telemetry.check import check_telemetry
+from qualify.telemetry.render import render_check
+from qualify.telemetry.staleness import stale_items
+from qualify.telemetry.watch import gather_aggregates, load_current_manifest, run_check, run_stale
 from schemas.cell import Cell, RunBundle
 from schemas.manifest import Manifest
 from schemas.project import Project

@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from manifest.resolve import cohort_point
-from qualify.telemetry_render import render_check
+from qualify.telemetry.render import render_check
 from schemas.telemetry import CheckSettings, TelemetryCheck
 from tests.manifest.factories import digest_of
 from tests.qualify.telemetry_story import (
@@ -290,7 +290,7 @@ def test_a_rollout_step_is_not_halted_by_another_model_lines_events(tmp_path: Pa
 
 
 def test_matrix_stale_reads_only_this_model_lines_runtimes(tmp_path: Path) -> None:
-    from qualify.telemetry import run_stale
+    from qualify.telemetry.watch import run_stale
 
     story = Story()
     two_releases(story, second=3 * H)

@@ -11,8 +11,8 @@ import pytest
 
 from matrix.store import Store
 from qualify.errors import ProjectError
-from qualify.job import WorkerJob
-from qualify.project import load_project
+from qualify.measure.job import WorkerJob
+from qualify.project.load import load_project
 from qualify.run import RunOptions
 from qualify.tune import TuneOptions, search_space, tune_class
 from schemas.project import ProviderSpec

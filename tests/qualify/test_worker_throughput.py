@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Any
 
-from qualify.worker import THROUGHPUT_FLOOR_S, THROUGHPUT_INFERENCES, _throughput
+from qualify.measure.worker import THROUGHPUT_FLOOR_S, THROUGHPUT_INFERENCES, _throughput
 
 
 class Counting:

@@ -1,7 +1,7 @@
 """Scripted fleets for the report tests and the report benchmark: real schema objects, synthetic
 but honest numbers.
 
-Every latency cell is computed from its own seeded synthetic samples with ``qualify.stats`` (the
+Every latency cell is computed from its own seeded synthetic samples with ``qualify.measure.stats`` (the
 same percentiles and order-statistic bounds the runner uses), so a chart drawn from the samples
 and the table's numbers agree. No matrix, no onnxruntime, no disk, no clock.
 
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from qualify.stats import p99_bounds, percentiles
+from qualify.measure.stats import p99_bounds, percentiles
 from schemas.base import Role, Verdict
 from schemas.cell import (
     Cell,

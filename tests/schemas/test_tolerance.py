@@ -8,7 +8,7 @@ import textwrap
 from hypothesis import given
 from hypothesis import strategies as st
 
-from qualify.project import dump_project, parse_project
+from qualify.project.load import dump_project, parse_project
 from schemas.project import DEFAULT_TOLERANCES, OutputTolerance, Project, Tolerance
 from schemas.rules import TOLERANCE_FIELDS, merge_tolerance, resolve_tolerance
 

@@ -1,0 +1,1080 @@
+"""Candidate variants of a baseline ONNX model, each described by how it was made.
+
+Owns running the converters in-process and the lineage of what they write: onnxruntime's
+dynamic and static (QDQ) int8 quantizers, its float16 converter, and a structured magnitude
+pruning written here with onnx and numpy. Each variant is written atomically beside the others
+as ``<baseline stem>-<variant>.onnx`` and must load and run one row in onnxruntime's CPU
+provider before it is returned. Does not measure or judge a variant (``qualify run`` qualifies
+it like any other candidate) and does not store it, record it or add it to the project file
+(``qualify.candidates.make`` does).
+
+The variants (`VARIANTS`, made in that order):
+
+- ``int8-dynamic``: ``quantize_dynamic``, int8 weights per channel with ``reduce_range`` (7-bit,
+  so hosts without VNNI compute the same integers); activations are quantized at run time, so
+  no calibration data is needed.
+- ``int8-qdq-per-channel`` and ``int8-qdq-reduce-range``: ``quantize_static`` in QDQ format,
+  uint8 activations and int8 weights, MinMax ranges calibrated on at most 256 recorded rows
+  fed one at a time; the first per channel, the second per tensor with 7-bit weights (for CPUs
+  without VNNI). Both need calibration data.
+- ``fp16``: ``convert_float_to_float16`` with float32 inputs and outputs kept.
+- ``pruned-<pct>``: the ``prune_ratio`` share of hidden units with the smallest weight norm
+  removed from every MatMul/Gemm -> MatMul/Gemm (or group-1 Conv -> Conv) pair joined only by
+  per-unit ops, the tensors really shrunk (smaller file, less compute); not fine-tuned, so its
+  parity is the question qualification answers.
+
+Pre-processing. onnxruntime's docs recommend ``quant_pre_process`` (shape inference, then its
+basic graph optimization) before quantizing. The static variants get it and record how in
+``params["pre_process"]``: the optimization fuses MatMul + Add into Gemm, whose QDQ form keeps
+the bias in int32 (on the demo model it halves the per-tensor variant's largest error).
+Symbolic shape inference is skipped: it needs sympy, which qualify does not depend on; ONNX
+shape inference still runs. Domains the optimizer declares but no node uses are dropped again.
+The dynamic variant is not pre-processed (``"pre_process": null``), as
+``scripts/build_demo_assets.py`` does not: ``quantize_dynamic`` has no integer Gemm, so the
+fused model would come out unquantized, and the shape inference it would leave is one
+``quantize_dynamic`` runs itself. With onnxruntime 1.32 its output is byte for byte the demo's
+committed int8 model.
+
+fp16 on a CPU. onnxruntime 1.32's CPU provider has no float16 kernels for most ops (MatMul, Add,
+Relu, Softmax here); it does not refuse the model but inserts Casts at load so that those nodes
+run in float32 on float16-rounded weights. The fp16 variant therefore loads and runs on any
+CPU, half the size of the baseline, within fp16 rounding of its outputs, but not faster there.
+That is not an error here: a class whose provider has fp16 kernels (CUDA, some ARM builds) runs
+it in fp16, and qualification measures what each class really runs. Its note says so. A model
+onnxruntime does refuse (an op with no float16 form in ONNX, a missing kernel) fails the load
+check, which names the op.
+
+Temporary files: each variant is made in a folder ``.<name>.p<pid>.<random>.tmp`` inside
+``out_dir`` (the converter's output, the pre-processed model), removed whether the variant is
+made or not; a killed run's folder is removed by the next call (`schemas.atomic`). The
+calibrator's augmented model and the pre-processor's scratch files go to temporary folders
+onnxruntime makes and removes itself (under the system temporary directory).
+
+Errors::
+
+    QualifyError                qualify.errors
+    └── ConversionError         a variant cannot be made: names the variant, the baseline file,
+                                the op and node where known, and the fix
+
+onnx and onnxruntime are imported when a variant is made, not when this module is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from qualify.errors import QualifyError
+from schemas.atomic import remove_leftovers, temp_prefix
+
+if TYPE_CHECKING:
+    import onnx
+
+__all__ = [
+    "CALIBRATED",
+    "VARIANTS",
+    "ConversionError",
+    "Variant",
+    "calibration_digest",
+    "make_variants",
+]
+
+VARIANTS: tuple[str, ...] = (
+    "int8-dynamic",
+    "int8-qdq-per-channel",
+    "int8-qdq-reduce-range",
+    "fp16",
+    "pruned",
+)
+"""The variants `make_variants` knows, in the order it makes them. ``pruned`` is written as
+``pruned-<pct>`` (``pruned-25`` for a prune ratio of 0.25)."""
+
+CALIBRATED: frozenset[str] = frozenset({"int8-qdq-per-channel", "int8-qdq-reduce-range"})
+"""The variants that calibrate on recorded inputs (static quantization): without any,
+`make_variants` refuses them and ``qualify candidates`` skips them."""
+
+_CALIBRATION_ROWS = 256
+"""At most this many recorded rows calibrate a static variant: the first ones, in order."""
+_CPU = ["CPUExecutionProvider"]
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+_FP16_NOTE = (
+    "onnxruntime's CPU provider has no fp16 kernel for most ops and runs them in float32 "
+    "through inserted casts: smaller on CPU, not faster; qualify it on the class that runs it"
+)
+_PRUNED_NOTE = "magnitude-pruned, not fine-tuned"
+
+
+class ConversionError(QualifyError):
+    """A variant could not be made. The message names the variant, the baseline file, the op
+    and node where the failure can be traced to one, and the fix."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One made variant and everything needed to make it again."""
+
+    name: str
+    """``int8-dynamic``, ``int8-qdq-per-channel``, ``int8-qdq-reduce-range``, ``fp16`` or
+    ``pruned-<pct>``."""
+    precision: str
+    """Its precision family in the project file: ``int8``, ``fp16`` or ``pruned``."""
+    path: Path
+    """The written model."""
+    tool: str
+    """The converter, e.g. ``onnxruntime.quantization.quantize_dynamic``."""
+    tool_version: str
+    """The version of the package the converter belongs to (onnxruntime, or onnx for
+    ``pruned``), as imported."""
+    params: dict[str, Any]
+    """Every parameter the converter was given (JSON types; enums by name), how the input was
+    prepared, and ``output_opset`` / ``output_ir_version`` of the written file."""
+    note: str | None
+    """A caveat a reader of the lineage should see, or None."""
+    summary: str
+    """What it is in one short line (under 90 characters), e.g. ``int8 per channel, 7-bit
+    weights (quantize_dynamic, onnxruntime 1.32.0)``: the project file's ``how:``, which YAML
+    keeps on one line; every parameter is in ``params``."""
+
+
+def calibration_digest(calibration: Mapping[str, np.ndarray]) -> str:
+    """``sha256:<hex>`` of calibration data, over a canonical encoding: the names sorted, each
+    with its length, then the array's dtype (``dtype.str``), shape and C-order bytes.
+
+    Raises:
+        ValueError: an array of Python objects (its bytes are pointers, not data).
+    """
+    h = hashlib.sha256()
+    for name in sorted(calibration):
+        array = np.ascontiguousarray(calibration[name])
+        if array.dtype.hasobject:
+            raise ValueError(f"calibration input {name!r} holds Python objects; it has no digest")
+        head = f"{len(name)}:{name}|{array.dtype.str}|{','.join(map(str, array.shape))}|"
+        h.update(head.encode("utf-8"))
+        h.update(array.tobytes())
+    return "sha256:" + h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# The run: one job, one spec per variant.
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every converter of one `make_variants` call shares."""
+
+    baseline: Path
+    feeds: list[dict[str, np.ndarray]] | None
+    """The calibration rows, one feed each (None without calibration data)."""
+    probe: dict[str, np.ndarray]
+    """The feed each written variant must run: the first calibration row, else zeros."""
+    prune_ratio: float
+
+
+_Converter = Callable[[_Job, Path, Path], dict[str, Any]]
+"""(job, output file, scratch folder) -> the parameters it used."""
+
+
+@dataclass(frozen=True)
+class _Spec:
+    precision: str
+    tool: str
+    package: str
+    convert: _Converter
+    needs_calibration: bool = False
+
+
+def make_variants(
+    baseline: Path,
+    out_dir: Path,
+    calibration: Mapping[str, np.ndarray] | None,
+    *,
+    which: Sequence[str] | None = None,
+    prune_ratio: float = 0.25,
+) -> list[Variant]:
+    """Make the variants asked for from ``baseline`` into ``out_dir``, in `VARIANTS` order.
+
+    Args:
+        baseline: the float model.
+        out_dir: where ``<baseline stem>-<variant>.onnx`` files go (made if missing); a file of
+            that name is replaced.
+        calibration: input name -> samples along axis 0 (``qualify.measure.workload.build_pool``): an
+            array of the input's rank is fed one row at a time as a batch of one, an array of
+            one rank more one sample at a time as the whole input. Needed by the static int8
+            variants; the first row is also what each written variant must run.
+        which: names from `VARIANTS` (a single string is one name); None makes all.
+        prune_ratio: share of each prunable layer's hidden units ``pruned`` removes.
+
+    Returns:
+        The variants made, in `VARIANTS` order.
+
+    Raises:
+        ValueError: an unknown variant name, or a prune ratio outside (0, 1).
+        ConversionError: the baseline cannot be read, the calibration data does not fit it, a
+            static variant was asked for without calibration data, or a converter failed or
+            wrote a model onnxruntime cannot run. Variants made before it stay written; nothing
+            of the failing one is left in ``out_dir``.
+    """
+    names = _selected(which)
+    if not 0.0 < prune_ratio < 1.0:
+        raise ValueError(f"prune ratio {prune_ratio} must be above 0 and below 1")
+    job = _job(baseline.resolve(), calibration, prune_ratio)
+    missing = [n for n in names if _SPECS[n].needs_calibration and job.feeds is None]
+    if missing:
+        raise ConversionError(
+            f"{', '.join(missing)} of {job.baseline.name}: static quantization calibrates on "
+            "recorded inputs, and none were given. Fix: record inputs in the workload (an input "
+            "with source 'recorded' and a .npy file of real samples), or leave "
+            f"{' and '.join(missing)} out with --variant"
+        )
+    out_dir = out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(out_dir)
+    return [_make_one(job, name, out_dir) for name in names]
+
+
+def _selected(which: Sequence[str] | None) -> list[str]:
+    if which is None:
+        return list(VARIANTS)
+    asked = [which] if isinstance(which, str) else list(which)
+    unknown = [n for n in asked if n not in VARIANTS]
+    if unknown:
+        raise ValueError(
+            f"unknown variant(s) {', '.join(map(repr, unknown))}; known: {', '.join(VARIANTS)}"
+        )
+    return [n for n in VARIANTS if n in asked]
+
+
+def _variant_name(key: str, prune_ratio: float) -> str:
+    return f"pruned-{prune_ratio * 100:g}" if key == "pruned" else key
+
+
+def _make_one(job: _Job, key: str, out_dir: Path) -> Variant:
+    spec = _SPECS[key]
+    name = _variant_name(key, job.prune_ratio)
+    target = out_dir / f"{job.baseline.name.removesuffix('.onnx')}-{name}.onnx"
+    with tempfile.TemporaryDirectory(
+        prefix=temp_prefix(target.name), suffix=".tmp", dir=out_dir
+    ) as scratch:
+        work = Path(scratch)
+        written = work / target.name
+        try:
+            params = spec.convert(job, written, work)
+        except ConversionError:
+            raise
+        except Exception as exc:
+            raise _converter_failed(name, job, spec, exc) from exc
+        _check_converted(name, job, spec, written)
+        _check_runs(name, job, spec, written)
+        params.update(_stamp(written))
+        _commit(written, target)
+    version = _version(spec.package)
+    return Variant(
+        name=name,
+        precision=spec.precision,
+        path=target,
+        tool=spec.tool,
+        tool_version=version,
+        params=params,
+        note={"fp16": _FP16_NOTE, "pruned": _PRUNED_NOTE}.get(key),
+        summary=_summary(key, spec, params, version),
+    )
+
+
+_SUMMARY_MAX = 88
+"""Longest `Variant.summary` with the converter named: ``how: `` and a candidate's indent
+stay within the 100 columns at which the project file's YAML folds a line."""
+
+
+def _summary(key: str, spec: _Spec, params: Mapping[str, Any], version: str) -> str:
+    converter = "magnitude pruning" if key == "pruned" else spec.tool.rsplit(".", 1)[-1]
+    full = f"{_gist(key, params)} ({converter}, {spec.package} {version})"
+    if len(full) <= _SUMMARY_MAX:
+        return full
+    return f"{_gist(key, params)} ({spec.package} {version})"  # a long version string
+
+
+def _gist(key: str, params: Mapping[str, Any]) -> str:
+    """What a variant is, from the parameters it was made with, in a few words."""
+    if key == "fp16":
+        return (
+            "float16, float32 inputs and outputs kept" if params.get("keep_io_types") else "float16"
+        )
+    if key == "pruned":
+        return f"{params['ratio'] * 100:g}% of hidden units removed, not fine-tuned"
+    words = ["int8 QDQ" if params.get("quant_format") == "QDQ" else "int8"]
+    words.append("per channel" if params.get("per_channel") else "per tensor")
+    if params.get("reduce_range"):
+        words.append("7-bit weights")
+    if "calibration_rows" in params:
+        words.append(f"{params['calibration_rows']} recorded rows")
+    return ", ".join(words).replace(", per", " per", 1)
+
+
+_QUANTIZED_OPS = frozenset(
+    {
+        "QuantizeLinear",
+        "DynamicQuantizeLinear",
+        "MatMulInteger",
+        "ConvInteger",
+        "QLinearMatMul",
+        "QLinearConv",
+        "DynamicQuantizeMatMul",
+        "MatMulIntegerToFloat",
+        "QGemm",
+        "QAttention",
+    }
+)
+"""Ops whose presence says a quantizer quantized something (standard and com.microsoft)."""
+
+
+def _check_converted(name: str, job: _Job, spec: _Spec, written: Path) -> None:
+    """Refuse a precision variant in which the converter changed nothing: a graph of integer
+    tensors only (int64 ids and counts) comes back from the int8 and fp16 converters as the
+    baseline under another name, which must never be offered as a candidate.
+
+    Raises:
+        ConversionError: "nothing to quantize", naming the variant, the baseline and the fix.
+    """
+    if spec.precision not in ("int8", "fp16"):
+        return
+    import onnx
+
+    model = onnx.load(str(written), load_external_data=False)
+    if spec.precision == "int8":
+        changed = any(node.op_type in _QUANTIZED_OPS for node in _nodes(model.graph))
+    else:
+        half = onnx.TensorProto.FLOAT16
+        changed = any(t.data_type == half for t in model.graph.initializer) or any(
+            node.op_type == "Cast" and _attr(node, "to", 0) == half for node in _nodes(model.graph)
+        )
+    if changed:
+        return
+    kinds = sorted(
+        {onnx.TensorProto.DataType.Name(t.data_type).lower() for t in model.graph.initializer}
+        | {
+            onnx.TensorProto.DataType.Name(v.type.tensor_type.elem_type).lower()
+            for v in [*model.graph.input, *model.graph.output]
+        }
+    )
+    raise ConversionError(
+        f"{name} of {job.baseline.name}: nothing to quantize: the converter changed no tensor "
+        f"(the model's tensors are {', '.join(kinds) or 'none'}; {spec.precision} applies to "
+        "float weights and activations), so the variant would be the baseline under another "
+        f"name and was not added. Fix: leave {name} out with --variant"
+    )
+
+
+def _version(package: str) -> str:
+    if package == "onnx":
+        import onnx
+
+        return str(onnx.__version__)
+    import onnxruntime
+
+    return str(onnxruntime.__version__)
+
+
+def _commit(written: Path, target: Path) -> None:
+    """Flush ``written`` to disk and rename it onto ``target`` (same folder tree, so atomic)."""
+    fd = os.open(written, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.chmod(written, 0o644)
+    os.replace(written, target)
+    dir_fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _stamp(path: Path) -> dict[str, Any]:
+    """The IR version and default-domain opset the written file declares."""
+    import onnx
+
+    model = onnx.load(str(path), load_external_data=False)
+    opset = next((o.version for o in model.opset_import if o.domain in _DEFAULT_DOMAINS), None)
+    return {"output_opset": opset, "output_ir_version": int(model.ir_version)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs: the calibration rows and the probe feed.
+
+
+def _job(baseline: Path, calibration: Mapping[str, np.ndarray] | None, ratio: float) -> _Job:
+    import onnx
+
+    from schemas.atomic import open_regular
+
+    try:
+        os.close(open_regular(baseline))  # a pipe or a device is refused by name, not opened
+        model = onnx.load(str(baseline), load_external_data=False)
+    except Exception as exc:
+        raise ConversionError(
+            f"{baseline}: cannot read the baseline model: {_one_line(exc)}. Fix: point the "
+            "project's baseline at a readable .onnx file"
+        ) from exc
+    inputs = _graph_inputs(model)
+    feeds = None if calibration is None else _feeds(baseline, inputs, calibration)
+    probe = feeds[0] if feeds else {name: _zeros(vi) for name, vi in inputs.items()}
+    return _Job(baseline=baseline, feeds=feeds, probe=probe, prune_ratio=ratio)
+
+
+def _graph_inputs(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+    """The inputs a caller feeds (older IRs also list initializers as inputs)."""
+    initializers = {i.name for i in model.graph.initializer}
+    return {i.name: i for i in model.graph.input if i.name not in initializers}
+
+
+def _zeros(value: onnx.ValueInfoProto) -> np.ndarray:
+    import onnx
+
+    tensor = value.type.tensor_type
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type or onnx.TensorProto.FLOAT)
+    shape = [d.dim_value if d.dim_value > 0 else 1 for d in tensor.shape.dim]
+    return np.zeros(shape, dtype=dtype)
+
+
+def _feeds(
+    baseline: Path,
+    inputs: Mapping[str, onnx.ValueInfoProto],
+    calibration: Mapping[str, np.ndarray],
+) -> list[dict[str, np.ndarray]]:
+    """The first `_CALIBRATION_ROWS` rows as feeds, after checking they fit the model."""
+    import onnx
+
+    arrays: dict[str, np.ndarray] = {}
+    for name, value in inputs.items():
+        where = f"calibration input {name!r} for {baseline.name}"
+        if name not in calibration:
+            given = ", ".join(map(repr, sorted(calibration))) or "none"
+            raise ConversionError(
+                f"{where}: missing (given: {given}). Fix: record every model input in the workload"
+            )
+        arrays[name] = np.asarray(calibration[name])
+        elem_type = value.type.tensor_type.elem_type
+        expected = onnx.helper.tensor_dtype_to_np_dtype(elem_type) if elem_type else None
+        if expected is not None and arrays[name].dtype != expected:
+            raise ConversionError(
+                f"{where}: dtype {arrays[name].dtype}, the model takes {expected}. Fix: record "
+                f"it as {expected}"
+            )
+    rows = min((len(a) if a.ndim else 0) for a in arrays.values()) if arrays else 0
+    if rows == 0:
+        raise ConversionError(
+            f"calibration data for {baseline.name} has no rows. Fix: record real samples"
+        )
+    ranks = {name: _rank(value) for name, value in inputs.items()}
+    return [
+        {name: _row(a, i, ranks[name]) for name, a in arrays.items()}
+        for i in range(min(rows, _CALIBRATION_ROWS))
+    ]
+
+
+def _rank(value: onnx.ValueInfoProto) -> int | None:
+    tensor = value.type.tensor_type
+    return len(tensor.shape.dim) if tensor.HasField("shape") else None
+
+
+def _row(array: np.ndarray, index: int, rank: int | None) -> np.ndarray:
+    """Row ``index`` as a feed: a batch of one, or the whole input when the array has one more
+    axis than the model input."""
+    return array[index] if rank is not None and array.ndim == rank + 1 else array[index : index + 1]
+
+
+class _Reader:
+    """onnxruntime's ``CalibrationDataReader`` protocol over prepared feeds, one per call."""
+
+    def __init__(self, feeds: Sequence[dict[str, np.ndarray]]) -> None:
+        self._feeds: Iterator[dict[str, np.ndarray]] = iter(feeds)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._feeds, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# The onnxruntime converters.
+
+
+def _as_enums(params: Mapping[str, Any], enums: Mapping[str, type[Enum]]) -> dict[str, Any]:
+    """Converter keyword arguments from recorded parameters: enum names become members."""
+    return {k: enums[k][v] if k in enums else v for k, v in params.items()}
+
+
+def _pre_process(source: Path, output: Path, *, optimize: bool) -> dict[str, Any]:
+    """``quant_pre_process`` from ``source`` to ``output``, then unused domains dropped."""
+    import onnx
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    kwargs: dict[str, Any] = {
+        "skip_optimization": not optimize,
+        "skip_onnx_shape": False,
+        "skip_symbolic_shape": True,
+        "auto_merge": False,
+        "int_max": 2**31 - 1,
+        "guess_output_rank": False,
+        "verbose": 0,
+        "save_as_external_data": False,
+        "all_tensors_to_one_file": False,
+        "external_data_location": None,
+        "external_data_size_threshold": 1024,
+    }
+    quant_pre_process(str(source), str(output), **kwargs)
+    model = onnx.load(str(output))
+    dropped = _drop_unused_domains(model)
+    if dropped:
+        onnx.save(model, str(output))
+    return {
+        "tool": "onnxruntime.quantization.shape_inference.quant_pre_process",
+        **kwargs,
+        "unused_domains_dropped": dropped,
+    }
+
+
+def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node of ``graph`` and of the subgraphs inside its nodes' attributes."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+                yield from _nodes(sub)
+
+
+def _drop_unused_domains(model: onnx.ModelProto) -> list[str]:
+    """Remove opset imports of domains no node or function uses; returns those domains."""
+    used = {*_DEFAULT_DOMAINS, *(n.domain for n in _nodes(model.graph))}
+    for function in model.functions:
+        used.add(function.domain)
+        used.update(n.domain for n in function.node)
+    keep = [o for o in model.opset_import if o.domain in used]
+    dropped = sorted(o.domain for o in model.opset_import if o.domain not in used)
+    del model.opset_import[:]
+    model.opset_import.extend(keep)
+    return dropped
+
+
+class _NoPreProcessNag(logging.Filter):
+    """``quantize_dynamic`` logs a warning on the root logger that suggests pre-processing;
+    the dynamic variant skips it on purpose (see the module docstring)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
+
+
+def _int8_dynamic(job: _Job, output: Path, work: Path) -> dict[str, Any]:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    params: dict[str, Any] = {
+        "weight_type": "QInt8",
+        "per_channel": True,
+        "reduce_range": True,
+        "op_types_to_quantize": None,
+        "nodes_to_quantize": None,
+        "nodes_to_exclude": None,
+        "use_external_data_format": False,
+        "extra_options": {},
+    }
+    root, nag = logging.getLogger(), _NoPreProcessNag()
+    root.addFilter(nag)
+    try:
+        quantize_dynamic(
+            str(job.baseline), str(output), **_as_enums(params, {"weight_type": QuantType})
+        )
+    finally:
+        root.removeFilter(nag)
+    return {**params, "pre_process": None}
+
+
+def _int8_static(per_channel: bool, reduce_range: bool) -> _Converter:
+    def convert(job: _Job, output: Path, work: Path) -> dict[str, Any]:
+        from onnxruntime.quantization import (
+            CalibrationMethod,
+            QuantFormat,
+            QuantType,
+            quantize_static,
+        )
+
+        if job.feeds is None:  # make_variants refuses this before any variant is made
+            raise ConversionError(f"{job.baseline.name}: static quantization needs calibration")
+        prepared = work / "pre-processed.onnx"
+        pre = _pre_process(job.baseline, prepared, optimize=True)
+        params: dict[str, Any] = {
+            "quant_format": "QDQ",
+            "activation_type": "QUInt8",
+            "weight_type": "QInt8",
+            "per_channel": per_channel,
+            "reduce_range": reduce_range,
+            "calibrate_method": "MinMax",
+            "op_types_to_quantize": None,
+            "nodes_to_quantize": None,
+            "nodes_to_exclude": None,
+            "use_external_data_format": False,
+            "calibration_providers": list(_CPU),
+            "extra_options": {},
+            "calibration_cache_path": None,
+        }
+        enums: dict[str, type[Enum]] = {
+            "quant_format": QuantFormat,
+            "activation_type": QuantType,
+            "weight_type": QuantType,
+            "calibrate_method": CalibrationMethod,
+        }
+        quantize_static(str(prepared), str(output), _Reader(job.feeds), **_as_enums(params, enums))
+        rows = {"calibration_rows": len(job.feeds), "calibration_rows_per_feed": 1}
+        return {**params, **rows, "pre_process": pre}
+
+    return convert
+
+
+def _fp16(job: _Job, output: Path, work: Path) -> dict[str, Any]:
+    import onnx
+    from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
+
+    params: dict[str, Any] = {
+        "min_positive_val": 5.96e-08,
+        "max_finite_val": 65504.0,
+        "keep_io_types": True,
+        "disable_shape_infer": False,
+        "op_block_list": list(DEFAULT_OP_BLOCK_LIST),
+        "node_block_list": None,
+        "force_fp16_initializers": False,
+        "force_fp16_inputs": None,
+        "use_bfloat16_as_blocked_nodes_dtype": False,
+    }
+    model = convert_float_to_float16(onnx.load(str(job.baseline)), **params)
+    onnx.save(model, str(output))
+    return params
+
+
+# ---------------------------------------------------------------------------------------------
+# Structured pruning: MatMul/Gemm -> elementwise -> MatMul/Gemm, Conv -> elementwise -> Conv.
+
+_UNARY = frozenset(
+    {
+        "Relu",
+        "LeakyRelu",
+        "Elu",
+        "Selu",
+        "Celu",
+        "Sigmoid",
+        "HardSigmoid",
+        "HardSwish",
+        "Tanh",
+        "Softplus",
+        "Softsign",
+        "Gelu",
+        "Mish",
+        "ThresholdedRelu",
+        "Clip",
+        "Identity",
+    }
+)
+"""Ops applied to each hidden unit on its own (Clip's bounds are scalars)."""
+_PER_UNIT = frozenset({"Add", "Sub", "Mul", "Div"})
+"""Binary ops that keep hidden units apart when the other operand is a constant. After a Conv,
+an inference-mode BatchNormalization does too."""
+_CRITERION = (
+    "L2 norm of each hidden unit's incoming weights in the baseline (a MatMul/Gemm weight "
+    "column, a Conv output filter); the floor(units * ratio) smallest removed"
+)
+_STRUCTURE = (
+    "MatMul/Gemm -> [Add/Sub/Mul/Div by a constant, unary activations] -> MatMul/Gemm; "
+    "Conv (group 1) -> [the same, BatchNormalization] -> Conv (group 1)"
+)
+
+_Cut = tuple[str, int]
+"""An initializer and the axis along which it loses the removed units."""
+
+
+@dataclass(frozen=True)
+class _Pair:
+    first: onnx.NodeProto
+    second: onnx.NodeProto
+    weight: str
+    axis: int
+    units: int
+    cuts: list[_Cut]
+    hidden: list[str]
+    """The tensors between the two nodes, whose shapes change."""
+
+
+class _Graph:
+    """The lookups pruning needs over one graph."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        from onnx import numpy_helper
+
+        overridable = {i.name for i in graph.input}  # an input may replace it at run time
+        self.arrays = {
+            i.name: numpy_helper.to_array(i) for i in graph.initializer if i.name not in overridable
+        }
+        self.outputs = {o.name for o in graph.output}
+        self.uses = Counter(name for node in _nodes(graph) for name in node.input)
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for node in graph.node:
+            for name in dict.fromkeys(node.input):
+                self.consumers.setdefault(name, []).append(node)
+
+    def owned(self, name: str) -> np.ndarray | None:
+        """The constant ``name`` when pruning may reshape it: an initializer used once and not
+        returned as a graph output."""
+        if self.uses[name] != 1 or name in self.outputs:
+            return None
+        return self.arrays.get(name)
+
+
+def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
+    for attr in node.attribute:
+        if attr.name == name:
+            return int(attr.i)
+    return default
+
+
+def _standard(node: onnx.NodeProto, *ops: str) -> bool:
+    return node.op_type in ops and node.domain in _DEFAULT_DOMAINS
+
+
+def _units_cut(g: _Graph, name: str, units: int, offset: int) -> list[_Cut] | None:
+    """How a constant operand combined with the hidden tensor loses the removed units: sliced
+    (it has ``units`` entries on the hidden axis), untouched (it broadcasts over it), or None
+    (it cannot be made to fit). ``offset`` is the hidden axis counted from the end."""
+    array = g.arrays.get(name)
+    if array is None:
+        return None
+    axis = array.ndim - offset
+    if axis < 0 or array.shape[axis] == 1:
+        return []
+    if array.shape[axis] == units and g.owned(name) is not None:
+        return [(name, axis)]
+    return None
+
+
+def _first_of(node: onnx.NodeProto, g: _Graph) -> tuple[int, int, int, list[_Cut]] | None:
+    """(hidden axis of the weight, units, hidden axis from the tensor's end, bias cuts) of a
+    node whose output units can be removed."""
+    if len(node.input) < 2:
+        return None
+    weight = g.owned(node.input[1])
+    if weight is None:
+        return None
+    if _standard(node, "MatMul") and weight.ndim == 2:
+        return 1, weight.shape[1], 1, []
+    if _standard(node, "Gemm") and weight.ndim == 2:
+        axis = 0 if _attr(node, "transB", 0) else 1
+        bias = _units_cut(g, node.input[2], weight.shape[axis], 1) if len(node.input) > 2 else []
+        return None if bias is None else (axis, weight.shape[axis], 1, bias)
+    if _standard(node, "Conv") and _attr(node, "group", 1) == 1 and weight.ndim >= 3:
+        units, bias_name = weight.shape[0], node.input[2] if len(node.input) > 2 else ""
+        bias = [] if not bias_name else _units_cut(g, bias_name, units, 1)
+        return None if bias is None else (0, units, weight.ndim - 1, bias)
+    return None
+
+
+def _second_of(node: onnx.NodeProto, tensor: str, units: int, conv: bool, g: _Graph) -> _Cut | None:
+    """The weight cut of a node that takes the hidden tensor as its data input, or None."""
+    if len(node.input) < 2 or node.input[0] != tensor or node.input[1] == tensor:
+        return None
+    weight = g.owned(node.input[1])
+    if weight is None or weight.ndim < 2:
+        return None
+    if conv:
+        fits = _standard(node, "Conv") and _attr(node, "group", 1) == 1 and weight.ndim >= 3
+        return (node.input[1], 1) if fits and weight.shape[1] == units else None
+    if _standard(node, "MatMul") and weight.ndim == 2:
+        axis = 0
+    elif _standard(node, "Gemm") and not _attr(node, "transA", 0):
+        axis = 1 if _attr(node, "transB", 0) else 0
+    else:
+        return None
+    return (node.input[1], axis) if weight.shape[axis] == units else None
+
+
+def _between(
+    node: onnx.NodeProto, tensor: str, units: int, offset: int, g: _Graph
+) -> list[_Cut] | None:
+    """The cuts of an elementwise node on the way from one weight to the next, or None when it
+    mixes hidden units or is not elementwise. ``offset`` 1 is a MatMul/Gemm chain (units on
+    the last axis), more a Conv chain (units on axis 1)."""
+    if len(node.output) != 1 or node.domain not in _DEFAULT_DOMAINS:
+        return None
+    if node.op_type == "BatchNormalization" and offset > 1:
+        return _batch_norm_cuts(node, tensor, units, g)
+    if node.op_type in _UNARY:
+        return [] if node.input[0] == tensor and tensor not in node.input[1:] else None
+    if node.op_type in _PER_UNIT and len(node.input) == 2 and list(node.input).count(tensor) == 1:
+        other = node.input[1] if node.input[0] == tensor else node.input[0]
+        return _units_cut(g, other, units, offset)
+    return None
+
+
+def _batch_norm_cuts(node: onnx.NodeProto, tensor: str, units: int, g: _Graph) -> list[_Cut] | None:
+    """An inference-mode BatchNormalization after a Conv: its four per-channel constants."""
+    stats = list(node.input[1:])
+    if node.input[0] != tensor or len(stats) != 4 or tensor in stats:
+        return None
+    arrays = [g.owned(name) for name in stats]
+    if any(a is None or a.shape != (units,) for a in arrays):
+        return None
+    return [(name, 0) for name in stats]
+
+
+def _pair_from(first: onnx.NodeProto, g: _Graph) -> _Pair | None:
+    found = _first_of(first, g)
+    if found is None:
+        return None
+    axis, units, offset, cuts = found
+    cuts = [(first.input[1], axis), *cuts]
+    hidden: list[str] = []
+    tensor = first.output[0]
+    while tensor not in g.outputs and len(users := g.consumers.get(tensor, [])) == 1:
+        hidden.append(tensor)
+        node = users[0]
+        last = _second_of(node, tensor, units, _standard(first, "Conv"), g)
+        if last is not None:
+            return _Pair(first, node, first.input[1], axis, units, [*cuts, last], hidden)
+        step = _between(node, tensor, units, offset, g)
+        if step is None:
+            return None
+        cuts.extend(step)
+        tensor = node.output[0]
+    return None
+
+
+def _label(node: onnx.NodeProto) -> str:
+    return node.name or f"{node.op_type} -> {node.output[0]}"
+
+
+def _plan(
+    model: onnx.ModelProto, ratio: float
+) -> tuple[dict[str, list[tuple[int, np.ndarray]]], list[dict[str, Any]], int]:
+    """Which units each pair loses: (initializer -> [(axis, kept indices)], one record per
+    pruned layer, pairs found). Norms are taken from the baseline's weights, so a weight that
+    loses rows to one pair and columns to the next is judged the same either way round."""
+    g = _Graph(model.graph)
+    cuts: dict[str, list[tuple[int, np.ndarray]]] = {}
+    layers: list[dict[str, Any]] = []
+    pairs = [p for p in (_pair_from(n, g) for n in model.graph.node) if p is not None]
+    for pair in pairs:
+        drop = int(pair.units * ratio)
+        if drop < 1 or any(axis in {a for a, _ in cuts.get(n, [])} for n, axis in pair.cuts):
+            continue
+        weight = g.arrays[pair.weight].astype(np.float64)
+        others = tuple(a for a in range(weight.ndim) if a != pair.axis)
+        norms = np.sqrt(np.square(weight).sum(axis=others))
+        keep = np.sort(np.argsort(norms, kind="stable")[drop:])
+        for name, axis in pair.cuts:
+            cuts.setdefault(name, []).append((axis, keep))
+        layers.append(
+            {
+                "node": _label(pair.first),
+                "op_type": pair.first.op_type,
+                "weight": pair.weight,
+                "next_node": _label(pair.second),
+                "units": int(pair.units),
+                "kept": len(keep),
+                "removed": drop,
+                "reshaped": [f"{name}[axis {axis}]" for name, axis in pair.cuts],
+                "hidden_tensors": pair.hidden,
+            }
+        )
+    return cuts, layers, len(pairs)
+
+
+def _shrink(model: onnx.ModelProto, cuts: Mapping[str, list[tuple[int, np.ndarray]]]) -> None:
+    from onnx import numpy_helper
+
+    for init in model.graph.initializer:
+        if init.name in cuts:
+            array = numpy_helper.to_array(init)
+            for axis, keep in cuts[init.name]:
+                array = np.take(array, keep, axis=axis)
+            init.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(array), init.name))
+
+
+def _pruned(job: _Job, output: Path, work: Path) -> dict[str, Any]:
+    import onnx
+
+    model = onnx.load(str(job.baseline))
+    cuts, layers, pairs = _plan(model, job.prune_ratio)
+    if not layers:
+        raise _not_prunable(job, model, pairs)
+    _shrink(model, cuts)
+    hidden = {t for layer in layers for t in layer["hidden_tensors"]}
+    kept = [v for v in model.graph.value_info if v.name not in hidden]
+    del model.graph.value_info[:]  # the hidden tensors' declared shapes no longer hold
+    model.graph.value_info.extend(kept)
+    onnx.save(model, str(output))
+    return {
+        "ratio": job.prune_ratio,
+        "criterion": _CRITERION,
+        "structure": _STRUCTURE,
+        "fine_tuned": False,
+        "layers": layers,
+    }
+
+
+def _not_prunable(job: _Job, model: onnx.ModelProto, pairs: int) -> ConversionError:
+    name = _variant_name("pruned", job.prune_ratio)
+    if pairs:
+        return ConversionError(
+            f"{name} of {job.baseline.name}: its {pairs} prunable layer(s) are too narrow to "
+            f"lose a whole unit at ratio {job.prune_ratio}. Fix: a larger prune ratio, or leave "
+            "pruned out with --variant"
+        )
+    ops = ", ".join(sorted({n.op_type for n in model.graph.node}))
+    return ConversionError(
+        f"{name} of {job.baseline.name}: the model has no MatMul/Gemm/Conv pair whose hidden "
+        "channels can be removed (a node with a constant weight whose output reaches exactly "
+        "one more such node only through elementwise ops with constants and unary "
+        f"activations; its ops are {ops}). Fix: leave pruned out with --variant"
+    )
+
+
+_SPECS: dict[str, _Spec] = {
+    "int8-dynamic": _Spec(
+        "int8", "onnxruntime.quantization.quantize_dynamic", "onnxruntime", _int8_dynamic
+    ),
+    "int8-qdq-per-channel": _Spec(
+        "int8",
+        "onnxruntime.quantization.quantize_static",
+        "onnxruntime",
+        _int8_static(per_channel=True, reduce_range=False),
+        needs_calibration=True,
+    ),
+    "int8-qdq-reduce-range": _Spec(
+        "int8",
+        "onnxruntime.quantization.quantize_static",
+        "onnxruntime",
+        _int8_static(per_channel=False, reduce_range=True),
+        needs_calibration=True,
+    ),
+    "fp16": _Spec(
+        "fp16", "onnxruntime.transformers.float16.convert_float_to_float16", "onnxruntime", _fp16
+    ),
+    "pruned": _Spec("pruned", "qualify.convert.structured_magnitude_pruning", "onnx", _pruned),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking a written variant, and the words of a failure.
+
+_LOCATIONS = (
+    re.compile(r"implementation for (?P<op>\w+)\(\d+\) node with name '(?P<node>[^']*)'"),
+    re.compile(r"running (?P<op>\w+) node\. Name:'(?P<node>[^']*)'"),
+    re.compile(r"In Node, \(\"(?P<node>[^\"]*)\", (?P<op>\w+),"),
+    re.compile(r"of operator \((?P<op>\w+)\) in node \((?P<node>[^)]*)\)"),
+    re.compile(r"Node \((?P<node>[^)]*)\) Op \((?P<op>\w+)\)"),
+)
+"""Where onnxruntime's messages name the op type and node."""
+
+
+def _run(path: Path, feed: Mapping[str, np.ndarray]) -> None:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=_CPU)
+    session.run(None, dict(feed))
+
+
+def _check_runs(name: str, job: _Job, spec: _Spec, path: Path) -> None:
+    """Raise `ConversionError` unless the written variant loads and runs the probe feed."""
+    try:
+        _run(path, job.probe)
+    except Exception as exc:
+        op, node = _location(exc)
+        try:
+            _run(job.baseline, job.probe)
+        except Exception as base_exc:
+            fix = (
+                "the baseline itself does not run on this onnxruntime's CPU provider "
+                f"({_one_line(base_exc)}); make it run first"
+            )
+        else:
+            fix = _run_fix(name, spec, op, str(exc))
+        raise ConversionError(
+            f"{name} of {job.baseline.name}: the written model does not run in onnxruntime "
+            f"{_version('onnxruntime')} on the CPU{_where(op, node)}: {_one_line(exc)}. "
+            f"Fix: {fix}"
+        ) from exc
+
+
+def _run_fix(name: str, spec: _Spec, op: str | None, message: str) -> str:
+    leave = f"leave {name} out with --variant"
+    if op and "Could not find an implementation" in message:
+        return (
+            f"this runtime has no {spec.precision} kernel for {op}; qualify {name} on a class "
+            f"whose provider has one, or {leave}"
+        )
+    if op and spec.precision == "fp16" and "Type 'tensor(float16)'" in message:
+        return (
+            f"{op} takes no float16 in ONNX and the converter did not keep it in float32; {leave}"
+        )
+    return leave
+
+
+def _converter_failed(name: str, job: _Job, spec: _Spec, exc: BaseException) -> ConversionError:
+    op, node = _location(exc)
+    fixes = {
+        "int8": f"leave {name} out with --variant, or change that node in the baseline so the "
+        "quantizer accepts it (it wants constant weights as initializers)",
+        "pruned": f"leave {name} out with --variant, and report this qualify bug",
+    }
+    fix = fixes.get(spec.precision, f"leave {name} out with --variant")
+    return ConversionError(
+        f"{name} of {job.baseline.name}: {spec.tool} failed{_where(op, node)}: "
+        f"{_one_line(exc)}. Fix: {fix}"
+    )
+
+
+def _where(op: str | None, node: str | None) -> str:
+    if op is None:
+        return ""
+    return f" at {op} node {node!r}" if node else f" at a {op} node"
+
+
+def _location(exc: BaseException) -> tuple[str | None, str | None]:
+    """(op type, node name) of the node a failure concerns: the innermost ``node`` local (or
+    ``self.node``) in the converter's traceback, else what onnxruntime's message names."""
+    import onnx
+
+    found: onnx.NodeProto | None = None
+    tb = exc.__traceback__
+    while tb is not None:
+        scope = tb.tb_frame.f_locals
+        owner = getattr(scope.get("self"), "__dict__", {})
+        for candidate in (owner.get("node"), scope.get("node")):
+            if isinstance(candidate, onnx.NodeProto):
+                found = candidate
+        tb = tb.tb_next
+    if found is not None:
+        return found.op_type, found.name or None
+    for pattern in _LOCATIONS:
+        match = pattern.search(str(exc))
+        if match:
+            return match["op"], match["node"] or None
+    return None, None
+
+
+_SCRATCH = re.compile(r"\S*/\.[^/\s]+\.p\d+\.[^/\s]*\.tmp/")
+"""The scratch folder in a path onnxruntime quotes: the reader knows the file by its name."""
+
+
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """The message on one line, without onnxruntime's status prefix or scratch paths."""
+    text = " ".join(str(exc).split())
+    text = re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)
+    text = re.sub(r"^Load model from \S+ failed:\s*", "", text)
+    text = _SCRATCH.sub("", text).rstrip(".") or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
