@@ -1,0 +1,286 @@
+"""``qualify manifest``: generate, publish, verify, compare and show release manifests
+(`qualify.release`, `manifest`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from qualify.cli.errors import _fail
+from qualify.cli.options import F, _db_option, _project_option, _RegularFile, _require_db
+from qualify.cli.publish import _recover, _warn_if_hosts_refuse
+
+__all__ = ["manifest_group"]
+
+
+@click.group("manifest")
+def manifest_group() -> None:
+    """Generate, verify, compare and show signed release manifests."""
+
+
+def _key_option(f: F) -> F:
+    return click.option(
+        "--key",
+        "key_path",
+        type=_RegularFile(exists=True),
+        help="Ed25519 private key (from 'qualify keygen').",
+    )(f)
+
+
+def _publish_options(f: F) -> F:
+    for option in reversed(
+        (
+            _key_option,
+            click.option("--unsigned", is_flag=True, help="Publish it unsigned (hosts refuse it)."),
+            click.option(
+                "--expires", default="30d", show_default=True, help="Validity, e.g. 30d, 12h."
+            ),
+            click.option(
+                "--per-class",
+                "per_class_dir",
+                type=click.Path(path_type=Path, file_okay=False),
+                help="Also write one signed document per host class into this directory.",
+            ),
+        )
+    ):
+        f = option(f)
+    return f
+
+
+def _signing_choice(key_path: Path | None, unsigned: bool, expires: str) -> Any:
+    from qualify.release.generate import MAX_VALIDITY, parse_duration
+
+    if key_path is None and not unsigned:
+        _fail("pass --key KEYFILE to sign the manifest (or --unsigned to write one hosts refuse)")
+    if key_path is not None and unsigned:
+        _fail("--key and --unsigned contradict each other; pass one")
+    return parse_duration(expires, what="--expires", most=MAX_VALIDITY)
+
+
+def _echo_published(result: Any, out: Path, per_class_dir: Path | None) -> None:
+    from qualify.text import one_line
+
+    # The document as written (built from validated parts and checked as a host checks it):
+    # reading it back into the model would cost as much as signing a large fleet's.
+    signed = result.document["signed"]
+    click.echo(
+        f"manifest {out}: release {signed['release']} version {signed['version']}, "
+        f"{'signed' if result.signed else 'UNSIGNED'}, expires {signed['expires']}, published"
+    )
+    for name, entry in signed["entries"].items():
+        kept = result.kept.get(name)
+        click.echo(
+            f"  {one_line(name)}: {entry['decision']} — {one_line(entry['summary'])}"
+            + (f" [kept: {kept}]" if kept else "")
+        )
+    if per_class_dir is not None:
+        click.echo(f"per-class documents: {per_class_dir}")
+    _warn_if_hosts_refuse(out, per_class_dir)
+
+
+@manifest_group.command("generate")
+@click.option("--release", required=True, help="Release name, e.g. digits-2026.12.")
+@click.option(
+    "--out",
+    type=_RegularFile(),
+    help="File to write: the draft (default manifest.draft.json), or with --publish the "
+    "published manifest (default manifest.json).",
+)
+@click.option(
+    "--publish",
+    is_flag=True,
+    help="Publish at once (as 'qualify manifest publish' would): needs --key or --unsigned.",
+)
+@_publish_options
+@click.option(
+    "--artifact-base-uri",
+    help="Base URL hosts fetch artifacts from (BASE/sha256/<hex>.onnx); default: file:// URIs "
+    "of the artifact store beside the matrix.",
+)
+@_project_option
+@_db_option
+def manifest_generate(
+    release: str,
+    out: Path | None,
+    publish: bool,
+    key_path: Path | None,
+    unsigned: bool,
+    expires: str,
+    per_class_dir: Path | None,
+    artifact_base_uri: str | None,
+    project_path: Path,
+    db_path: Path,
+) -> None:
+    """Decide every host class from the matrix and write a draft manifest (or, with
+    --publish, sign and publish it at once).
+
+    A class gets the candidate only where its own (hardware, runtime, provider) cell passed
+    every gate; otherwise the approved baseline, or the unknown-class policy without evidence.
+    A class being rolled out, held or pinned keeps its published entry. A draft is unsigned and
+    nothing treats it as current: review it (qualify manifest show / diff), then run
+    qualify manifest publish.
+    """
+    from datetime import UTC, datetime
+
+    from matrix.store import Store
+    from qualify.measure.hostlock import lock_wait_message
+    from qualify.project.load import load_project
+    from qualify.project.view import record_view
+    from qualify.release.generate import (
+        MAX_VALIDITY,
+        draft_manifest,
+        generate_manifest,
+        parse_duration,
+    )
+
+    if publish:
+        validity = _signing_choice(key_path, unsigned, expires)
+    else:
+        if key_path is not None or unsigned or per_class_dir is not None:
+            _fail(
+                "a draft is not signed: add --publish to sign and publish now, or run "
+                "qualify manifest publish --key KEYFILE after reviewing the draft"
+            )
+        validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
+    target = out or Path("manifest.json" if publish else "manifest.draft.json")
+    loaded = load_project(project_path)
+    _require_db(db_path)
+    with Store.open(db_path, on_wait=lock_wait_message(), model=loaded.project.model) as db:
+        _recover(db)
+        record_view(db, loaded.project, loaded.sha256)
+        if publish:
+            result = generate_manifest(
+                loaded,
+                db,
+                release=release,
+                out=target,
+                now=datetime.now(UTC),
+                expires_in=validity,
+                key_path=key_path,
+                per_class_dir=per_class_dir,
+                artifact_base_uri=artifact_base_uri,
+            )
+            _echo_published(result, target, per_class_dir)
+            return
+        draft = draft_manifest(
+            loaded,
+            db,
+            release=release,
+            out=target,
+            now=datetime.now(UTC),
+            expires_in=validity,
+            artifact_base_uri=artifact_base_uri,
+        )
+    click.echo(f"draft {target}: release {release} version {draft.version}, not published")
+    from qualify.text import one_line
+
+    for name, entry in draft.signed["entries"].items():
+        kept = draft.kept.get(name)
+        click.echo(
+            f"  {one_line(name)}: {entry['decision']} — {one_line(entry['summary'])}"
+            + (f" [kept: {kept}]" if kept else "")
+        )
+    click.echo(
+        f"next: qualify manifest diff manifest.json {target}, then "
+        f"qualify manifest publish {target} --key KEYFILE"
+    )
+
+
+@manifest_group.command("publish")
+@click.argument("draft", required=False, type=_RegularFile(exists=True))
+@click.option(
+    "--out",
+    type=_RegularFile(),
+    default="manifest.json",
+    show_default=True,
+    help="Manifest file hosts read (replaced atomically).",
+)
+@_publish_options
+@_db_option
+def manifest_publish(
+    draft: Path | None,
+    out: Path,
+    key_path: Path | None,
+    unsigned: bool,
+    expires: str,
+    per_class_dir: Path | None,
+    db_path: Path,
+) -> None:
+    """Sign the draft DRAFT (default: the matrix's newest) and make it the current manifest.
+
+    DRAFT must be exactly what manifest generate recorded; a draft older than a published
+    version (a rollout step came after it) is refused: generate a new one.
+    """
+    from datetime import UTC, datetime
+
+    from matrix.store import Store
+    from qualify.measure.hostlock import lock_wait_message
+    from qualify.release.generate import publish_manifest
+
+    validity = _signing_choice(key_path, unsigned, expires)
+    _require_db(db_path)
+    with Store.open(db_path, on_wait=lock_wait_message()) as db:
+        _recover(db)
+        result = publish_manifest(
+            db,
+            out=out,
+            now=datetime.now(UTC),
+            expires_in=validity,
+            key_path=key_path,
+            draft_path=draft,
+            per_class_dir=per_class_dir,
+        )
+    _echo_published(result, out, per_class_dir)
+
+
+@manifest_group.command("verify")
+@click.argument("path", type=_RegularFile(exists=True))
+@click.option(
+    "--pubkey",
+    required=True,
+    type=_RegularFile(exists=True),
+    help="Trusted public key (NAME.pub).",
+)
+def manifest_verify(path: Path, pubkey: Path) -> None:
+    """Check a manifest's signature, format and expiry."""
+    from datetime import UTC, datetime
+
+    from manifest.load import load_manifest, read_manifest_file
+    from manifest.signing import load_public_key, verify
+
+    raw = read_manifest_file(path)
+    verify(raw, load_public_key(pubkey), now=datetime.now(UTC), source=str(path))
+    manifest = load_manifest(raw, source=str(path))
+    click.echo(
+        f"{path}: OK — release {manifest.signed.release} version {manifest.signed.version}, "
+        f"{len(manifest.signed.entries)} classes, expires {manifest.signed.expires}"
+    )
+
+
+@manifest_group.command("diff")
+@click.argument("old", type=_RegularFile(exists=True))
+@click.argument("new", type=_RegularFile(exists=True))
+def manifest_diff(old: Path, new: Path) -> None:
+    """Say which host class changes from what to what between two manifests, and why."""
+    from manifest.diff import diff_manifests, render_changes
+    from manifest.load import load_manifest, read_manifest_file
+
+    a = load_manifest(read_manifest_file(old), source=str(old))
+    b = load_manifest(read_manifest_file(new), source=str(new))
+    click.echo(render_changes(diff_manifests(a, b), a, b))
+
+
+@manifest_group.command("show")
+@click.argument(
+    "path",
+    type=_RegularFile(exists=True),
+    default="manifest.json",
+)
+def manifest_show(path: Path) -> None:
+    """Print a manifest for people: per class, the decision, the artifact and why."""
+    from manifest.load import load_manifest, read_manifest_file
+    from manifest.show import render_manifest
+
+    click.echo(render_manifest(load_manifest(read_manifest_file(path), source=str(path))))

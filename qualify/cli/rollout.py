@@ -1,0 +1,388 @@
+"""``qualify rollout``: staged rollouts, holds, pins and their log (`qualify.rollout`)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from qualify.cli.errors import _fail
+from qualify.cli.options import (
+    DEFAULT_PROJECT,
+    F,
+    _db_option,
+    _min_samples_option,
+    _project_option,
+    _RegularFile,
+    _require_db,
+    _settings,
+    _tolerance_option,
+)
+from qualify.cli.publish import _recover, _warn_if_hosts_refuse
+
+__all__ = ["rollout_group"]
+
+
+@click.group("rollout")
+def rollout_group() -> None:
+    """Staged rollouts: a class's new artifact to a cohort of its hosts, then a rollback."""
+
+
+def _rollout_publish_options(f: F) -> F:
+    f = click.option(
+        "--per-class",
+        "per_class_dir",
+        type=click.Path(path_type=Path, file_okay=False),
+        help="Also write the version as one signed document per host class into this directory "
+        "(where hosts of a large fleet read theirs).",
+    )(f)
+    f = click.option(
+        "--expires", default="30d", show_default=True, help="Validity, e.g. 30d, 12h."
+    )(f)
+    f = click.option(
+        "--key",
+        "key_path",
+        required=True,
+        type=_RegularFile(exists=True),
+        help="Ed25519 private key (from 'qualify keygen'); every step is a signed version.",
+    )(f)
+    return click.option(
+        "--out",
+        type=_RegularFile(),
+        default="manifest.json",
+        show_default=True,
+        help="Manifest file hosts read (the new version replaces it atomically).",
+    )(f)
+
+
+@contextlib.contextmanager
+def _rollout_session(
+    db_path: Path, expires: str, model: str | None = None
+) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """The matrix opened for a rollout action (of model line ``model``, when the action reads the
+    project file), and the action's time and validity."""
+    from datetime import UTC, datetime
+
+    from matrix.store import Store
+    from qualify.measure.hostlock import lock_wait_message
+    from qualify.release.generate import MAX_VALIDITY, parse_duration
+
+    validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
+    _require_db(db_path)
+    with Store.open(db_path, on_wait=lock_wait_message(), model=model) as db:
+        _recover(db)
+        yield db, {"now": datetime.now(UTC), "expires_in": validity}
+
+
+@rollout_group.command("start")
+@click.argument("host_class")
+@click.option("--steps", default="5,25,100", show_default=True, help="Percent of hosts per step.")
+@click.option(
+    "--artifact", help="The candidate to roll out (default: the one the matrix supports)."
+)
+@click.option("--why", default="", help="Why, recorded with the step.")
+@click.option("--artifact-base-uri", help="Base URL hosts fetch artifacts from.")
+@_rollout_publish_options
+@_project_option
+@_db_option
+def rollout_start(
+    host_class: str,
+    steps: str,
+    artifact: str | None,
+    why: str,
+    artifact_base_uri: str | None,
+    out: Path,
+    key_path: Path,
+    expires: str,
+    per_class_dir: Path | None,
+    project_path: Path,
+    db_path: Path,
+) -> None:
+    """Publish a version in which HOST_CLASS's hosts in the first step's cohort run the new
+    artifact (chosen per host by a stable hash of its id) and the rest keep the current one."""
+    from qualify.project.load import load_project
+    from qualify.rollout import parse_steps, start_rollout
+
+    plan = parse_steps(steps)
+    loaded = load_project(project_path)
+    with _rollout_session(db_path, expires, loaded.project.model) as (db, when):
+        done = start_rollout(
+            loaded,
+            db,
+            host_class,
+            steps=plan,
+            per_class_dir=per_class_dir,
+            key_path=key_path,
+            out=out,
+            artifact=artifact,
+            why=why,
+            artifact_base_uri=artifact_base_uri,
+            **when,
+        )
+    click.echo(f"{done.summary}; wrote {done.path}")
+    _warn_if_hosts_refuse(done.path, per_class_dir)
+
+
+@rollout_group.command("abort")
+@click.argument("host_class")
+@click.option("--why", required=True, help="Why, recorded with the rollback.")
+@_rollout_publish_options
+@_project_option
+@_db_option
+def rollout_abort(
+    host_class: str,
+    why: str,
+    out: Path,
+    key_path: Path,
+    expires: str,
+    per_class_dir: Path | None,
+    project_path: Path,
+    db_path: Path,
+) -> None:
+    """Publish a sanctioned rollback: a newer version sending every host of HOST_CLASS, canary
+    or not, to what the rest of the class runs (a held class: its rollback package), so that
+    hosts never have to accept an older document; releases keep it until 'rollout clear'."""
+    from qualify.project.load import load_project
+    from qualify.rollout import abort_rollout
+
+    loaded = load_project(project_path, check_models=False)
+    with _rollout_session(db_path, expires, loaded.project.model) as (db, when):
+        done = abort_rollout(
+            loaded,
+            db,
+            host_class,
+            per_class_dir=per_class_dir,
+            key_path=key_path,
+            out=out,
+            why=why,
+            **when,
+        )
+    click.echo(f"{done.summary}; wrote {done.path}")
+    _warn_if_hosts_refuse(done.path, per_class_dir)
+
+
+@rollout_group.command("advance")
+@click.argument("host_class")
+@click.option("--why", default="", help="Why, recorded with the step.")
+@_tolerance_option
+@_min_samples_option
+@_rollout_publish_options
+@click.option(
+    "--project",
+    "project_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Project file: a completed rollout's entry gets the evidence the matrix has for its "
+    f"artifact under it [default: {DEFAULT_PROJECT}, where there is one]",
+)
+@_db_option
+def rollout_advance(
+    host_class: str,
+    why: str,
+    tolerance: float,
+    min_samples: int,
+    out: Path,
+    key_path: Path,
+    expires: str,
+    per_class_dir: Path | None,
+    project_path: Path | None,
+    db_path: Path,
+) -> None:
+    """Advance HOST_CLASS's rollout one step, only if its cohort's telemetry since the step
+    began shows no alert, enough latencies to bound its p99 within the qualified bound, and no
+    p99 above the rest of the class's, both with --tolerance's slack (a class whose
+    max_slowdown accepts a candidate slower than the baseline needs that slowdown here too).
+
+    Exit status: 0 advanced (or completed), 1 halted (the reasons are printed and recorded).
+    """
+    from qualify.project.load import load_project
+    from qualify.rollout import advance_rollout
+    from schemas.telemetry import CheckSettings
+
+    if project_path is None and Path(DEFAULT_PROJECT).is_file():
+        project_path = Path(DEFAULT_PROJECT)
+    loaded = load_project(project_path, check_models=False) if project_path else None
+
+    settings = _settings(
+        CheckSettings,
+        {"p99_tolerance": tolerance, "min_samples": min_samples},
+        {"p99_tolerance": "--tolerance", "min_samples": "--min-samples"},
+    )
+    with _rollout_session(db_path, expires) as (db, when):
+        done, verdict = advance_rollout(
+            db,
+            host_class,
+            per_class_dir=per_class_dir,
+            key_path=key_path,
+            out=out,
+            why=why,
+            settings=settings,
+            loaded=loaded,
+            **when,
+        )
+    click.echo(f"evidence: {verdict.evidence() or 'none'}")
+    if done is None:
+        for problem in verdict.problems:
+            click.echo(f"halted: {problem}")
+        sys.exit(1)
+    click.echo(f"{done.summary}; wrote {done.path}")
+    _warn_if_hosts_refuse(done.path, per_class_dir)
+
+
+@rollout_group.command("hold")
+@click.argument("host_class")
+@click.option("--why", required=True, help="Why, recorded with the hold.")
+@_rollout_publish_options
+@_db_option
+def rollout_hold(
+    host_class: str,
+    why: str,
+    out: Path,
+    key_path: Path,
+    expires: str,
+    per_class_dir: Path | None,
+    db_path: Path,
+) -> None:
+    """Publish HOST_CLASS as held: its hosts keep what they run (a rollout stops where it
+    is), and later releases keep the hold until 'qualify rollout clear'."""
+    from qualify.rollout import hold_class
+
+    with _rollout_session(db_path, expires) as (db, when):
+        done = hold_class(
+            db, host_class, per_class_dir=per_class_dir, key_path=key_path, out=out, why=why, **when
+        )
+    click.echo(f"{done.summary}; wrote {done.path}")
+    _warn_if_hosts_refuse(done.path, per_class_dir)
+
+
+@rollout_group.command("pin")
+@click.argument("host_class")
+@click.option("--artifact", help="What to pin it to (default: what it runs now).")
+@click.option("--why", required=True, help="Why, recorded with the pin.")
+@_rollout_publish_options
+@_project_option
+@_db_option
+def rollout_pin(
+    host_class: str,
+    artifact: str | None,
+    why: str,
+    out: Path,
+    key_path: Path,
+    expires: str,
+    per_class_dir: Path | None,
+    project_path: Path,
+    db_path: Path,
+) -> None:
+    """Publish HOST_CLASS pinned to one artifact (what it runs, its rollback or the approved
+    baseline) for every host; later releases keep the pin until 'qualify rollout clear'."""
+    from qualify.project.load import load_project
+    from qualify.rollout import pin_class
+
+    loaded = load_project(project_path)
+    with _rollout_session(db_path, expires, loaded.project.model) as (db, when):
+        done = pin_class(
+            loaded,
+            db,
+            host_class,
+            per_class_dir=per_class_dir,
+            key_path=key_path,
+            out=out,
+            why=why,
+            artifact=artifact,
+            **when,
+        )
+    click.echo(f"{done.summary}; wrote {done.path}")
+    _warn_if_hosts_refuse(done.path, per_class_dir)
+
+
+@rollout_group.command("clear")
+@click.argument("host_class")
+@click.option("--why", required=True, help="Why, recorded.")
+@_db_option
+def rollout_clear(host_class: str, why: str, db_path: Path) -> None:
+    """Lift HOST_CLASS's hold, pin or aborted rollout (publishes nothing: the next manifest
+    generate decides the class from the matrix again)."""
+    from qualify.rollout import clear_class
+
+    with _rollout_session(db_path, "30d") as (db, when):
+        click.echo(clear_class(db, host_class, now=when["now"], why=why))
+
+
+@rollout_group.command("status")
+@_db_option
+def rollout_status(db_path: Path) -> None:
+    """The rollouts in progress (or halted) in the current manifest, the classes held, pinned
+    or whose rollout was aborted (each in force until 'qualify rollout clear'), and a
+    publication a kill interrupted."""
+    from matrix.publications import pending, steering
+    from matrix.store import Store
+    from qualify.console import plain
+    from qualify.release.generate import previous_manifest
+
+    _require_db(db_path)
+    with Store.open(db_path, read_only=True) as db:
+        current = previous_manifest(db)
+        steered = steering(db)
+        last = {str(r["rollout_id"]): r for r in db.rollout_log()}
+        left = pending(db)
+    for p in left:
+        click.echo(
+            f"v{p.version} ({plain(str(p.intent.get('what', 'a publish')))}) was interrupted: "
+            "the next publishing command completes or discards it"
+        )
+    if current is None:
+        _fail("no manifest has been published from this matrix", 1)
+    for name, row in sorted(steered.items()):
+        what = {
+            "hold": "held",
+            "pin": f"pinned to {row['artifact']}",
+            "abort": f"rollout {row['rollout_id']} aborted (its hosts stay on the rollback)",
+        }[str(row["action"])]
+        click.echo(
+            f"{plain(name)}: {plain(what)} by {plain(row['actor'])} since "
+            f"{row['acted_at']:%Y-%m-%d %H:%M:%SZ} (v{row['version']}): {plain(row['why'])}"
+        )
+    found = bool(steered)
+    for name, entry in current.signed.entries.items():
+        if entry.rollout is None:
+            continue
+        found = True
+        r = entry.rollout
+        rest = entry.artifact.name if entry.artifact is not None else "nothing (hold)"
+        halted = last.get(r.id)
+        state = (
+            f"HALTED ({plain(str(halted['why']))[:200]})"
+            if halted is not None and halted["action"] == "halt"
+            else "in progress"
+        )
+        click.echo(
+            f"{plain(name)}: rollout {plain(r.id)} of {plain(r.artifact.name)} at {r.percent}% "
+            f"(step {r.step} of {len(r.steps)}: {', '.join(map(str, r.steps))}), {state}; the "
+            f"rest run {plain(rest)} (v{current.signed.version})"
+        )
+    if not found:
+        click.echo(f"no rollout, hold, pin or abort in force (manifest v{current.signed.version})")
+
+
+@rollout_group.command("log")
+@click.option("--host-class", "host_class", help="Only this class.")
+@_db_option
+def rollout_log(host_class: str | None, db_path: Path) -> None:
+    """Every rollout action: when, the version it published, who and why."""
+    from matrix.store import Store
+    from qualify.console import plain
+
+    _require_db(db_path)
+    with Store.open(db_path, read_only=True) as db:
+        rows = db.rollout_log(host_class)
+    if not rows:
+        click.echo("no rollout recorded")
+    for r in rows:
+        click.echo(
+            f"{r['acted_at']:%Y-%m-%d %H:%M:%SZ} {plain(r['host_class'])} {plain(r['rollout_id'])} "
+            f"{r['action']} v{r['version']} step {r['step']} {r['percent']}% "
+            f"{plain(r['artifact'])} by {plain(r['actor'])}: {plain(r['why'] or '-')}"
+        )
