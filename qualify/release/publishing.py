@@ -53,7 +53,7 @@ PAUSE_ENV = "QUALIFY_TEST_PAUSE_AT"
 """A test seam, inert in normal runs: when this variable names one of the instants above
 (``recorded``, ``staged``, ``written``, ``pointed``), a publishing command says
 ``qualify: paused at <instant>`` on stderr and sleeps there, so that a test can kill it with
-SIGKILL at exactly that instant (``tests/qualify/test_publishing.py``)."""
+SIGKILL at exactly that instant (``tests/qualify/release/test_publishing.py``)."""
 
 
 def _pause(instant: str) -> None:

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qualify.cli import cli
-from tests.qualify.test_project import VALID, write_tree
+from tests.qualify.project.test_load import VALID, write_tree
 
 
 def _bomb(_: str) -> str:

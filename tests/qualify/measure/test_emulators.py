@@ -30,7 +30,7 @@ from schemas.project import (
     RuntimeSpec,
 )
 from tests.qualify.emulated import FakeQemu, fake_runtime
-from tests.qualify.test_fingerprint import PROBE, X86_CPUINFO, fake_proc
+from tests.qualify.measure.test_fingerprint import PROBE, X86_CPUINFO, fake_proc
 
 AVX512 = [
     "sse4_1",

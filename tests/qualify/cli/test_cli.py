@@ -19,7 +19,7 @@ from qualify.cli import cli
 from qualify.project.view import recorded_view
 from tests.qualify.projects import run_qualify, write_project
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from matrix.store import Store
 from qualify.errors import QualifyError
 from qualify.measure.hostlock import lock_wait_message, measuring_alone
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _holder(lock: Path, hold_s: float) -> subprocess.Popen[str]:

@@ -98,7 +98,7 @@ def test_a_worker_handed_an_incomplete_job_measures_nothing_and_says_why(
         capture_output=True,
         text=True,
         check=False,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[3],
     )
     assert done.returncode == 2
     assert "missing ['confidence']" in done.stderr

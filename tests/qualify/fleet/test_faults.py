@@ -25,6 +25,7 @@ from matrix.store import Store
 from qualify.cli import cli
 from qualify.fleet.cluster import LOCAL_ENV, PROJECT_LABEL, VERSION_LABEL, FleetOptions, fleet_run
 from qualify.project.load import load_project
+from tests.qualify.fleet.test_cluster import fleet_project, on_cluster
 from tests.qualify.fleet_cluster import (
     SLOW_HOOK,
     VERSION_SHIM,
@@ -35,7 +36,6 @@ from tests.qualify.fleet_cluster import (
     wait_until_gone,
 )
 from tests.qualify.projects import ROOT, run_qualify
-from tests.qualify.test_fleet import fleet_project, on_cluster
 
 
 def _gate(

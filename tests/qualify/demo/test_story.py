@@ -21,7 +21,7 @@ from tests.qualify.projects import run_qualify
 from tests.reports.htmltree import parse
 from tests.reports.test_browser import _run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
 
 

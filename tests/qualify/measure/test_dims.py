@@ -149,7 +149,7 @@ def seen(feed):
 
 @pytest.mark.slow
 def test_each_swept_config_feeds_the_model_at_its_own_size(tmp_path: Path) -> None:
-    from tests.qualify.test_init import _init, _sequence_model
+    from tests.qualify.project.test_init import _init, _sequence_model
 
     _sequence_model(tmp_path / "models")
     assert _init(tmp_path, str(tmp_path / "models" / "encoder.onnx"))[0] == 0

@@ -31,7 +31,7 @@ from qualify.candidates.convert import (
 )
 from qualify.demo.assets import FP32_MODEL, INPUTS, asset_path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CPU = ["CPUExecutionProvider"]
 BASELINE = asset_path(FP32_MODEL)
 NAMES = ["int8-dynamic", "int8-qdq-per-channel", "int8-qdq-reduce-range", "fp16", "pruned-25"]

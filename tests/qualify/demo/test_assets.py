@@ -29,7 +29,7 @@ from qualify.demo.assets import (
     asset_path,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CPU = ["CPUExecutionProvider"]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from qualify.measure.runner import child_peak_rss_mb
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_childs_own_high_water_mark_wins_over_wait4() -> None:
