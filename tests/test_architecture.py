@@ -27,10 +27,34 @@ CONFINED = {
     "duckdb": ("matrix/",),
     "onnxruntime": ("qualify/measure/worker.py", "qualify/candidates/convert.py"),
     "jinja2": ("reports/",),
-    "ray": ("qualify/fleet/cluster.py", "qualify/fleet/driver.py", "qualify/fleet/host.py"),
+    "ray": ("qualify/fleet/",),
     "pandas": ("qualify/reader.py",),
 }
 HEAVY = ("pydantic", "duckdb", "pandas", "pyarrow", "onnxruntime", "jinja2", "click")
+
+# Inside qualify: its rooms (a sub-package, or a module of its own) by floor. A room imports only
+# rooms on lower floors, so nothing below the CLI imports it and no two rooms import each other.
+FLOORS = (
+    ("errors", "text", "reader"),
+    ("artifacts", "table", "measure", "project"),
+    ("console", "candidates", "release"),
+    ("run", "telemetry", "reporting"),
+    ("tune", "fleet", "rollout"),
+    ("demo",),
+    ("cli",),
+    ("__main__",),
+)
+FLOOR = {room: floor for floor, rooms in enumerate(FLOORS) for room in rooms}
+
+# A sub-package's __init__.py holds a docstring at most (importing a module of it, as the
+# measuring child imports qualify.measure.worker, runs nothing else), but these, each for a
+# reason, and each within INIT_MOST_LINES lines and importing only the standard library, click
+# and qualify's own modules.
+INIT_HOLDS = {
+    "qualify/cli/__init__.py": "the qualify group, its list of commands and main (qualify.cli:main)",
+    "qualify/demo/assets/__init__.py": "finds the demo's files, which lie beside it as package data",
+}
+INIT_MOST_LINES = 60
 
 
 def _imports(path: Path) -> set[str]:
@@ -95,3 +119,71 @@ def test_resolve_imports_only_its_own_light_modules() -> None:
     assert added <= RESOLVE_IMPORTS, (
         f"manifest.resolve pulled in: {sorted(added - RESOLVE_IMPORTS)}"
     )
+
+
+def _room(module: str) -> str:
+    """The room of qualify a module belongs to: ``qualify.measure.worker`` -> ``measure``."""
+    return module.split(".")[1]
+
+
+def _qualify_imports(path: Path) -> set[str]:
+    """The rooms of qualify a source file imports, at module level or inside a function."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(_room(a.name) for a in node.names if a.name.startswith("qualify."))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.startswith("qualify."):
+                found.add(_room(node.module))
+            elif node.module == "qualify":  # the package's own names (__version__) or a room
+                found.update(a.name for a in node.names if a.name in FLOOR)
+    return found
+
+
+def _qualify_rooms() -> list[Path]:
+    return [
+        p for p in sorted((ROOT / "qualify").rglob("*.py")) if p != ROOT / "qualify/__init__.py"
+    ]
+
+
+@pytest.mark.parametrize("path", _qualify_rooms(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_rooms_of_qualify_import_only_rooms_below_them(path: Path) -> None:
+    rel = path.relative_to(ROOT)
+    room = rel.parts[1] if len(rel.parts) > 2 else rel.stem
+    assert room in FLOOR, f"{rel}: room {room!r} has no floor in FLOORS; give it one"
+    above = {r for r in _qualify_imports(path) - {room} if FLOOR[r] >= FLOOR[room]}
+    assert not above, f"{rel} ({room}, floor {FLOOR[room]}) imports {sorted(above)}"
+
+
+def test_every_room_of_qualify_has_a_floor() -> None:
+    rooms = {p.stem if p.is_file() else p.name for p in (ROOT / "qualify").iterdir()}
+    rooms -= {"__init__", "__pycache__"}
+    assert rooms == set(FLOOR)
+
+
+def _sub_package_inits() -> list[Path]:
+    return sorted(
+        p for p in (ROOT / "qualify").rglob("__init__.py") if p.parent != ROOT / "qualify"
+    )
+
+
+@pytest.mark.parametrize("path", _sub_package_inits(), ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_sub_package_init_is_empty_or_tiny(path: Path) -> None:
+    rel = path.relative_to(ROOT).as_posix()
+    text = path.read_text(encoding="utf-8")
+    body = ast.parse(text).body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    if rel not in INIT_HOLDS:
+        assert not body, f"{rel} holds code: a sub-package's __init__.py is a docstring at most"
+        return
+    assert len(text.splitlines()) <= INIT_MOST_LINES, f"{rel}: over {INIT_MOST_LINES} lines"
+    for node in body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            for name in names:
+                top = name.split(".")[0]
+                assert top in sys.stdlib_module_names or top in ("click", "qualify"), (
+                    f"{rel} imports {name} when imported"
+                )
