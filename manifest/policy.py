@@ -443,53 +443,6 @@ def _upper(cell: Cell) -> float:
     return math.inf if gate is None or gate.p99_upper_ms is None else gate.p99_upper_ms
 
 
-def _passing_candidates(
-    name: str,
-    cls: HostClass,
-    project: Project,
-    key_cells: Sequence[Cell],
-    runs: Mapping[str, RunRecord],
-    judge_: Judge,
-    rollbacks: _Rollbacks,
-    reasons: list[Reason],
-    looked: set[str],
-) -> list[Cell]:
-    """The candidates' cells that pass every gate on the key; why each other one does not is
-    added to ``reasons`` and every run looked at to ``looked``."""
-    passing: list[Cell] = []
-    if not project.artifacts.candidates:
-        reasons.append(Reason.of(code="no_candidates", message="the project lists no candidate"))
-    for spec in project.artifacts.candidates:
-        standing = judge_.standing(name, spec.label, key_cells)
-        cell, now = standing.cell, standing.current
-        if cell is None or now is None:
-            key_text = "(" + ", ".join(cls.key.as_tuple()) + ")"
-            earlier = standing.replaced
-            reasons.append(
-                Reason.of(
-                    code="no_candidate_cell",
-                    message=f"candidate {spec.label} was never measured on {key_text}"
-                    + (
-                        f" as its file is now ({(standing.digest or '')[:19]}); run "
-                        f"{earlier.run_id} measured its earlier bytes"
-                        if earlier is not None
-                        else ""
-                    ),
-                )
-            )
-            continue
-        looked.add(cell.run_id)
-        failed = _candidate_reasons(cell, now, project, runs, rollbacks)
-        if failed:
-            reasons.extend(
-                Reason.of(code=r.code, message=f"candidate {spec.label}: {r.message}")
-                for r in failed
-            )
-        else:
-            passing.append(cell)
-    return passing
-
-
 # The reasons whose message names nothing of the class, made once: a fleet's decisions share
 # them (a Reason is immutable).
 _HOLD_FAILING_BASELINE = Reason.of(
@@ -533,53 +486,80 @@ def _standing_evidence(
     return _evidence(cell, now, cls, _emulated(cell, runs))
 
 
-def _decide_class(
-    name: str,
-    cls: HostClass,
-    project: Project,
-    key_cells: Sequence[Cell],
-    key_runs: Sequence[RunRecord],
-    runs: Mapping[str, RunRecord],
-    judge_: Judge,
-    previous: Manifest | PreviousManifest | None,
-) -> ClassDecision:
-    policy = project.policy
-    baseline_label = project.artifacts.baseline.label
-    baseline_digest = judge_.baseline_digest
-    current = judge_.settings(name)
-    rollbacks = _Rollbacks(
-        name,
-        cls,
-        previous,
-        (baseline_digest, baseline_label),
-        key_cells,
-        key_runs,
-        runs,
-        current,
-        policy.emulated_hosts_qualify,
-    )
-    key_text = "(" + ", ".join(cls.key.as_tuple()) + ")"
-    reasons: list[Reason] = []
-    looked: set[str] = set()
+class _ClassDecider:
+    """One class's decision as the rule walks it: from the candidates to the baseline, the
+    reasons found and the runs looked at accumulate here, and each step returns the decision it
+    reaches."""
 
-    def decision(
-        kind: str, artifact: tuple[str | None, str | None], evidence: Evidence | None, summary: str
+    def __init__(
+        self,
+        name: str,
+        cls: HostClass,
+        project: Project,
+        key_cells: Sequence[Cell],
+        key_runs: Sequence[RunRecord],
+        runs: Mapping[str, RunRecord],
+        judge_: Judge,
+        previous: Manifest | PreviousManifest | None,
+    ) -> None:
+        self.name, self.cls, self.project, self.judge = name, cls, project, judge_
+        self.key_cells, self.runs = key_cells, runs
+        self.baseline = (judge_.baseline_digest, project.artifacts.baseline.label)
+        self.current = judge_.settings(name)
+        self.rollbacks = _Rollbacks(
+            name,
+            cls,
+            previous,
+            self.baseline,
+            key_cells,
+            key_runs,
+            runs,
+            self.current,
+            project.policy.emulated_hosts_qualify,
+        )
+        self.key_text = "(" + ", ".join(cls.key.as_tuple()) + ")"
+        self.reasons: list[Reason] = []
+        self.looked: set[str] = set()
+
+    def decide(self) -> ClassDecision:
+        if not self.key_cells:
+            self.reasons.append(
+                Reason.of(code="no_evidence", message=f"no cell was measured on {self.key_text}")
+            )
+            return self._unknown(f"nothing was measured on {self.key_text}")
+        # The baseline's cell now; its verdict is judged only when no candidate qualifies.
+        digest = self.baseline[0]
+        found = pick(self.key_cells, digest, self.current) if digest else None
+        base = found.cell if found is not None else None
+        if base is not None:
+            self.looked.add(base.run_id)
+        passing = self._passing_candidates()
+        if passing:
+            return self._candidate(passing)
+        return self._without_candidate(base)
+
+    def _decision(
+        self,
+        kind: str,
+        artifact: tuple[str | None, str | None],
+        evidence: Evidence | None,
+        summary: str,
     ) -> ClassDecision:
         if kind in ("baseline", "candidate") and artifact[0] is None:
             raise PolicyError(
-                f"class '{name}' gets the baseline, but the digest of artifact "
-                f"'{baseline_label}' is unknown (no cell measured it); pass digests="
+                f"class '{self.name}' gets the baseline, but the digest of artifact "
+                f"'{self.baseline[1]}' is unknown (no cell measured it); pass digests="
                 "{label: 'sha256:...'} from the artifact files"
             )
         hold = kind == "hold"
-        rollback = _final_rollback(rollbacks, kind, artifact[0], reasons)
+        rollback = _final_rollback(self.rollbacks, kind, artifact[0], self.reasons)
         # Without validation (``Document.trusted``): the key, settings and evidence are models
         # already, the rest strings and lists made here; a test validates every decision of the
         # test fleets again and finds it equal.
         return ClassDecision.trusted(
             {
-                "host_class": name,
-                "key": cls.key,
+                "host_class": self.name,
+                "key": self.cls.key,
                 "decision": kind,
                 "artifact_digest": None if hold else artifact[0],
                 "artifact_name": None if hold else artifact[1],
@@ -589,58 +569,71 @@ def _decide_class(
                 "rollback_runtime": rollback.runtime,
                 "rollback_provider": rollback.provider,
                 "evidence": evidence,
-                "reasons": _one_per_code(reasons),
+                "reasons": _one_per_code(self.reasons),
                 "summary": summary,
-                "run_ids": sorted(looked),
+                "run_ids": sorted(self.looked),
             }
         )
 
-    def unknown(why: str) -> ClassDecision:
-        kind = policy.unknown_class
-        if kind == "hold":
-            reasons.append(_HOLD_UNKNOWN)
-            return decision(
+    def _unknown(self, why: str) -> ClassDecision:
+        name, label = self.name, self.baseline[1]
+        if self.project.policy.unknown_class == "hold":
+            self.reasons.append(_HOLD_UNKNOWN)
+            return self._decision(
                 "hold",
                 (None, None),
                 None,
                 f"{name} is held: {why}, and the policy for unknown classes is 'hold'.",
             )
-        reasons.append(_BASELINE_UNKNOWN)
-        return decision(
+        self.reasons.append(_BASELINE_UNKNOWN)
+        return self._decision(
             "baseline",
-            (baseline_digest, baseline_label),
+            self.baseline,
             None,
-            f"{name} gets the baseline {baseline_label}: {why}, and the policy for "
+            f"{name} gets the baseline {label}: {why}, and the policy for "
             "unknown classes is 'baseline'.",
         )
 
-    if not key_cells:
-        reasons.append(Reason.of(code="no_evidence", message=f"no cell was measured on {key_text}"))
-        return unknown(f"nothing was measured on {key_text}")
+    def _passing_candidates(self) -> list[Cell]:
+        """The candidates' cells that pass every gate on the key; why each other one does not
+        is added to the reasons, and every run looked at to those looked at."""
+        passing: list[Cell] = []
+        reasons = self.reasons
+        candidates = self.project.artifacts.candidates
+        if not candidates:
+            reasons.append(
+                Reason.of(code="no_candidates", message="the project lists no candidate")
+            )
+        for spec in candidates:
+            standing = self.judge.standing(self.name, spec.label, self.key_cells)
+            cell, now = standing.cell, standing.current
+            if cell is None or now is None:
+                reasons.append(_never_measured(spec.label, self.key_text, standing))
+                continue
+            self.looked.add(cell.run_id)
+            failed = _candidate_reasons(cell, now, self.project, self.runs, self.rollbacks)
+            if failed:
+                reasons.extend(
+                    Reason.of(code=r.code, message=f"candidate {spec.label}: {r.message}")
+                    for r in failed
+                )
+            else:
+                passing.append(cell)
+        return passing
 
-    # The baseline's cell now; its verdict is judged only when no candidate qualifies.
-    found = pick(key_cells, baseline_digest, current) if baseline_digest else None
-    base = found.cell if found is not None else None
-    if base is not None:
-        looked.add(base.run_id)
-
-    passing = _passing_candidates(
-        name, cls, project, key_cells, runs, judge_, rollbacks, reasons, looked
-    )
-
-    if passing:
+    def _candidate(self, passing: list[Cell]) -> ClassDecision:
         passing.sort(key=lambda c: (_upper(c), c.artifact_name, c.artifact_digest))
         chosen = passing[0]
-        upper, budget = _ms(_upper(chosen)), _ms(cls.budgets.p99_ms)
-        reasons.insert(
+        upper, budget = _ms(_upper(chosen)), _ms(self.cls.budgets.p99_ms)
+        self.reasons.insert(
             0,
             Reason.of(
                 code="candidate_passed",
-                message=f"candidate {chosen.artifact_name} passed every gate on {key_text} in run "
-                f"{chosen.run_id}: p99 upper bound {upper} <= {budget}",
+                message=f"candidate {chosen.artifact_name} passed every gate on {self.key_text} "
+                f"in run {chosen.run_id}: p99 upper bound {upper} <= {budget}",
             ),
         )
-        reasons.extend(
+        self.reasons.extend(
             Reason.of(
                 code="candidate_not_chosen",
                 message=f"candidate {other.artifact_name} also passed, with p99 upper bound "
@@ -648,79 +641,97 @@ def _decide_class(
             )
             for other in passing[1:]
         )
-        return decision(
+        return self._decision(
             "candidate",
             (chosen.artifact_digest, chosen.artifact_name),
-            _evidence(chosen, _PASSED, cls, _emulated(chosen, runs)),
-            f"{name} gets candidate {chosen.artifact_name}: it passed every gate on {key_text} in "
-            f"run {chosen.run_id} (p99 upper bound {upper}, budget {budget}).",
+            _evidence(chosen, _PASSED, self.cls, _emulated(chosen, self.runs)),
+            f"{self.name} gets candidate {chosen.artifact_name}: it passed every gate on "
+            f"{self.key_text} in run {chosen.run_id} (p99 upper bound {upper}, budget {budget}).",
         )
 
-    failed_codes = sorted({r.code for r in reasons if r.code not in ("no_candidates",)})
-    why = f"no candidate qualified ({', '.join(failed_codes)})" if failed_codes else "no candidate"
-    base_now = judge_.verdict(base, name=name) if base is not None else None
-    standing = Standing(name, baseline_label, "baseline", baseline_digest, base, base_now)
-    unusable = _unusable(standing, policy.emulated_hosts_qualify, runs)
-
-    def base_evidence() -> Evidence | None:
-        return _standing_evidence(standing, cls, runs)
-
-    if base is not None and unusable is None and _verdict_of(standing) == "error":
-        reasons.append(
+    def _without_candidate(self, base: Cell | None) -> ClassDecision:
+        """No candidate qualified: the baseline, a hold, or the policy for unknown classes."""
+        failed = sorted({r.code for r in self.reasons if r.code not in ("no_candidates",)})
+        why = f"no candidate qualified ({', '.join(failed)})" if failed else "no candidate"
+        base_now = self.judge.verdict(base, name=self.name) if base is not None else None
+        label = self.baseline[1]
+        standing = Standing(self.name, label, "baseline", self.baseline[0], base, base_now)
+        unusable = _unusable(standing, self.project.policy.emulated_hosts_qualify, self.runs)
+        if base is not None and unusable is None and _verdict_of(standing) == "error":
+            self.reasons.append(
+                Reason.of(
+                    code="baseline_failed",
+                    message=f"baseline {label} could not run on {self.key_text} in run "
+                    f"{base.run_id}: {base.error or 'no detail'}",
+                )
+            )
+            return self._decision(
+                "hold",
+                (None, None),
+                _standing_evidence(standing, self.cls, self.runs),
+                f"{self.name} is held: {why}, and the baseline {label} itself could "
+                "not run on this class.",
+            )
+        if base is None or base_now is None or unusable is not None:
+            state = unusable or "no cell"
+            self.reasons.append(
+                Reason.of(
+                    code="baseline_unmeasured",
+                    message=f"baseline {label} has {state} on {self.key_text}",
+                )
+            )
+            return self._unknown(f"{why}, and the baseline has {state} on this key")
+        if base_now.verdict == "fail" and self.project.policy.failing_baseline == "hold":
+            return self._hold_failing_baseline(base, base_now, why, standing)
+        self.reasons.append(
             Reason.of(
-                code="baseline_failed",
-                message=f"baseline {baseline_label} could not run on {key_text} in run "
-                f"{base.run_id}: {base.error or 'no detail'}",
+                code="baseline_chosen",
+                message=f"baseline {label} ran on {self.key_text} in run {base.run_id}",
             )
         )
-        return decision(
-            "hold",
-            (None, None),
-            base_evidence(),
-            f"{name} is held: {why}, and the baseline {baseline_label} itself could "
-            "not run on this class.",
+        return self._decision(
+            "baseline",
+            self.baseline,
+            _standing_evidence(standing, self.cls, self.runs),
+            f"{self.name} gets the baseline {label}: {why}.",
         )
-    if base is None or base_now is None or unusable is not None:
-        state = unusable or "no cell"
-        reasons.append(
-            Reason.of(
-                code="baseline_unmeasured",
-                message=f"baseline {baseline_label} has {state} on {key_text}",
-            )
-        )
-        return unknown(f"{why}, and the baseline has {state} on this key")
-    base_why = base_now.reasons
-    if base_now.verdict == "fail" and policy.failing_baseline == "hold":
+
+    def _hold_failing_baseline(
+        self, base: Cell, base_now: CurrentVerdict, why: str, standing: Standing
+    ) -> ClassDecision:
         # The class lost the path its budgets assume (typically its accelerator: the baseline now
         # runs on the CPU over budget). Shipping the baseline would move every host of the class
         # onto a known-failing artifact; holding keeps what they run until a person decides.
-        codes = ", ".join(sorted({r.code for r in base_why}))
-        reasons.append(
+        label = self.baseline[1]
+        codes = ", ".join(sorted({r.code for r in base_now.reasons}))
+        self.reasons.append(
             Reason.of(
                 code="baseline_fails_gates",
-                message=f"baseline {baseline_label} fails this class's own gates on {key_text} "
+                message=f"baseline {label} fails this class's own gates on {self.key_text} "
                 f"in run {base.run_id} ({codes})",
             )
         )
-        reasons.append(_HOLD_FAILING_BASELINE)
-        return decision(
+        self.reasons.append(_HOLD_FAILING_BASELINE)
+        return self._decision(
             "hold",
             (None, None),
-            base_evidence(),
-            f"{name} is held: {why}, and the baseline {baseline_label} fails this class's gates "
+            _standing_evidence(standing, self.cls, self.runs),
+            f"{self.name} is held: {why}, and the baseline {label} fails this class's gates "
             f"too ({codes}).",
         )
-    reasons.append(
-        Reason.of(
-            code="baseline_chosen",
-            message=f"baseline {baseline_label} ran on {key_text} in run {base.run_id}",
-        )
-    )
-    return decision(
-        "baseline",
-        (baseline_digest, baseline_label),
-        base_evidence(),
-        f"{name} gets the baseline {baseline_label}: {why}.",
+
+
+def _never_measured(label: str, key_text: str, standing: Standing) -> Reason:
+    earlier = standing.replaced
+    return Reason.of(
+        code="no_candidate_cell",
+        message=f"candidate {label} was never measured on {key_text}"
+        + (
+            f" as its file is now ({(standing.digest or '')[:19]}); run "
+            f"{earlier.run_id} measured its earlier bytes"
+            if earlier is not None
+            else ""
+        ),
     )
 
 
@@ -820,7 +831,7 @@ def _decide_all(
     judge_ = Judge(project, known, current_settings=overrides)
     for name, cls in project.host_classes.items():
         key = _key_of(cls.key)
-        yield _decide_class(
+        yield _ClassDecider(
             name,
             cls,
             project,
@@ -829,4 +840,4 @@ def _decide_all(
             runs,
             judge_,
             previous,
-        )
+        ).decide()
