@@ -213,15 +213,7 @@ def interleave(
     busy = False
     for config in configs:
         live = {i: w for i, w in enumerate(workers) if w is not None and w.alive}
-        trackers = {
-            i: AdaptiveP99(
-                budget_ms=budget_p99_ms,
-                confidence=workload.confidence,
-                min_samples=workload.min_samples,
-                schedule=look_schedule(workload.min_samples, workload.max_samples),
-            )
-            for i in live
-        }
+        trackers = {i: _tracker(workload, budget_p99_ms) for i in live}
         for i in live:
             evidence[i][config] = ConfigEvidence(
                 time_cap_s=time_cap(workload.time_cap_s, workload.min_samples, None)
@@ -238,39 +230,15 @@ def interleave(
             decided = all(trackers[i].decision != "insufficient" for i in active)
             if not active or (decided and index >= minimum):
                 break
-            order = _order(active, index)
-            for position, i in enumerate(order):
-                worker = live[i]
-                ev = evidence[i][config]
+            for position, i in enumerate(_order(active, index)):
+                ev, tracker = evidence[i][config], trackers[i]
                 load = os.getloadavg()[0]
                 busy = busy or load > cores
-                before = cpu_times()
-                reply = worker.round(
-                    {
-                        "batch_size": config.batch_size,
-                        "concurrency": config.concurrency,
-                        "dims": config.sizes,
-                        "warmup": workload.warmup
-                        if index == 0
-                        else min(workload.warmup, ROUND_WARMUP),
-                        "time_s": min(slice_s, ev.time_cap_s - ev.duration_s),
-                        "max_samples": round_quota(
-                            trackers[i].n, workload.min_samples, workload.max_samples, minimum
-                        ),
-                    }
-                )
-                if reply is None:
-                    continue  # it ended; its outcome says why
-                ns = np.asarray(reply["samples_ns"], dtype=np.int64)
-                ev.per_round_ns.append(ns)
-                _add_stages(ev, reply)
-                _add_energy(ev, reply, int(ns.size))
-                ev.duration_s += float(reply["duration_s"])
-                ev.rounds.append(_figure(ns, index, position, load, _steal(before, cpu_times())))
-                if ns.size:
-                    trackers[i].add(ns.astype(np.float64) / 1e6)
-                if index == 0:  # the cap adapts to the rate this artifact showed
-                    rate = ns.size / ev.duration_s if ev.duration_s > 0 else None
+                quota = round_quota(tracker.n, workload.min_samples, workload.max_samples, minimum)
+                request = _request(config, workload, ev, index, (slice_s, quota))
+                taken = _measure_round(live[i], ev, tracker, request, (index, position, load))
+                if taken is not None and index == 0:  # the cap adapts to the rate it showed
+                    rate = taken / ev.duration_s if ev.duration_s > 0 else None
                     ev.time_cap_s = time_cap(workload.time_cap_s, workload.min_samples, rate)
             index += 1
             if on_progress is not None:
@@ -281,6 +249,60 @@ def interleave(
             _conclude(evidence[i][config], trackers[i], workload.max_samples)
         on_event(f"{config.label}: {index} interleaved rounds of at most {slice_s:.2g} s")
     return Interleaved(evidence=evidence, host_busy=busy)
+
+
+def _tracker(workload: Workload, budget_p99_ms: float) -> AdaptiveP99:
+    return AdaptiveP99(
+        budget_ms=budget_p99_ms,
+        confidence=workload.confidence,
+        min_samples=workload.min_samples,
+        schedule=look_schedule(workload.min_samples, workload.max_samples),
+    )
+
+
+def _request(
+    config: Config,
+    workload: Workload,
+    ev: ConfigEvidence,
+    index: int,
+    limits: tuple[float, int],
+) -> dict[str, Any]:
+    """A round's request to a worker; ``limits`` is (the round's time slice, its sample quota)."""
+    slice_s, quota = limits
+    return {
+        "batch_size": config.batch_size,
+        "concurrency": config.concurrency,
+        "dims": config.sizes,
+        "warmup": workload.warmup if index == 0 else min(workload.warmup, ROUND_WARMUP),
+        "time_s": min(slice_s, ev.time_cap_s - ev.duration_s),
+        "max_samples": quota,
+    }
+
+
+def _measure_round(
+    worker: RoundWorker,
+    ev: ConfigEvidence,
+    tracker: AdaptiveP99,
+    request: dict[str, Any],
+    at: tuple[int, int, float],
+) -> int | None:
+    """One round of one worker, added to its evidence and tracker; ``at`` is (round index,
+    position in the round, load average before it). Returns the samples it took; None when the
+    worker ended (it adds nothing: its outcome says why)."""
+    index, position, load = at
+    before = cpu_times()
+    reply = worker.round(request)
+    if reply is None:
+        return None
+    ns = np.asarray(reply["samples_ns"], dtype=np.int64)
+    ev.per_round_ns.append(ns)
+    _add_stages(ev, reply)
+    _add_energy(ev, reply, int(ns.size))
+    ev.duration_s += float(reply["duration_s"])
+    ev.rounds.append(_figure(ns, index, position, load, _steal(before, cpu_times())))
+    if ns.size:
+        tracker.add(ns.astype(np.float64) / 1e6)
+    return int(ns.size)
 
 
 def _conclude(ev: ConfigEvidence, tracker: AdaptiveP99, max_samples: int) -> None:
