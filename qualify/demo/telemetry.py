@@ -18,7 +18,7 @@ Does not own the check (``qualify.telemetry.check``) or the rest of the demo (``
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -135,9 +135,12 @@ def write_demo_telemetry(
     eligible = _eligible(manifest, cells)
     provider_class = _pick(eligible, _PREFERRED_PROVIDER_CLASS, None)
     p99_class = _pick(eligible, _PREFERRED_P99_CLASS, provider_class)
-    start = now - timedelta(hours=23)
-    driver_update = now - timedelta(hours=6)
-    regression = now - timedelta(hours=12)
+    day = _Day(
+        start=now - timedelta(hours=23),
+        now=now,
+        driver_update=now - timedelta(hours=6),
+        regression=now - timedelta(hours=12),
+    )
     events: list[tuple[float, dict[str, Any]]] = []
     for name in sorted(manifest.signed.entries):
         entry = manifest.signed.entries[name]
@@ -147,77 +150,111 @@ def write_demo_telemetry(
             "unknown",
         )
         hosts = [f"{name}-{i:03d}" for i in range(DEMO_HOSTS_PER_CLASS)]
-        digest = entry.artifact.digest if entry.artifact else None
         base: dict[str, Any] = {
             "format": FORMAT,
             "host_class": name,
-            "model_digest": digest,
+            "model_digest": entry.artifact.digest if entry.artifact else None,
             "runtime_revision": revision,
             "runtime_package": entry.runtime.package,
             "manifest_version": manifest.signed.version,
             "decision": entry.decision,
             "model": manifest.signed.model,
         }
-        # Hosts resolve at service start and then on an hourly timer, so that even a class on
-        # hold, which serves nothing new, says it is alive all day.
-        for hour, (i, host) in itertools.product(range(23), enumerate(hosts)):
-            at = start.timestamp() + 3600.0 * hour + 60.0 * (i + 1)
-            events.append(
-                (
-                    at,
-                    {
-                        **base,
-                        "time": format_time(at),
-                        "source": "resolve",
-                        "host_id": host,
-                        "providers": list(entry.provider.execution_providers) if digest else [],
-                        "placement": "requested",
-                        "nodes_per_provider": None,
-                        "fallback_nodes": None,
-                        "latency_ms": None,
-                    },
-                )
-            )
-        gate = cell.gate_latency if cell is not None else None
-        if cell is None or cell.placement is None or gate is None:
-            continue
-        placement = cell.placement
-        nodes = {p: n for p, n in placement.nodes_per_provider.items() if n > 0}
-        total = sum(nodes.values())
-        shifted = {SHIFTED_PROVIDER: max(total - 1, 1), placement.expected_provider: 1}
-        sigma = max(np.log(max(gate.p99_ms, gate.p50_ms * 1.01) / gate.p50_ms) / 2.326, 0.01)
-        n = DEMO_SAMPLES_PER_CLASS
-        times = np.sort(rng.uniform(start.timestamp() + 600, now.timestamp() - 60, n))
-        latency = 0.8 * gate.p50_ms * np.exp(sigma * rng.standard_normal(n))
-        if name == p99_class and gate.p99_upper_ms is not None:
-            bad = times >= regression.timestamp()
-            latency[bad] = 3.0 * gate.p99_upper_ms * np.exp(0.05 * rng.standard_normal(bad.sum()))
-        who = rng.integers(0, len(hosts), n)
-        for at, ms, h in zip(times.tolist(), latency.tolist(), who.tolist(), strict=True):
-            moved = name == provider_class and at >= driver_update.timestamp()
-            counts = shifted if moved else nodes
-            events.append(
-                (
-                    at,
-                    {
-                        **base,
-                        "time": format_time(at),
-                        "source": "session",
-                        "host_id": hosts[h],
-                        "providers": sorted(counts),
-                        "placement": "actual",
-                        "nodes_per_provider": dict(sorted(counts.items())),
-                        "fallback_nodes": fallback_count(counts, placement.expected_provider),
-                        "latency_ms": round(ms, 4),
-                    },
-                )
-            )
+        events.extend(_resolve_events(entry, base, hosts, day))
+        if cell is not None:
+            moved = name == provider_class
+            slow = name == p99_class
+            events.extend(_session_events(cell, base, hosts, day, rng, (moved, slow)))
     events.sort(key=lambda item: (item[0], item[1]["host_id"]))
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, b"".join(encode_event(event) for _, event in events))
     return DemoTelemetry(
         path=path, events=len(events), provider_class=provider_class, p99_class=p99_class
     )
+
+
+@dataclass(frozen=True)
+class _Day:
+    """The day of traffic: its start and end, and when each injected problem begins."""
+
+    start: datetime
+    now: datetime
+    driver_update: datetime
+    regression: datetime
+
+
+def _resolve_events(
+    entry: ManifestEntry, base: dict[str, Any], hosts: list[str], day: _Day
+) -> Iterator[tuple[float, dict[str, Any]]]:
+    # Hosts resolve at service start and then on an hourly timer, so that even a class on
+    # hold, which serves nothing new, says it is alive all day.
+    served = list(entry.provider.execution_providers) if base["model_digest"] else []
+    for hour, (i, host) in itertools.product(range(23), enumerate(hosts)):
+        at = day.start.timestamp() + 3600.0 * hour + 60.0 * (i + 1)
+        yield (
+            at,
+            {
+                **base,
+                "time": format_time(at),
+                "source": "resolve",
+                "host_id": host,
+                "providers": served,
+                "placement": "requested",
+                "nodes_per_provider": None,
+                "fallback_nodes": None,
+                "latency_ms": None,
+            },
+        )
+
+
+def _session_events(
+    cell: Cell,
+    base: dict[str, Any],
+    hosts: list[str],
+    day: _Day,
+    rng: np.random.Generator,
+    injected: tuple[bool, bool],
+) -> list[tuple[float, dict[str, Any]]]:
+    """The class's sampled inferences over the day; ``injected`` is (its provider moves after
+    the driver update, its p99 regresses after the regression). A cell without a
+    qualified placement and p99 gets none (it serves nothing the demo can shape)."""
+    gate = cell.gate_latency
+    placement = cell.placement
+    if placement is None or gate is None:
+        return []
+    moved_class, slow_class = injected
+    nodes = {p: n for p, n in placement.nodes_per_provider.items() if n > 0}
+    total = sum(nodes.values())
+    shifted = {SHIFTED_PROVIDER: max(total - 1, 1), placement.expected_provider: 1}
+    sigma = max(np.log(max(gate.p99_ms, gate.p50_ms * 1.01) / gate.p50_ms) / 2.326, 0.01)
+    n = DEMO_SAMPLES_PER_CLASS
+    times = np.sort(rng.uniform(day.start.timestamp() + 600, day.now.timestamp() - 60, n))
+    latency = 0.8 * gate.p50_ms * np.exp(sigma * rng.standard_normal(n))
+    if slow_class and gate.p99_upper_ms is not None:
+        bad = times >= day.regression.timestamp()
+        latency[bad] = 3.0 * gate.p99_upper_ms * np.exp(0.05 * rng.standard_normal(bad.sum()))
+    who = rng.integers(0, len(hosts), n)
+    update = day.driver_update.timestamp()
+    events = []
+    for at, ms, h in zip(times.tolist(), latency.tolist(), who.tolist(), strict=True):
+        counts = shifted if moved_class and at >= update else nodes
+        events.append(
+            (
+                at,
+                {
+                    **base,
+                    "time": format_time(at),
+                    "source": "session",
+                    "host_id": hosts[h],
+                    "providers": sorted(counts),
+                    "placement": "actual",
+                    "nodes_per_provider": dict(sorted(counts.items())),
+                    "fallback_nodes": fallback_count(counts, placement.expected_provider),
+                    "latency_ms": round(ms, 4),
+                },
+            )
+        )
+    return events
 
 
 def run_demo_telemetry(
