@@ -110,9 +110,6 @@ def demo_project(ort_version: str) -> Project:
             ``major.minor.*`` so the runtime identity check is real, not waived.
     """
     major_minor = ".".join(ort_version.split(".")[:2]) + ".*"
-    runtime = RuntimeSpec(package="onnxruntime", version=major_minor)
-    cpu2 = ProviderSpec(execution_providers=["CPUExecutionProvider"], intra_op_threads=2)
-    cpu1 = ProviderSpec(execution_providers=["CPUExecutionProvider"], intra_op_threads=1)
     return Project(
         model="digits-mlp",
         artifacts=Artifacts(
@@ -129,65 +126,70 @@ def demo_project(ort_version: str) -> Project:
                 )
             ],
         ),
-        workload=Workload(
-            # Raw 0..16 pixel counts, as a scanner hands them over; the service scales them the
-            # way the model was trained (prep.py), and that step is timed with the model.
-            inputs={
-                "pixels": InputSpec(
-                    shape=[1, 64], dtype="uint8", source="recorded", file="data/digits_counts.npy"
-                )
-            },
-            pipeline=Pipeline(pre="prep:scale"),
-            batch_sizes=[1],
-            concurrency=[1, 2],
-            # 64 rows, not more: under --emulate each class's parity passes run on QEMU, where
-            # the fp32 baseline's FMA kernels take ~0.1 s a row on an emulated Haswell.
-            parity_samples=64,
-            time_cap_s=10.0,
-            throughput_s=0.5,
-            postprocess="argmax",
-        ),
+        workload=_demo_workload(),
         policy=Policy(unknown_class="hold", allow_emulated=True),
-        host_classes={
-            "arm-r5": HostClass(
-                key=HostClassKey(hardware="arm-r5", runtime="ort-r8", provider="cpu-int8"),
-                match=MatchRules(arch="aarch64", cpu_flags=["asimddp"]),
-                runtime=runtime,
-                provider=cpu2,
-                budgets=Budgets(
-                    p99_ms=82, peak_rss_mb=512, cold_init_ms=1500, max_slowdown=SLOWDOWN
-                ),
-            ),
-            "x86-v4": HostClass(
-                key=HostClassKey(hardware="x86-v4", runtime="ort-r8", provider="cpu-int8"),
-                match=MatchRules(arch="x86_64", cpu_flags=["avx512f", "avx512_vnni"]),
-                runtime=runtime,
-                provider=cpu2,
-                budgets=Budgets(
-                    p99_ms=20, peak_rss_mb=512, cold_init_ms=1500, max_slowdown=SLOWDOWN
-                ),
-            ),
-            "x86-v3-1t": HostClass(
-                key=HostClassKey(hardware="x86-v3", runtime="ort-r8", provider="cpu-1thread"),
-                match=MatchRules(arch="x86_64", cpu_flags=["avx2", "fma"]),
-                runtime=runtime,
-                provider=cpu1,
-                budgets=Budgets(
-                    p99_ms=20, peak_rss_mb=512, cold_init_ms=1500, max_slowdown=SLOWDOWN
-                ),
-            ),
-            "gpu-t4": HostClass(
-                key=HostClassKey(hardware="gpu-t4", runtime="ort-r8-cuda", provider="cuda-fp32"),
-                match=MatchRules(arch="x86_64", accelerator="CUDAExecutionProvider"),
-                runtime=RuntimeSpec(package="onnxruntime-gpu", version=major_minor),
-                provider=ProviderSpec(
-                    execution_providers=["CUDAExecutionProvider", "CPUExecutionProvider"],
-                    expected="CUDAExecutionProvider",
-                ),
-                budgets=Budgets(p99_ms=20, peak_rss_mb=2048, cold_init_ms=5000),
-            ),
-        },
+        host_classes=_demo_classes(major_minor),
     )
+
+
+def _demo_workload() -> Workload:
+    return Workload(
+        # Raw 0..16 pixel counts, as a scanner hands them over; the service scales them the
+        # way the model was trained (prep.py), and that step is timed with the model.
+        inputs={
+            "pixels": InputSpec(
+                shape=[1, 64], dtype="uint8", source="recorded", file="data/digits_counts.npy"
+            )
+        },
+        pipeline=Pipeline(pre="prep:scale"),
+        batch_sizes=[1],
+        concurrency=[1, 2],
+        # 64 rows, not more: under --emulate each class's parity passes run on QEMU, where
+        # the fp32 baseline's FMA kernels take ~0.1 s a row on an emulated Haswell.
+        parity_samples=64,
+        time_cap_s=10.0,
+        throughput_s=0.5,
+        postprocess="argmax",
+    )
+
+
+def _demo_classes(major_minor: str) -> dict[str, HostClass]:
+    runtime = RuntimeSpec(package="onnxruntime", version=major_minor)
+    cpu2 = ProviderSpec(execution_providers=["CPUExecutionProvider"], intra_op_threads=2)
+    cpu1 = ProviderSpec(execution_providers=["CPUExecutionProvider"], intra_op_threads=1)
+    return {
+        "arm-r5": HostClass(
+            key=HostClassKey(hardware="arm-r5", runtime="ort-r8", provider="cpu-int8"),
+            match=MatchRules(arch="aarch64", cpu_flags=["asimddp"]),
+            runtime=runtime,
+            provider=cpu2,
+            budgets=Budgets(p99_ms=82, peak_rss_mb=512, cold_init_ms=1500, max_slowdown=SLOWDOWN),
+        ),
+        "x86-v4": HostClass(
+            key=HostClassKey(hardware="x86-v4", runtime="ort-r8", provider="cpu-int8"),
+            match=MatchRules(arch="x86_64", cpu_flags=["avx512f", "avx512_vnni"]),
+            runtime=runtime,
+            provider=cpu2,
+            budgets=Budgets(p99_ms=20, peak_rss_mb=512, cold_init_ms=1500, max_slowdown=SLOWDOWN),
+        ),
+        "x86-v3-1t": HostClass(
+            key=HostClassKey(hardware="x86-v3", runtime="ort-r8", provider="cpu-1thread"),
+            match=MatchRules(arch="x86_64", cpu_flags=["avx2", "fma"]),
+            runtime=runtime,
+            provider=cpu1,
+            budgets=Budgets(p99_ms=20, peak_rss_mb=512, cold_init_ms=1500, max_slowdown=SLOWDOWN),
+        ),
+        "gpu-t4": HostClass(
+            key=HostClassKey(hardware="gpu-t4", runtime="ort-r8-cuda", provider="cuda-fp32"),
+            match=MatchRules(arch="x86_64", accelerator="CUDAExecutionProvider"),
+            runtime=RuntimeSpec(package="onnxruntime-gpu", version=major_minor),
+            provider=ProviderSpec(
+                execution_providers=["CUDAExecutionProvider", "CPUExecutionProvider"],
+                expected="CUDAExecutionProvider",
+            ),
+            budgets=Budgets(p99_ms=20, peak_rss_mb=2048, cold_init_ms=5000),
+        ),
+    }
 
 
 ASSETS = {
@@ -465,10 +467,23 @@ def _release(
         f"expires {signed.expires}; policy allow_emulated={signed.policy.allow_emulated} "
         "(the demo accepts emulated evidence, and says so here)"
     )
+    _resolve_each(workdir, loaded, result.manifest, runtime_version, echo)
+    _watch(workdir, loaded, db_path, result.manifest, now, runtime_version, echo)
+    with Store.open(db_path, read_only=True) as db:
+        path = write_qualification_report(
+            loaded, db, workdir / "report.html", now=finished, pubkey=workdir / "release.pub"
+        )
+    echo(f"\n== qualify report\n  {path}")
+
+
+def _resolve_each(
+    workdir: Path, loaded: LoadedProject, manifest: Manifest, runtime_version: str, echo: Echo
+) -> None:
+    """resolve-artifact as a host of each class would run it, and what it was served."""
     echo("\n== resolve-artifact on a host of each class")
     for name, host_class in loaded.project.host_classes.items():
         code, answer, _ = _resolve_as_host(workdir, name, host_class, runtime_version)
-        entry = signed.entries[name]
+        entry = manifest.signed.entries[name]
         served = answer.get("served", "artifact")
         chosen = entry.rollback if served == "rollback" else entry.artifact
         what = (
@@ -477,12 +492,6 @@ def _release(
             else "hold: its hosts keep what they run"
         )
         echo(f"  {name}: exit {code}: {what}. {entry.summary}")
-    _watch(workdir, loaded, db_path, result.manifest, now, runtime_version, echo)
-    with Store.open(db_path, read_only=True) as db:
-        path = write_qualification_report(
-            loaded, db, workdir / "report.html", now=finished, pubkey=workdir / "release.pub"
-        )
-    echo(f"\n== qualify report\n  {path}")
 
 
 def _watch(
