@@ -44,70 +44,66 @@ def diff_manifests(a: Manifest, b: Manifest) -> list[ClassChange]:
         left out.
     """
     old, new = a.signed.entries, b.signed.entries
-    changes: list[ClassChange] = []
-    for name in sorted(set(old) | set(new)):
-        before, after = old.get(name), new.get(name)
-        if before is None and after is not None:
-            side = _side(after)
-            changes.append(
-                ClassChange(
-                    host_class=name,
-                    change="added",
-                    before=None,
-                    after=side,
-                    fields=["class"],
-                    reasons=after.reasons,
-                    summary=f"{name}: new class, gets {_label(side)}. {after.summary}",
-                )
-            )
-            continue
-        if after is None and before is not None:
-            changes.append(
-                ClassChange(
-                    host_class=name,
-                    change="removed",
-                    before=_side(before),
-                    after=None,
-                    fields=["class"],
-                    reasons=[],
-                    summary=f"{name}: no longer in the manifest (was {_label(_side(before))}).",
-                )
-            )
-            continue
-        if before is None or after is None:
-            continue  # unreachable: a name comes from one side or the other
-        fields = [
-            field
-            for field, x, y in (
-                ("decision", before.decision, after.decision),
-                ("artifact", before.artifact, after.artifact),
-                ("rollback", before.rollback, after.rollback),
-                ("runtime", before.runtime, after.runtime),
-                ("provider", before.provider, after.provider),
-                ("match", before.match, after.match),
-            )
-            if x != y
-        ]
-        if not fields:
-            continue
-        x, y = _side(before), _side(after)
-        what = (
-            f"{_label(x)} -> {_label(y)}"
-            if ("decision" in fields or "artifact" in fields)
-            else f"still {_label(y)}; {', '.join(fields)} changed"
+    changes = (_change(name, old.get(name), new.get(name)) for name in sorted(set(old) | set(new)))
+    return [change for change in changes if change is not None]
+
+
+def _change(
+    name: str, before: ManifestEntry | None, after: ManifestEntry | None
+) -> ClassChange | None:
+    """How one class changed between two entries (None: one side only, or none that differs)."""
+    if before is None and after is not None:
+        side = _side(after)
+        return ClassChange(
+            host_class=name,
+            change="added",
+            before=None,
+            after=side,
+            fields=["class"],
+            reasons=after.reasons,
+            summary=f"{name}: new class, gets {_label(side)}. {after.summary}",
         )
-        changes.append(
-            ClassChange(
-                host_class=name,
-                change="changed",
-                before=x,
-                after=y,
-                fields=fields,
-                reasons=after.reasons,
-                summary=f"{name}: {what}. {after.summary}",
-            )
+    if after is None and before is not None:
+        return ClassChange(
+            host_class=name,
+            change="removed",
+            before=_side(before),
+            after=None,
+            fields=["class"],
+            reasons=[],
+            summary=f"{name}: no longer in the manifest (was {_label(_side(before))}).",
         )
-    return changes
+    if before is None or after is None:
+        return None  # unreachable: a name comes from one side or the other
+    fields = [
+        field
+        for field, x, y in (
+            ("decision", before.decision, after.decision),
+            ("artifact", before.artifact, after.artifact),
+            ("rollback", before.rollback, after.rollback),
+            ("runtime", before.runtime, after.runtime),
+            ("provider", before.provider, after.provider),
+            ("match", before.match, after.match),
+        )
+        if x != y
+    ]
+    if not fields:
+        return None
+    x, y = _side(before), _side(after)
+    what = (
+        f"{_label(x)} -> {_label(y)}"
+        if ("decision" in fields or "artifact" in fields)
+        else f"still {_label(y)}; {', '.join(fields)} changed"
+    )
+    return ClassChange(
+        host_class=name,
+        change="changed",
+        before=x,
+        after=y,
+        fields=fields,
+        reasons=after.reasons,
+        summary=f"{name}: {what}. {after.summary}",
+    )
 
 
 def render_changes(changes: Sequence[ClassChange], a: Manifest, b: Manifest) -> str:

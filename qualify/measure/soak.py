@@ -128,28 +128,9 @@ def soak(
     rounds = 0
     for w in range(WINDOWS):
         ends = started + (w + 1) * window_s
-        while clock() < ends and any(_alive(workers[i]) for i in live):
-            order = live if rounds % 2 == 0 else live[::-1]
-            for i in order:
-                worker = workers[i]
-                if worker is None or not worker.alive:
-                    continue
-                left = ends - clock()
-                if left <= 0:
-                    break
-                reply = worker.round(
-                    {
-                        "batch_size": config.batch_size,
-                        "concurrency": config.concurrency,
-                        "dims": config.sizes,
-                        "warmup": 0,
-                        "time_s": min(_SLICE_S, left),
-                        "max_samples": max_samples,
-                    }
-                )
-                if reply is not None:
-                    per_window[i][w].append(np.asarray(reply["samples_ns"], dtype=np.int64))
-            rounds += 1
+        rounds = _serve_window(
+            workers, live, config, max_samples, (ends, clock, rounds), w, per_window
+        )
         heats.append(heat())
         if on_progress is not None:
             on_progress(f"soak: window {w + 1} of {WINDOWS} done ({window_s:.0f} s each)")
@@ -169,3 +150,40 @@ def soak(
             drifted=drifted(windows, tolerance),
         )
     return found
+
+
+def _serve_window(
+    workers: Sequence[RoundWorker | None],
+    live: list[int],
+    config: LatencyConfig,
+    max_samples: int,
+    timing: tuple[float, Callable[[], float], int],
+    window: int,
+    per_window: dict[int, list[list[np.ndarray]]],
+) -> int:
+    """Alternating rounds until the window ends (``timing``: its end, the clock, the rounds
+    served so far), each round's samples added to the window; returns the rounds served."""
+    ends, clock, rounds = timing
+    while clock() < ends and any(_alive(workers[i]) for i in live):
+        order = live if rounds % 2 == 0 else live[::-1]
+        for i in order:
+            worker = workers[i]
+            if worker is None or not worker.alive:
+                continue
+            left = ends - clock()
+            if left <= 0:
+                break
+            reply = worker.round(
+                {
+                    "batch_size": config.batch_size,
+                    "concurrency": config.concurrency,
+                    "dims": config.sizes,
+                    "warmup": 0,
+                    "time_s": min(_SLICE_S, left),
+                    "max_samples": max_samples,
+                }
+            )
+            if reply is not None:
+                per_window[i][window].append(np.asarray(reply["samples_ns"], dtype=np.int64))
+        rounds += 1
+    return rounds
