@@ -384,6 +384,33 @@ def record_session(
         rng = random.random
     if rng() >= sample_rate:
         return None
+    event = _session_event(session, expected_provider, latency_ms)
+    event.update(
+        {
+            "time": format_time(when),
+            "host_id": host or host_id(),
+            "host_class": host_class,
+            "model_digest": model_digest,
+            "runtime_revision": runtime_revision or _runtime_version(),
+            "runtime_package": runtime_package,
+            "manifest_version": manifest_version,
+            "decision": decision,
+            **cohort_fields(cohort),
+        }
+    )
+    if model:
+        event["model"] = model
+    observed = session_settings(session, settings)
+    if observed is not None:
+        event["settings"] = encode_settings(observed)
+    append_event(path, event, fsync=fsync)
+    return event
+
+
+def _session_event(
+    session: Any, expected_provider: str, latency_ms: float | None
+) -> dict[str, Any]:
+    """What a session event says of the session itself: where its nodes ran, and how fast."""
     nodes = placement_of(session)
     providers: Sequence[str]
     if nodes is not None:
@@ -392,28 +419,12 @@ def record_session(
     else:
         providers = [str(p) for p in session.get_providers()]
         fallback = None
-    event: dict[str, Any] = {
+    return {
         "format": FORMAT,
-        "time": format_time(when),
         "source": "session",
-        "host_id": host or host_id(),
-        "host_class": host_class,
-        "model_digest": model_digest,
-        "runtime_revision": runtime_revision or _runtime_version(),
-        "runtime_package": runtime_package,
         "providers": list(providers),
         "placement": "actual" if nodes is not None else "registered",
         "nodes_per_provider": nodes,
         "fallback_nodes": fallback,
         "latency_ms": None if latency_ms is None else round(float(latency_ms), 6),
-        "manifest_version": manifest_version,
-        "decision": decision,
-        **cohort_fields(cohort),
     }
-    if model:
-        event["model"] = model
-    observed = session_settings(session, settings)
-    if observed is not None:
-        event["settings"] = encode_settings(observed)
-    append_event(path, event, fsync=fsync)
-    return event
