@@ -355,19 +355,7 @@ def prepare_runtime(
     remove_leftovers(into)
     work = Path(tempfile.mkdtemp(prefix=temp_prefix(name), suffix=".tmp", dir=into))
     try:
-        for folder in ("debs", "wheels", "apt"):
-            (work / folder).mkdir()
-        apt = _apt(arch, work / "apt", keyring)
-        on_event(f"Debian {DEBIAN_SUITE} {FOREIGN[arch][0]} package lists (apt-get update)")
-        run([*apt, "update"], work)
-        on_event(f"Debian packages: {', '.join(DEBIAN_PACKAGES)}")
-        run([*apt, "download", *DEBIAN_PACKAGES], work / "debs")
-        on_event(f"PyPI wheels: onnxruntime {onnxruntime}, numpy {numpy} ({FOREIGN[arch][1]})")
-        run(_pip(arch, onnxruntime, numpy, work / "wheels"), work)
-        pieces = _pieces(work / "debs", "debian") + _pieces(work / "wheels", "pypi")
-        on_event("unpacking")
-        _unpack(work, run)
-        _cpu_prefixes(work, arch)
+        pieces = _assemble(arch, (onnxruntime, numpy), work, keyring, run, on_event)
         for folder in ("debs", "wheels", "apt"):
             shutil.rmtree(work / folder)
         doc = PreparedRuntime(
@@ -390,6 +378,33 @@ def prepare_runtime(
         return target
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _assemble(
+    arch: str,
+    versions: tuple[str, str],
+    work: Path,
+    keyring: Path,
+    run: Runner,
+    on_event: Callable[[str], None],
+) -> list[PreparedPiece]:
+    """Download Debian's packages and the wheels (``versions``: onnxruntime, numpy) into
+    ``work`` and unpack them there; returns what was fetched, with digests."""
+    onnxruntime, numpy = versions
+    for folder in ("debs", "wheels", "apt"):
+        (work / folder).mkdir()
+    apt = _apt(arch, work / "apt", keyring)
+    on_event(f"Debian {DEBIAN_SUITE} {FOREIGN[arch][0]} package lists (apt-get update)")
+    run([*apt, "update"], work)
+    on_event(f"Debian packages: {', '.join(DEBIAN_PACKAGES)}")
+    run([*apt, "download", *DEBIAN_PACKAGES], work / "debs")
+    on_event(f"PyPI wheels: onnxruntime {onnxruntime}, numpy {numpy} ({FOREIGN[arch][1]})")
+    run(_pip(arch, onnxruntime, numpy, work / "wheels"), work)
+    pieces = _pieces(work / "debs", "debian") + _pieces(work / "wheels", "pypi")
+    on_event("unpacking")
+    _unpack(work, run)
+    _cpu_prefixes(work, arch)
+    return pieces
 
 
 def _usable(path: Path, numpy: str) -> bool:
