@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from qualify.errors import ArtifactError, ProjectError
-from qualify.project.graph import TensorSignature, read_signature
+from qualify.project.graph import ModelSignature, TensorSignature, read_signature
 from schemas.base import NAME_RE
 from schemas.project import DIM_RE, ITEMSIZE
 
@@ -229,31 +229,9 @@ def init_project(
     _check_names(model, [sig.name for sig in signature.inputs])
     for candidate in candidates:
         read_signature(candidate)  # refuse a non-ONNX candidate now, not at the first run
-    inputs: list[str] = []
-    batches: set[int] = set()
-    symbol = _batch_symbol(signature.inputs)
-    swept: dict[str, str] = {}
-    for sig in signature.inputs:
-        lines, batch = _input_lines(sig, model, symbol, signature.outputs, swept)
-        inputs += lines
-        if batch is not None:
-            batches.add(batch)
-    if not inputs:
-        raise ArtifactError(f"{model}: the model declares no inputs to feed")
-    batch_sizes = sorted(batches) if len(batches) == 1 else [1]
+    inputs, batch_sizes, swept = _workload_inputs(model, signature)
     major_minor = ".".join(runtime_version.split(".")[:2])
-    seen: set[str] = set()
-    cands: list[str] = []
-    for index, path in enumerate(candidates, start=1):
-        label = _name(path.stem, f"candidate-{index}")
-        while label in seen or label == _name(model.stem, "baseline"):
-            label = f"{label}-{index}"[:64]
-        seen.add(label)
-        cands.append(
-            f"    - {{path: {_q(_relative(path, base))}, name: {label}, "
-            f"precision: {_precision(path)}, derived_from: baseline}}"
-            f"  # check the precision family"
-        )
+    cands = _candidate_lines(model, candidates, base)
     arch_name = _name(arch, "host")
     lines = [
         f"# Written by `qualify init` from {model.name}. Review every line marked CHOOSE or SET.",
@@ -282,6 +260,42 @@ def init_project(
         "",
     ]
     return "\n".join(lines)
+
+
+def _workload_inputs(
+    model: Path, signature: ModelSignature
+) -> tuple[list[str], list[int], dict[str, str]]:
+    """The workload's input lines, its batch sizes, and the dimensions it sweeps (symbol ->
+    the input that names it)."""
+    inputs: list[str] = []
+    batches: set[int] = set()
+    symbol = _batch_symbol(signature.inputs)
+    swept: dict[str, str] = {}
+    for sig in signature.inputs:
+        lines, batch = _input_lines(sig, model, symbol, signature.outputs, swept)
+        inputs += lines
+        if batch is not None:
+            batches.add(batch)
+    if not inputs:
+        raise ArtifactError(f"{model}: the model declares no inputs to feed")
+    return inputs, sorted(batches) if len(batches) == 1 else [1], swept
+
+
+def _candidate_lines(model: Path, candidates: Sequence[Path], base: Path) -> list[str]:
+    """One line per candidate, each with a name of its own (not the baseline's)."""
+    seen: set[str] = set()
+    cands: list[str] = []
+    for index, path in enumerate(candidates, start=1):
+        label = _name(path.stem, f"candidate-{index}")
+        while label in seen or label == _name(model.stem, "baseline"):
+            label = f"{label}-{index}"[:64]
+        seen.add(label)
+        cands.append(
+            f"    - {{path: {_q(_relative(path, base))}, name: {label}, "
+            f"precision: {_precision(path)}, derived_from: baseline}}"
+            f"  # check the precision family"
+        )
+    return cands
 
 
 def write_initial_project(
