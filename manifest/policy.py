@@ -34,23 +34,22 @@ entry's own, proven to load on the class's current runtime (the latest current e
 key: a run's rollback check, or a cell of that digest); the baseline when there is none
 (``rollback_proven`` then says whether it loads); an entry on the baseline has none, and says it
 has nothing further to go back to (``no_rollback``). What it was assigned before is read from
-the previous manifest's entry: its artifact, then its rollback (`_Rollbacks`).
+the previous manifest's entry: its artifact, then its rollback (`Rollbacks`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import lru_cache
 from operator import attrgetter
-from typing import NamedTuple
 
 from manifest._batch import paused_gc
 from manifest.envelope import format_time
 from manifest.errors import PolicyError
 from manifest.gates import gate_of
+from manifest.rollback import Rollbacks, aware, emulated, final_rollback
 from manifest.verdict import CurrentVerdict, Judge, Standing, pick
 from schemas.cell import Cell, Reason, RunRecord, recency
 from schemas.manifest import (
@@ -66,26 +65,20 @@ from schemas.project import (
     HostClass,
     HostClassKey,
     Project,
-    ProviderSpec,
-    RuntimeSpec,
 )
 from schemas.rules import fallback_count
 
-__all__ = ["RollbackTarget", "artifact_digests", "decide", "decide_each", "rollback_target"]
+__all__ = ["artifact_digests", "decide", "decide_each"]
 
 _Key = tuple[str, str, str]
 _key_of: Callable[[HostClassKey], _Key] = attrgetter("hardware", "runtime", "provider")
 """``HostClassKey.as_tuple`` in C: the policy groups every cell and run of the matrix by it."""
 
 
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
 @lru_cache(maxsize=4096)
 def _time(moment: datetime) -> str:
     """``format_time`` of a cell's time (naive means UTC), cached: runs share timestamps."""
-    return format_time(_aware(moment))
+    return format_time(aware(moment))
 
 
 def _ms(value: float) -> str:
@@ -124,11 +117,6 @@ def artifact_digests(project: Project, cells: Sequence[Cell]) -> dict[str, str]:
     return {label: stamp[1] for label, stamp in newest.items()}
 
 
-def _emulated(cell: Cell, runs: Mapping[str, RunRecord]) -> bool:
-    run = runs.get(cell.run_id)
-    return cell.emulated or (run is not None and run.emulated)
-
-
 def _one_per_code(reasons: Sequence[Reason]) -> list[Reason]:
     """Each code once, in first-seen order; the messages of a repeated code joined, so an entry
     that cites two candidates failing parity says both under one ``parity_failed``."""
@@ -140,184 +128,6 @@ def _one_per_code(reasons: Sequence[Reason]) -> list[Reason]:
         if reason.message not in messages:
             messages.append(reason.message)
     return [Reason.of(code=code, message="; ".join(messages)) for code, messages in merged.items()]
-
-
-class _RollbackState(NamedTuple):
-    digest: str | None
-    name: str | None
-    runtime: RuntimeSpec
-    provider: ProviderSpec
-    proven: bool
-    reason: Reason | None
-
-
-@dataclass(frozen=True)
-class RollbackTarget:
-    """What a class's hosts fall back to: the artifact, and the runtime and provider it runs
-    under there."""
-
-    digest: str | None
-    name: str | None
-    runtime: RuntimeSpec
-    provider: ProviderSpec
-
-
-def rollback_target(
-    name: str,
-    cls: HostClass,
-    previous: Manifest | PreviousManifest | None,
-    baseline: tuple[str | None, str],
-) -> RollbackTarget:
-    """The artifact a class rolls back to: what the latest manifest gave it (its artifact, or
-    for a held class its rollback package), else the baseline.
-
-    The one owner of that rule: the runner proves this artifact loads, the policy writes it into
-    the next manifest's rollback package.
-
-    Args:
-        name: The host class.
-        cls: Its settings in the project file now.
-        previous: The latest published manifest, if any.
-        baseline: The baseline's (digest, label); the digest is None when it is unknown.
-    """
-    return RollbackTarget(*_target(name, cls, previous, baseline))
-
-
-def _target(
-    name: str,
-    cls: HostClass,
-    previous: Manifest | PreviousManifest | None,
-    baseline: tuple[str | None, str],
-) -> tuple[str | None, str | None, RuntimeSpec, ProviderSpec]:
-    """`rollback_target`'s rule, as a plain tuple (the policy asks once per class of a fleet)."""
-    entry = previous.signed.entries.get(name) if previous is not None else None
-    if entry is None:
-        return baseline[0], baseline[1], cls.runtime, cls.provider
-    if entry.artifact is not None:
-        return entry.artifact.digest, entry.artifact.name, entry.runtime, entry.provider
-    if entry.rollback is not None:
-        return (
-            entry.rollback.digest,
-            entry.rollback.name,
-            entry.rollback.runtime or entry.runtime,
-            entry.rollback.provider or entry.provider,
-        )
-    return baseline[0], baseline[1], cls.runtime, cls.provider
-
-
-class _Rollbacks:
-    """The rollback rule for one class: an entry's rollback is the most recent artifact the
-    class was assigned before, other than the entry's own, proven to load on the class's current
-    runtime (the latest current evidence on the key: a run's rollback check, or a cell of that
-    digest); the baseline when there is none (proven or not: ``rollback_proven`` says); and an
-    entry on the baseline has nothing further to go back to (no rollback).
-
-    What the class was assigned before, most recent first, is what the previous manifest says:
-    its artifact, then its own rollback (which this same rule chose from the ones before, so the
-    chain reaches back through the releases without reading them all)."""
-
-    def __init__(
-        self,
-        name: str,
-        cls: HostClass,
-        previous: Manifest | PreviousManifest | None,
-        baseline: tuple[str | None, str],
-        key_cells: Sequence[Cell],
-        key_runs: Sequence[RunRecord],
-        runs: Mapping[str, RunRecord],
-        current: str,
-        allow_emulated: bool,
-    ) -> None:
-        self._cls = cls
-        self._baseline = baseline
-        self._cells, self._runs, self._all_runs = key_cells, key_runs, runs
-        self._current, self._allow_emulated = current, allow_emulated
-        self._proofs: dict[str, tuple[tuple[datetime, str], bool, str | None] | None] = {}
-        entry = previous.signed.entries.get(name) if previous is not None else None
-        # (digest, label, the runtime and provider it was approved under: a host still on an
-        # older runtime can fall back to it while the class moves to a newer one)
-        self._history: list[tuple[str, str, RuntimeSpec, ProviderSpec]] = []
-        if entry is not None:
-            if entry.artifact is not None:
-                art = entry.artifact
-                self._history.append((art.digest, art.name, entry.runtime, entry.provider))
-            if entry.rollback is not None:
-                rb = entry.rollback
-                runtime, provider = rb.runtime or entry.runtime, rb.provider or entry.provider
-                self._history.append((rb.digest, rb.name, runtime, provider))
-
-    def _proof(self, digest: str) -> tuple[tuple[datetime, str], bool, str | None] | None:
-        """The latest current evidence that ``digest`` loads (or not) on the key, by (time,
-        run id); on a tie the first seen (runs, then cells). None: no current evidence."""
-        if digest in self._proofs:
-            return self._proofs[digest]
-        best: tuple[tuple[datetime, str], bool, str | None] | None = None
-        for run in self._runs:
-            check = run.rollback
-            if check is None or check.artifact_digest != digest:
-                continue
-            if run.settings_digest != self._current or (run.emulated and not self._allow_emulated):
-                continue
-            stamp = (_aware(run.finished_at), run.run_id)
-            if best is None or stamp > best[0]:
-                best = (stamp, check.loaded, check.error)
-        for cell in self._cells:
-            if cell.artifact_digest != digest or cell.settings_digest != self._current:
-                continue
-            if not self._allow_emulated and _emulated(cell, self._all_runs):
-                continue
-            stamp = (_aware(cell.measured_at), cell.run_id)
-            if best is None or stamp > best[0]:
-                best = (stamp, cell.verdict != "error", cell.error)
-        self._proofs[digest] = best
-        return best
-
-    def of(self, own: str | None) -> _RollbackState:
-        """The rollback of an entry whose artifact is ``own`` (None: held)."""
-        cls = self._cls
-        for digest, label, runtime, provider in self._history:
-            if digest == own:
-                continue
-            proof = self._proof(digest)
-            if proof is not None and proof[1]:
-                return _RollbackState(digest, label, runtime, provider, True, None)
-        base, label = self._baseline
-        if base is None:
-            return _RollbackState(None, None, cls.runtime, cls.provider, False, None)
-        if base == own:
-            nothing = Reason.of(
-                code="no_rollback",
-                message=f"it runs the baseline {label} and was assigned no other artifact "
-                "proven to load on its current runtime: nothing further to go back to",
-            )
-            return _RollbackState(None, None, cls.runtime, cls.provider, False, nothing)
-        digest = base
-        proof = self._proof(digest)
-        if proof is None:
-            reason = Reason.of(
-                code="rollback_unchecked",
-                message=f"no current run showed that rollback {label} ({digest[:19]}) loads "
-                "under this class's runtime",
-            )
-            return _RollbackState(digest, label, cls.runtime, cls.provider, False, reason)
-        (_, run_id), loaded, error = proof
-        if loaded:
-            return _RollbackState(digest, label, cls.runtime, cls.provider, True, None)
-        reason = Reason.of(
-            code="rollback_failed",
-            message=f"rollback {label} did not load in run {run_id}: {error or 'no detail'}",
-        )
-        return _RollbackState(digest, label, cls.runtime, cls.provider, False, reason)
-
-
-def _final_rollback(
-    rollbacks: _Rollbacks, kind: str, digest: str | None, reasons: list[Reason]
-) -> _RollbackState:
-    """The decided entry's rollback; an entry on the baseline with none says so (``reasons``)."""
-    rollback = rollbacks.of(None if kind == "hold" else digest)
-    if kind == "baseline" and rollback.digest is None and rollback.reason is not None:
-        reasons.append(rollback.reason)
-    return rollback
 
 
 def _evidence(cell: Cell, now: CurrentVerdict, cls: HostClass, emulated: bool) -> Evidence:
@@ -385,18 +195,18 @@ def _candidate_reasons(
     now: CurrentVerdict,
     project: Project,
     runs: Mapping[str, RunRecord],
-    rollbacks: _Rollbacks,
+    rollbacks: Rollbacks,
 ) -> list[Reason]:
     """Why the candidate's cell does not qualify (its current verdict's reasons, and what the
     policy weighs of the evidence); empty when it qualifies (its rollback, chosen by
-    `_Rollbacks` for it, included)."""
+    `Rollbacks` for it, included)."""
     found: list[Reason] = []
     if now.stale:
         found.extend(now.reasons)
     run = runs.get(cell.run_id)
     if run is None:
         found.append(Reason.of(code="run_missing", message=f"run {cell.run_id} was not supplied"))
-    if _emulated(cell, runs) and not project.policy.emulated_hosts_qualify:
+    if emulated(cell, runs) and not project.policy.emulated_hosts_qualify:
         found.append(
             Reason.of(
                 code="emulated", message=f"run {cell.run_id} ran on a host that does not match"
@@ -468,7 +278,7 @@ def _unusable(
         return "no cell"
     if now.stale:
         return f"only a stale cell ({', '.join(now.codes)})"
-    if not allow_emulated and _emulated(cell, runs):
+    if not allow_emulated and emulated(cell, runs):
         return "only emulated cells"
     return None
 
@@ -483,7 +293,7 @@ def _standing_evidence(
     cell, now = standing.cell, standing.current
     if cell is None or now is None:
         return None
-    return _evidence(cell, now, cls, _emulated(cell, runs))
+    return _evidence(cell, now, cls, emulated(cell, runs))
 
 
 class _ClassDecider:
@@ -506,7 +316,7 @@ class _ClassDecider:
         self.key_cells, self.runs = key_cells, runs
         self.baseline = (judge_.baseline_digest, project.artifacts.baseline.label)
         self.current = judge_.settings(name)
-        self.rollbacks = _Rollbacks(
+        self.rollbacks = Rollbacks(
             name,
             cls,
             previous,
@@ -552,7 +362,7 @@ class _ClassDecider:
                 "{label: 'sha256:...'} from the artifact files"
             )
         hold = kind == "hold"
-        rollback = _final_rollback(self.rollbacks, kind, artifact[0], self.reasons)
+        rollback = final_rollback(self.rollbacks, kind, artifact[0], self.reasons)
         # Without validation (``Document.trusted``): the key, settings and evidence are models
         # already, the rest strings and lists made here; a test validates every decision of the
         # test fleets again and finds it equal.
@@ -644,7 +454,7 @@ class _ClassDecider:
         return self._decision(
             "candidate",
             (chosen.artifact_digest, chosen.artifact_name),
-            _evidence(chosen, _PASSED, self.cls, _emulated(chosen, self.runs)),
+            _evidence(chosen, _PASSED, self.cls, emulated(chosen, self.runs)),
             f"{self.name} gets candidate {chosen.artifact_name}: it passed every gate on "
             f"{self.key_text} in run {chosen.run_id} (p99 upper bound {upper}, budget {budget}).",
         )

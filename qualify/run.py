@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from manifest.gates import judge
-from manifest.policy import RollbackTarget, rollback_target
+from manifest.rollback import RollbackTarget, rollback_target
 from matrix.bundle import read_run, write_bundle
 from matrix.errors import BundleError, MatrixError
 from matrix.ingest import ingest_bundles
