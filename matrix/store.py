@@ -1,9 +1,9 @@
 """The matrix store: one DuckDB file holding runs, cells, latency, raw samples and manifests.
 
 Owns the connection (opening it, waiting politely for another process's file lock, migrating),
-writing a run in one transaction, every query over the matrix, Parquet export, the snapshot id a
-manifest cites and the stored manifest documents. It is the only place in qualify with SQL (with
-``matrix.migrations``, which owns the DDL).
+writing a run in one transaction, the queries over runs and cells, Parquet export and the
+snapshot id a manifest cites. Its parts record releases (``matrix.releases``) and annotations
+(``matrix.annotations``). Only the ``matrix`` package holds SQL (``matrix.migrations`` the DDL).
 
 Does not own the decision policy, manifest building or signing (``manifest``), bundle files
 (``matrix.bundle``) or what to print (callers pass ``on_wait``).
@@ -22,7 +22,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 import duckdb
 
 from matrix import lines
-from matrix.errors import ManifestVersionError, MatrixError, MatrixLockedError
+from matrix.annotations import Annotations
+from matrix.errors import MatrixError, MatrixLockedError
 from matrix.migrations import (
     AppliedMigration,
     _first,
@@ -42,6 +43,7 @@ from matrix.migrations import (
     check_current,
     current_version,
 )
+from matrix.releases import ReleaseRecords
 from schemas.atomic import read_bounded
 
 if TYPE_CHECKING:
@@ -50,9 +52,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from schemas.cell import Cell, LatencyConfig, RunBundle, RunRecord
-    from schemas.lineage import Lineage
-    from schemas.project import HostClassKey
-    from schemas.tune import TuneRecord
 
 __all__ = ["EXPORTED", "MEMORY", "LockWait", "Store"]
 
@@ -337,27 +336,12 @@ _CELL_ORDER = "ORDER BY c.measured_at, c.run_id, c.role, c.artifact_name, c.arti
 """How `Store.decision_cells` orders them."""
 
 
-class Store:
+class Store(ReleaseRecords, Annotations):
     """An open matrix database. Create with ``Store.open``; use as a context manager.
 
     One store wraps one DuckDB connection: use it from one thread at a time. Keep it open only
     as long as a command needs it, since a read-write store holds the file lock.
     """
-
-    def __init__(
-        self,
-        conn: duckdb.DuckDBPyConnection,
-        *,
-        path: str,
-        read_only: bool,
-        clock: Callable[[], datetime],
-    ) -> None:
-        """Wrap an already configured and migrated connection (use ``Store.open`` instead)."""
-        self._conn = conn
-        self._path = path
-        self._read_only = read_only
-        self._clock = clock
-        self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -549,29 +533,6 @@ class Store:
         self.close()
 
     @property
-    def path(self) -> str:
-        """The database path as opened (``":memory:"`` for an in-memory store)."""
-        return self._path
-
-    @property
-    def connection(self) -> duckdb.DuckDBPyConnection:
-        """The DuckDB connection, for the other modules of ``matrix`` (never used outside it).
-
-        Use it from the thread that owns the store, and finish every result (``fetchall``)
-        before the next statement.
-        """
-        return self._conn
-
-    @property
-    def read_only(self) -> bool:
-        """Whether the store was opened read-only."""
-        return self._read_only
-
-    def now(self) -> datetime:
-        """The store's clock (what it stamps rows with), for the other modules of ``matrix``."""
-        return self._clock()
-
-    @property
     def schema_version(self) -> int:
         """The highest applied migration version."""
         return current_version(self._conn)
@@ -636,10 +597,6 @@ class Store:
             return Store.open(path, clock=clock).connection
 
         return lines.split(Path(source), model, Path(out), connect=connect, now=clock())
-
-    def _require_writable(self, what: str) -> None:
-        if self._read_only:
-            raise MatrixError(f"cannot {what}: matrix {self._path} was opened read-only")
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -718,68 +675,6 @@ class Store:
 
     def _before_commit(self, run_id: str) -> None:
         """Test seam: runs inside the write transaction, after every insert, before COMMIT."""
-
-    def save_manifest(
-        self,
-        version: int,
-        release: str,
-        created: datetime,
-        expires: datetime,
-        document_json: str,
-        *,
-        encoded: bool = False,
-    ) -> None:
-        """Reserve a manifest version with its document; versions only go up.
-
-        The manifest is not *published* until `mark_published` says its file was written:
-        `latest_manifest` (what readers treat as current) skips it until then, so a crash
-        between recording and writing leaves a reserved version, never a phantom current one.
-
-        Args:
-            version: The manifest's monotonic version (>= 1).
-            release: Release name.
-            created: When it was created (UTC; naive values are taken as UTC).
-            expires: When it expires.
-            document_json: The document as published (canonical JSON, signed or not).
-            encoded: ``document_json`` is what ``manifest.envelope``'s encoders made of a
-                document in memory, JSON by construction, so it is not parsed again to check
-                (17 MB for 10,000 classes: 0.2 s of every generation). Text from anywhere else
-                (a file, another process) is parsed first.
-
-        Raises:
-            ManifestVersionError: ``version`` is < 1 or not greater than the latest stored one.
-            MatrixError: ``document_json`` is not JSON, or the store was opened read-only.
-        """
-        self._require_writable("save a manifest")
-        if version < 1:
-            raise ManifestVersionError(f"manifest version must be 1 or more, found {version}")
-        try:
-            if not encoded:
-                json.loads(document_json)
-        except json.JSONDecodeError as error:
-            raise MatrixError(
-                f"manifest version {version}: document is not valid JSON at line {error.lineno} "
-                f"column {error.colno}: {error.msg}"
-            ) from error
-        conn = self._conn
-        conn.execute("BEGIN TRANSACTION")
-        try:
-            row = _first(conn.execute("SELECT max(version) FROM manifests"))
-            latest = row[0] if row is not None else None
-            if latest is not None and version <= latest:
-                raise ManifestVersionError(
-                    f"new manifest version {version} must be greater than the latest stored "
-                    f"version {latest}: use version {latest + 1} or higher"
-                )
-            conn.execute(
-                "INSERT INTO manifests (version, release, created, expires, document, stored_at) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [version, release, created, expires, document_json, self._clock()],
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback_quietly(conn)
-            raise
 
     # -- queries -----------------------------------------------------------------------------
 
@@ -1022,346 +917,6 @@ class Store:
             str(row[0]) for row in self._conn.execute("SELECT run_id FROM runs").fetchall()
         )
         return "sha256:" + hashlib.sha256("\n".join(run_ids).encode("utf-8")).hexdigest()
-
-    def mark_published(self, version: int) -> None:
-        """Record that manifest ``version``'s file was written where hosts read it.
-
-        Raises:
-            MatrixError: no such version, or the store was opened read-only.
-        """
-        self._require_writable("publish a manifest")
-        conn = self._conn
-        conn.execute("BEGIN TRANSACTION")
-        try:
-            row = _first(
-                conn.execute("SELECT count(*) FROM manifests WHERE version = ?", [version])
-            )
-            if row is None or not row[0]:
-                raise MatrixError(f"manifest version {version} was never recorded")
-            conn.execute(
-                "UPDATE manifests SET published_at = ? WHERE version = ? AND published_at IS NULL",
-                [self._clock(), version],
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback_quietly(conn)
-            raise
-
-    def note_unserved(self, classes: Iterable[tuple[str, HostClassKey]], detail: str) -> None:
-        """Record that a fleet run found no host for these (class name, key) pairs, now.
-
-        Raises:
-            MatrixError: the store was opened read-only.
-        """
-        self.note_fleet_gaps((name, key, "unserved", detail) for name, key in classes)
-
-    def note_fleet_gaps(self, gaps: Iterable[tuple[str, HostClassKey, str, str]]) -> None:
-        """Record, now, that a fleet run ended these classes without a measurement:
-        (class name, key, reason code, sentence), e.g. ``unserved``, ``node_lost``,
-        ``host_mismatch``. A gap stands until a cell of the key is measured after it.
-
-        Raises:
-            MatrixError: the store was opened read-only.
-        """
-        self._require_writable("record fleet gaps")
-        rows = [
-            (name, *key.as_tuple(), reason[:64], detail[:500], self._clock())
-            for name, key, reason, detail in gaps
-        ]
-        if rows:
-            self._conn.executemany("INSERT INTO fleet_gaps VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
-
-    def fleet_gaps(self) -> dict[str, tuple[str, str]]:
-        """Per class whose latest fleet gap is newer than every cell of its key: that gap's
-        (reason code, sentence)."""
-        rows = self._conn.execute(
-            "SELECT g.host_class, arg_max(g.reason, g.noted_at), arg_max(g.detail, g.noted_at) "
-            "FROM fleet_gaps g GROUP BY g.host_class, g.hardware, g.runtime, g.provider "
-            "HAVING max(g.noted_at) > coalesce(("
-            "SELECT max(c.measured_at) FROM cells c WHERE c.hardware = g.hardware AND "
-            "c.runtime = g.runtime AND c.provider = g.provider), TIMESTAMPTZ '1970-01-01')"
-        ).fetchall()
-        return {str(row[0]): (str(row[1]), str(row[2])) for row in rows}
-
-    def unserved(self) -> set[str]:
-        """Classes a fleet run last ended without a measurement (`fleet_gaps`): whose key has
-        no cell measured since."""
-        return set(self.fleet_gaps())
-
-    def record_rollout(
-        self,
-        rollout_id: str,
-        host_class: str,
-        action: str,
-        version: int,
-        step: int,
-        percent: int,
-        artifact: str,
-        actor: str,
-        why: str,
-        at: datetime,
-    ) -> None:
-        """Record one rollout action and the manifest version it published.
-
-        Raises:
-            MatrixError: the store was opened read-only.
-        """
-        self._require_writable("record a rollout")
-        self._conn.execute(
-            "INSERT INTO rollouts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                rollout_id,
-                host_class,
-                action,
-                version,
-                step,
-                percent,
-                artifact,
-                actor[:200],
-                why[:1000],
-                at,
-            ],
-        )
-
-    def write_tune(self, record: TuneRecord) -> None:
-        """Store one tune and its trials (replacing a tune of the same id).
-
-        Raises:
-            MatrixError: the store was opened read-only.
-        """
-        self._require_writable("record a tune")
-        self._conn.execute("DELETE FROM tunes WHERE tune_id = ?", [record.tune_id])
-        self._conn.execute(
-            "INSERT INTO tunes VALUES (?, ?, ?, ?)",
-            [record.tune_id, record.host_class, record.started_at, record.model_dump_json()],
-        )
-
-    def tunes(self, host_class: str | None = None) -> list[TuneRecord]:
-        """Every stored tune, oldest first (one class's with ``host_class``)."""
-        from schemas.tune import TuneRecord
-
-        rows = self._conn.execute(
-            "SELECT record FROM tunes WHERE $c IS NULL OR host_class = $c "
-            "ORDER BY started_at, tune_id",
-            {"c": host_class},
-        ).fetchall()
-        return [TuneRecord.model_validate_json(row[0]) for row in rows]
-
-    def record_lineage(self, items: Iterable[Lineage]) -> None:
-        """Store how artifacts were derived (replacing what was stored for the same digest).
-
-        Raises:
-            MatrixError: the store was opened read-only.
-        """
-        self._require_writable("record lineage")
-        for item in items:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    item.artifact_digest,
-                    item.name,
-                    item.precision,
-                    item.parent_digest,
-                    item.parent_name,
-                    item.tool,
-                    item.tool_version,
-                    json.dumps(item.params, sort_keys=True),
-                    item.calibration_digest,
-                    item.note,
-                    item.created_at,
-                ],
-            )
-
-    MAX_PROJECT_VIEWS = 64
-    """Project views kept (the newest): one per project file version a writer saw."""
-
-    def record_project_view(self, key: str, view: str) -> None:
-        """Keep ``view`` (``qualify.project.view.ProjectView.to_json``) of the project file whose
-        bytes ``key`` names, dropping the oldest beyond `MAX_PROJECT_VIEWS`.
-
-        Raises:
-            MatrixError: the store was opened read-only, or DuckDB refused the write.
-        """
-        self._require_writable("record a project view")
-        try:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO project_views VALUES (?, ?, ?)", [key, view, self._clock()]
-            )
-            self._conn.execute(
-                "DELETE FROM project_views WHERE view_key NOT IN (SELECT view_key FROM "
-                "project_views ORDER BY recorded_at DESC, view_key LIMIT ?)",
-                [self.MAX_PROJECT_VIEWS],
-            )
-        except duckdb.Error as exc:
-            raise MatrixError(f"{self.path}: cannot record the project view: {exc}") from exc
-
-    def project_view(self, key: str) -> str | None:
-        """The view recorded under ``key``, or None (the caller validates the file instead)."""
-        try:
-            row = _first(
-                self._conn.execute("SELECT view FROM project_views WHERE view_key = ?", [key])
-            )
-        except duckdb.Error:  # a damaged table is a miss, not a failure to show the matrix
-            return None
-        return str(row[0]) if row is not None else None
-
-    def lineage(self) -> dict[str, Lineage]:
-        """How each artifact qualify made was derived, by artifact digest."""
-        from schemas.lineage import Lineage
-
-        rows = self._conn.execute(
-            "SELECT artifact_digest, name, precision, parent_digest, parent_name, tool, "
-            "tool_version, params, calibration_digest, note, created_at FROM lineage "
-            "ORDER BY created_at, name"
-        ).fetchall()
-        fields = (
-            "artifact_digest",
-            "name",
-            "precision",
-            "parent_digest",
-            "parent_name",
-            "tool",
-            "tool_version",
-            "params",
-            "calibration_digest",
-            "note",
-            "created_at",
-        )
-        found = {}
-        for row in rows:
-            doc = dict(zip(fields, row, strict=True))
-            doc["params"] = json.loads(doc["params"])
-            found[doc["artifact_digest"]] = Lineage.model_validate(doc)
-        return found
-
-    def rollout_log(self, host_class: str | None = None) -> list[dict[str, Any]]:
-        """Every rollout action, oldest first (one class's with ``host_class``)."""
-        where = "WHERE host_class = ?" if host_class is not None else ""
-        result = self._conn.execute(
-            f"SELECT * FROM rollouts {where} ORDER BY acted_at, version",
-            [host_class] if host_class is not None else [],
-        )
-        names = [column[0] for column in result.description or ()]
-        return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
-
-    def latest_manifest(self) -> tuple[int, str] | None:
-        """The highest *published* manifest as (version, document JSON), or None."""
-        row = _first(
-            self._conn.execute(
-                "SELECT version, document FROM manifests WHERE published_at IS NOT NULL "
-                "ORDER BY version DESC LIMIT 1"
-            )
-        )
-        return (int(row[0]), str(row[1])) if row is not None else None
-
-    def published_versions(self) -> list[tuple[int, datetime]]:
-        """Every *published* manifest version with its ``created`` time (when it was signed for
-        publishing: from then on hosts could pick it up), ascending by version. Documents are
-        not read: a check loads only the versions its window needs (`manifest`)."""
-        rows = self._conn.execute(
-            "SELECT version, created FROM manifests WHERE published_at IS NOT NULL ORDER BY version"
-        ).fetchall()
-        return [(int(v), c if c.tzinfo else c.replace(tzinfo=UTC)) for v, c in rows]
-
-    def latest_draft(self) -> tuple[int, str] | None:
-        """The newest *draft* as (version, document JSON): recorded, never published, and newer
-        than every published version (an older one can no longer be published); or None."""
-        row = _first(
-            self._conn.execute(
-                "SELECT version, document FROM manifests WHERE published_at IS NULL AND "
-                "discarded_at IS NULL AND pending IS NULL AND version > "
-                "(SELECT coalesce(max(version), 0) FROM manifests WHERE published_at IS NOT NULL) "
-                "ORDER BY version DESC LIMIT 1"
-            )
-        )
-        return (int(row[0]), str(row[1])) if row is not None else None
-
-    def manifest_state(self, version: int) -> str | None:
-        """``draft``, ``publishing`` (a publication began and was neither finished nor
-        discarded), ``published`` or ``discarded`` for a recorded version; None for one never
-        recorded."""
-        row = _first(
-            self._conn.execute(
-                "SELECT published_at IS NOT NULL, discarded_at IS NOT NULL, pending IS NOT NULL "
-                "FROM manifests WHERE version = ?",
-                [version],
-            )
-        )
-        if row is None:
-            return None
-        return (
-            "published"
-            if row[0]
-            else "discarded"
-            if row[1]
-            else "publishing"
-            if row[2]
-            else "draft"
-        )
-
-    def publish_draft(
-        self, version: int, document_json: str, created: datetime, expires: datetime
-    ) -> None:
-        """Replace draft ``version``'s document with its signed form (still unpublished until
-        `mark_published`), refusing a version that is published or older than a published one.
-
-        Raises:
-            ManifestVersionError: the draft is published already or a newer version is.
-            MatrixError: no such version, or the store was opened read-only.
-        """
-        self._require_writable("publish a manifest")
-        conn = self._conn
-        conn.execute("BEGIN TRANSACTION")
-        try:
-            state = self.manifest_state(version)
-            if state is None:
-                raise MatrixError(f"manifest version {version} was never recorded")
-            if state == "published":
-                raise ManifestVersionError(f"manifest version {version} is published already")
-            row = _first(
-                conn.execute(
-                    "SELECT coalesce(max(version), 0) FROM manifests WHERE published_at IS NOT NULL"
-                )
-            )
-            newest = int(row[0]) if row is not None else 0
-            if newest > version:
-                raise ManifestVersionError(
-                    f"draft version {version} is older than published version {newest} (a "
-                    "rollout step or another publish came after it): generate a new draft"
-                )
-            conn.execute(
-                "UPDATE manifests SET document = ?, created = ?, expires = ? WHERE version = ?",
-                [document_json, created, expires, version],
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback_quietly(conn)
-            raise
-
-    def class_holds(self) -> dict[str, dict[str, Any]]:
-        """Classes a person holds or pins (``qualify rollout hold|pin``) and has not cleared:
-        class -> that action's rollout-log row."""
-        result = self._conn.execute(
-            "SELECT * FROM rollouts WHERE action IN ('hold', 'pin', 'clear') "
-            # A clear records the version it cleared: at the same instant it comes after.
-            "QUALIFY row_number() OVER (PARTITION BY host_class ORDER BY acted_at DESC, "
-            "version DESC, action = 'clear' DESC) = 1"
-        )
-        names = [column[0] for column in result.description or ()]
-        rows = [dict(zip(names, row, strict=True)) for row in result.fetchall()]
-        return {str(r["host_class"]): r for r in rows if r["action"] != "clear"}
-
-    def highest_manifest_version(self) -> int:
-        """The highest version recorded, published or only reserved (0 without any)."""
-        row = _first(self._conn.execute("SELECT coalesce(max(version), 0) FROM manifests"))
-        return int(row[0]) if row is not None else 0
-
-    def manifest(self, version: int) -> str | None:
-        """The stored document of manifest ``version``, or None."""
-        row = _first(
-            self._conn.execute("SELECT document FROM manifests WHERE version = ?", [version])
-        )
-        return str(row[0]) if row is not None else None
 
     # -- export ------------------------------------------------------------------------------
 
