@@ -5,8 +5,7 @@ Owns what a deployed host writes about the path its model takes: the event of a
 onnxruntime session (``record_session``), and appending one line per event (``append_event``).
 Does not own the event schema (``schemas.telemetry.TelemetryEvent`` and the published
 ``schemas/telemetry-event.schema.json``; a test keeps this module's output valid against it),
-storing events (``matrix.telemetry``) or judging them (``qualify.telemetry.check``). Hosts that
-already import ``manifest.telemetry`` get these same objects through that alias.
+storing events (``matrix.telemetry``) or judging them (``qualify.telemetry.check``).
 
 Standard library only, like ``manifest.resolve`` which imports it: it never imports
 onnxruntime, pydantic or anything heavy. ``record_session`` takes the host's own session object
