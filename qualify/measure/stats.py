@@ -150,8 +150,7 @@ def quantile_bound_ranks(
     Each holds for any distribution (continuous or not). For q = 0.99 at 99% confidence the first
     upper bound appears at n = 459 (the maximum) and rank n - 1 at n = 662, as in MLPerf LoadGen.
 
-    O(n) in numpy and cached per (n, q, confidence): measured ~1 ms at n = 20,000 and ~9 ms at
-    n = 200,000 on a 2-core development machine.
+    O(n) in numpy and cached per (n, q, confidence) (its cost: docs/measurements.md).
 
     Args:
         n: Sample size, >= 1.
