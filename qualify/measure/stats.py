@@ -10,11 +10,7 @@ not time anything, read files or pick budgets: samples and budgets are arguments
 inside the runner subprocess, so it imports only the standard library, numpy and
 `schemas.rules` (itself standard library only).
 
-The bounds (as in MLPerf LoadGen's early stopping) rest on one fact that holds for any
-distribution: the number of samples below the true q-quantile is at most Binomial(n, q). So the
-k-th smallest sample ``X_(k)`` is at or above the true quantile with probability at least
-``P(Binomial(n, q) <= k - 1)``, and at or below it with probability at least
-``P(Binomial(n, q) >= k)``. No normality, no bootstrap.
+More: docs/internals.md, ``qualify.measure.stats``.
 """
 
 from __future__ import annotations

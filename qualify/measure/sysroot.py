@@ -10,13 +10,7 @@ whole assembled tree (`schemas.emulation.PreparedRuntime`); finding a prepared o
 Only `prepare_runtime` downloads, and only ``qualify emulators prepare`` calls it. Does not run
 QEMU (`qualify.measure.emulators`).
 
-A prepared runtime is a folder ``<arch>-onnxruntime-<version>`` under the emulators folder:
-``root/`` (the Debian packages unpacked), ``site/`` (the wheels unpacked) and ``cpu/<model>/``,
-one QEMU path prefix per emulated CPU of the architecture: links to ``root``'s folders and that
-CPU's ``proc/cpuinfo``. QEMU looks every absolute path the guest opens up under the prefix
-first, so onnxruntime reads the emulated CPU's ``/proc/cpuinfo`` instead of the host's (which
-made it crash: an x86 cpuinfo, or an ARM one naming features the emulated CPU lacks) without a
-private mount namespace or root.
+More: docs/internals.md, ``qualify.measure.sysroot``.
 """
 
 from __future__ import annotations
