@@ -349,21 +349,7 @@ def prepare_runtime(
     remove_leftovers(into)
     work = Path(tempfile.mkdtemp(prefix=temp_prefix(name), suffix=".tmp", dir=into))
     try:
-        for folder in ("debs", "wheels", "apt"):
-            (work / folder).mkdir()
-        apt = _apt(arch, work / "apt", keyring)
-        on_event(f"Debian {DEBIAN_SUITE} {FOREIGN[arch][0]} package lists (apt-get update)")
-        run([*apt, "update"], work)
-        on_event(f"Debian packages: {', '.join(DEBIAN_PACKAGES)}")
-        run([*apt, "download", *DEBIAN_PACKAGES], work / "debs")
-        on_event(f"PyPI wheels: onnxruntime {onnxruntime}, numpy {numpy} ({FOREIGN[arch][1]})")
-        run(_pip(arch, onnxruntime, numpy, work / "wheels"), work)
-        pieces = _pieces(work / "debs", "debian") + _pieces(work / "wheels", "pypi")
-        on_event("unpacking")
-        _unpack(work, run)
-        _cpu_prefixes(work, arch)
-        for folder in ("debs", "wheels", "apt"):
-            shutil.rmtree(work / folder)
+        pieces = _download_and_unpack(arch, onnxruntime, numpy, work, keyring, run, on_event)
         doc = PreparedRuntime(
             format="qualify-emulator-runtime/1",
             arch=arch,
@@ -384,6 +370,35 @@ def prepare_runtime(
         return target
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _download_and_unpack(
+    arch: str,
+    onnxruntime: str,
+    numpy: str,
+    work: Path,
+    keyring: Path,
+    run: Runner,
+    on_event: Callable[[str], None],
+) -> list[PreparedPiece]:
+    """Debian's packages and PyPI's wheels downloaded into ``work``, unpacked there, and the
+    download folders removed; the pieces, each with its digest."""
+    for folder in ("debs", "wheels", "apt"):
+        (work / folder).mkdir()
+    apt = _apt(arch, work / "apt", keyring)
+    on_event(f"Debian {DEBIAN_SUITE} {FOREIGN[arch][0]} package lists (apt-get update)")
+    run([*apt, "update"], work)
+    on_event(f"Debian packages: {', '.join(DEBIAN_PACKAGES)}")
+    run([*apt, "download", *DEBIAN_PACKAGES], work / "debs")
+    on_event(f"PyPI wheels: onnxruntime {onnxruntime}, numpy {numpy} ({FOREIGN[arch][1]})")
+    run(_pip(arch, onnxruntime, numpy, work / "wheels"), work)
+    pieces = _pieces(work / "debs", "debian") + _pieces(work / "wheels", "pypi")
+    on_event("unpacking")
+    _unpack(work, run)
+    _cpu_prefixes(work, arch)
+    for folder in ("debs", "wheels", "apt"):
+        shutil.rmtree(work / folder)
+    return pieces
 
 
 def _usable(path: Path, numpy: str) -> bool:
