@@ -1,4 +1,4 @@
-"""Benchmark: int8 numerics per CPU, measured on emulated CPUs (the README's AVX2/VNNI figures).
+"""Benchmark: int8 numerics per CPU, measured on emulated CPUs (docs/platforms.md's figures).
 
 qualify computes a class's parity on an emulated CPU of its ISA (``qualify run --emulate``):
 onnxruntime under QEMU user mode picks that CPU's kernels. This runs qualify's own parity pass

@@ -188,7 +188,6 @@ def _stages(fx: Fixture, out: Path, now: datetime) -> dict[str, float]:
         ("store.py", "runs"): "read runs",
         ("store.py", "decision_runs"): "read runs",
         ("store.py", "save_manifest"): "record",
-        ("store.py", "publish_draft"): "record",
         ("release.py", "generate_manifest"): "total",
     }
     found: dict[str, float] = {}

@@ -20,8 +20,7 @@ maps these errors to them). Standard library only: ``resolve-artifact`` imports 
         ├── ValidityError          valid for longer than the host's policy allows
         ├── ClassMismatchError     a per-class document read under another class's name
         ├── LineMismatchError      a document of another model line than the one asked for
-        ├── PointerMismatchError   a per-class set's ``current`` names another version
-        └── DigestMismatchError    a local artifact's sha256 is not the manifest's
+        └── PointerMismatchError   a per-class set's ``current`` names another version
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ __all__ = [
     "BuildError",
     "CanonicalError",
     "ClassMismatchError",
-    "DigestMismatchError",
     "ExpiredError",
     "ForkError",
     "KeyFileError",
@@ -127,9 +125,3 @@ class PointerMismatchError(VerificationError):
     a set and its pointer that disagree (a mixed or tampered directory)."""
 
     code = "pointer_mismatch"
-
-
-class DigestMismatchError(VerificationError):
-    """A local artifact's sha256 differs from the digest the manifest gives."""
-
-    code = "digest_mismatch"

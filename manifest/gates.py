@@ -6,13 +6,7 @@ interleaved A/B (``max_slowdown``), peak memory and cold init. Each `Gate` names
 codes it may give (their meanings are `schemas.reasons`), the cell fields it reads as evidence,
 and its check: a pure function of the cell and the class that returns a `Finding`.
 
-The runner gives a fresh cell its verdict with `judge`; the decision policy calls it again
-against the class's *current* budgets, so a budget tightened after a run is honoured (it re-judges
-parity itself against the current tolerance, and skips this table's parity gate); the report
-colours each measured quantity by its gate's `Finding` (`assess`). The numeric rules themselves
-(bound against budget, slowdown, fallback count) are `schemas.rules`. This module does not look
-at emulation, staleness or the rollback check: those are properties of the evidence, not of the
-measurement, and belong to ``manifest.policy``.
+More: docs/internals.md, ``manifest.gates``.
 """
 
 from __future__ import annotations

@@ -5,31 +5,14 @@ Owns what a deployed host writes about the path its model takes: the event of a
 onnxruntime session (``record_session``), and appending one line per event (``append_event``).
 Does not own the event schema (``schemas.telemetry.TelemetryEvent`` and the published
 ``schemas/telemetry-event.schema.json``; a test keeps this module's output valid against it),
-storing events (``matrix.telemetry``) or judging them (``qualify.telemetry.check``). Hosts that
-already import ``manifest.telemetry`` get these same objects through that alias.
+storing events (``matrix.telemetry``) or judging them (``qualify.telemetry.check``).
+
+More: docs/internals.md, ``manifest.host_events``.
 
 Standard library only, like ``manifest.resolve`` which imports it: it never imports
 onnxruntime, pydantic or anything heavy. ``record_session`` takes the host's own session object
 (duck-typed) and reads the runtime version from the ``onnxruntime`` module the host has already
 imported, if any.
-
-Only the serving process knows which provider really ran. To record placement, create the
-session with the assignment record switched on, then sample::
-
-    so = onnxruntime.SessionOptions()
-    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
-    session = onnxruntime.InferenceSession(path, so, providers=[...])
-    ...
-    record_session(session, path="/var/log/model/telemetry.jsonl", host_class="x86-v4",
-                   model_digest=digest, manifest_version=7, model="ocr-rec",
-                   expected_provider="CPUExecutionProvider", latency_ms=elapsed_ms)
-
-Without that entry the event says ``placement: "registered"`` and lists
-``session.get_providers()``, which names providers that may have received no node.
-
-Appending: the file is opened with ``O_APPEND`` and each event is one ``write`` of one line, so
-lines of concurrent writers on a local file system do not interleave; ``fsync=True`` also forces
-it to disk (off by default: telemetry must not slow the serving path).
 """
 
 from __future__ import annotations

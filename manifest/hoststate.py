@@ -4,28 +4,7 @@ Owns the state directory's layout, reading it bounded, migrating the layout of e
 and writing it atomically. Does not own what the records mean for a document (the rollback floor
 and the fork check are ``manifest.resolve``'s) nor verifying signatures (``manifest.envelope``).
 
-One host may serve several models, each released by its own project under its own (or a shared)
-signing key. Each **line** (a model line, as the manifest's ``model`` names it, and the key id
-that signs it) has its own floor and last-known-good, so the first manifest of a second model is
-judged against nothing of the first's, and an older version of the *same* line is still refused::
-
-    <state-dir>/<model>@<key id, 16 hex>/state.json            the floor: the accepted record
-    <state-dir>/<model>@<key id, 16 hex>/last-known-good.json  the last document verified and
-                                                               resolved for this host
-
-The model is %-escaped as a per-class document's class name is (``envelope.class_filename``), or
-``~<sha256>`` where that cannot be a file name. ``state.json`` also names its line (model, key
-id) and the manifests this line was read from (the sha256 of each ``--manifest`` path, at most
-`MAX_SOURCES`): when a manifest cannot be verified, and so cannot say its line, the line it was
-last read from is the one whose last-known-good is served (or ``--model`` names it). A host
-never serves one model's last-known-good for another's manifest.
-
-Earlier releases kept one ``state.json`` and ``last-known-good.json`` at the top of the directory
-for everything. `migrate_legacy` moves them, once, into the line their last-known-good belongs
-to (its signature verified by the trusted key says its model), so an upgraded host keeps its
-floor. A top-level ``state.json`` whose line cannot be told (its last-known-good is gone or
-signed by another key) is left where it is and still floors every line of its key: the message
-of a refusal names it, and removing it is a person's decision.
+More: docs/internals.md, ``manifest.hoststate``.
 
 Standard library only (``resolve-artifact`` imports this at every service start); the writer,
 ``schemas.atomic``, is imported only on the rare path that writes.

@@ -7,14 +7,7 @@ that was never pointed at, removed). ``manifest.build.write_per_class`` is `stag
 a publishing command runs them around writing the whole manifest, so that a kill at any
 instant leaves the matrix's record and the files in agreement (``qualify.release.publishing``).
 
-The layout is TUF's consistent snapshot: every version's documents live in their own folder
-``v<version>/`` (``envelope.class_filename`` names), and one small pointer file, ``current``
-(``v<version>``), says which set is published; a host reads one whole set or the one before,
-never a mix. Beside them, the marker `MARKER` says the directory is qualify's, for which model
-line, and which sets qualify wrote there: only those are ever removed. A directory holding
-anything else (a manifest, a draft, a backup, notes) is refused before anything is written, so
-``--per-class .`` cannot delete a user's files. A directory of an earlier release (the pointer
-and ``v<version>/`` sets of signed per-class documents, no marker) is adopted once.
+More: docs/internals.md, ``manifest.perclass``.
 """
 
 from __future__ import annotations

@@ -1,40 +1,11 @@
 """The decision rule: which artifact each host class may run, with reasons and evidence.
 
 Owns ``decide``, a pure function over the project file, cells and run records (no disk, clock or
-database: the CLI reads the matrix and hands them over). Does not own judging a measurement
-against budgets (``manifest.gates.judge``, which this module calls again with the class's
-*current* budgets), nor building or signing the manifest (``manifest.build``).
-
-The rule, per host class of the project (classes of other keys in the cells are ignored):
-
-* Only cells on the class's **exact key** count. Per artifact digest the latest cell measured
-  under the class's current settings is used; if every cell of that digest is stale, the latest
-  stale one is reported as ``stale``.
-* A candidate qualifies only if that cell is not stale; is not emulated (unless the policy
-  allows it: ``allow_emulated: true``); did not compute its parity on an emulated CPU (unless
-  ``allow_emulated`` is ``'parity'`` or ``true``); has runner verdict ``pass``; has parity that
-  passed against *this* baseline's digest and still holds under the project's current
-  tolerance; passes ``gates.judge`` under the current budgets (p99 upper bound within budget, ``insufficient`` is not a pass; expected
-  provider executed and fallback within the allowance; peak memory and cold init within budget);
-  has peak memory and cold init measured where the class has a budget; and the class's rollback
-  artifact was shown to load by the latest current evidence on the key.
-* Several qualify: ``policy.choose`` picks (lowest p99 upper bound; ties by name, then digest).
-* None qualifies: the class gets the **baseline**, if the baseline has a current, usable cell on
-  the key that loaded (verdict other than ``error``).
-* The baseline's latest current cell on the key fails the class's own gates (typically: the
-  class lost its accelerator path and the baseline now runs on the CPU, over budget): **hold**,
-  unless ``policy.failing_baseline`` is ``baseline``.
-* The baseline's latest current cell on the key is ``error`` (it cannot run there): **hold**.
-  Shipping an artifact known not to load is never safer than shipping nothing new.
-* No cell at all on the key, or none of the baseline that is current and usable (only stale or
-  emulated ones): the class is as unknown as a new one, so ``policy.unknown_class`` applies.
-
-A class's **rollback** is the most recent artifact it was assigned before, other than the
-entry's own, proven to load on the class's current runtime (the latest current evidence on the
-key: a run's rollback check, or a cell of that digest); the baseline when there is none
-(``rollback_proven`` then says whether it loads); an entry on the baseline has none, and says it
-has nothing further to go back to (``no_rollback``). What it was assigned before is read from
-the previous manifest's entry: its artifact, then its rollback (`Rollbacks`).
+database: the CLI reads the matrix and hands them over), with each entry's rollback by the rule
+of ``manifest.rollback``. Does not own judging a measurement against budgets
+(``manifest.gates.judge``, called again with the class's *current* budgets), nor building or
+signing the manifest (``manifest.build``). The rule, exactly: docs/releases.md, "The decision
+rule".
 """
 
 from __future__ import annotations

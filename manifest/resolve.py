@@ -119,7 +119,6 @@ from manifest.hoststate import read_bounded as _read_bounded
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
-    from pathlib import Path
     from typing import Any
     from typing import NamedTuple as _NamedTuple
 else:
@@ -145,7 +144,6 @@ __all__ = [
     "Line",
     "Outcome",
     "cohort_point",
-    "default_state_dir",
     "detect_runtime",
     "encode_state",
     "main",
@@ -989,17 +987,6 @@ def _default_state_dir() -> str | None:
     if not os.path.isabs(base):
         return None
     return os.path.join(base, "qualify", "resolve")
-
-
-def default_state_dir() -> Path | None:
-    """``$QUALIFY_STATE_DIR``, else ``$XDG_STATE_HOME/qualify/resolve`` (``~/.local/state`` when
-    unset); None when there is no home to put it in."""
-    found = _default_state_dir()
-    if found is None:
-        return None
-    from pathlib import Path
-
-    return Path(found)
 
 
 def _writable(directory: str) -> bool:

@@ -8,24 +8,7 @@ cell; `Judge.standing` is the cell a class x artifact of the project rests on (`
 current verdict; `standings` is every class x artifact. Pure: no disk, clock or database (the
 caller hashes the artifact files and reads the matrix).
 
-A cell is **stale** (nothing it measured can be judged as today's) when:
-
-* ``not_in_project``: no class of the project has its key, or no artifact of the project has
-  its bytes or its name;
-* ``artifact_changed``: the artifact it measured under this name now has other bytes (a model
-  re-exported in place): artifacts are their digests, never their names;
-* ``stale``: the class's runtime or provider settings differ from those it was measured under;
-* ``parity_reference_mismatch``: a candidate's parity was measured against another baseline
-  than the project's now;
-* ``budget_changed``: a gate's evidence was gathered against a budget it cannot be re-judged
-  under (the open-loop rate search bisects against ``budgets.p99_ms``: a rate found under
-  another budget answers only where the change cannot alter the outcome).
-
-Otherwise it is **re-judged**: parity against the project's tolerances now (merged field by
-field: ``Project.tolerance``, ``schemas.rules.resolve_tolerance``), every other gate of
-``manifest.gates`` against the class's budgets now. A cell that could not run stays ``error``.
-Emulation, a busy host and the rollback check are properties of the evidence that the decision
-policy (``manifest.policy``) weighs; they are not part of a cell's verdict.
+More: docs/internals.md, ``manifest.verdict``.
 """
 
 from __future__ import annotations

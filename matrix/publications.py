@@ -5,12 +5,7 @@ Owns the SQL of the publication journal (the ``manifests`` columns ``pending``,
 aborted rollouts, from the ``rollouts`` log). Does not own the files or the order of the steps
 (``qualify.release.publishing``), nor signing.
 
-A version is published in three matrix steps around the files: `begin` records, in one
-transaction, the signed document and the publication's intent (where its files go and the
-rollout-log rows it publishes), without making it current; `finish` makes it current and writes
-those log rows, in one transaction; `discard` drops it (a version reserved for it is never
-reused, a draft becomes a draft again). So a version is current only with its log rows, and a
-recorded intent says what the next command must complete or discard after a kill.
+More: docs/internals.md, ``matrix.publications``.
 """
 
 from __future__ import annotations

@@ -207,45 +207,6 @@ class ReleaseRecords(Connected):
             else "draft"
         )
 
-    def publish_draft(
-        self, version: int, document_json: str, created: datetime, expires: datetime
-    ) -> None:
-        """Replace draft ``version``'s document with its signed form (still unpublished until
-        `mark_published`), refusing a version that is published or older than a published one.
-
-        Raises:
-            ManifestVersionError: the draft is published already or a newer version is.
-            MatrixError: no such version, or the store was opened read-only.
-        """
-        self._require_writable("publish a manifest")
-        conn = self._conn
-        conn.execute("BEGIN TRANSACTION")
-        try:
-            state = self.manifest_state(version)
-            if state is None:
-                raise MatrixError(f"manifest version {version} was never recorded")
-            if state == "published":
-                raise ManifestVersionError(f"manifest version {version} is published already")
-            row = _first(
-                conn.execute(
-                    "SELECT coalesce(max(version), 0) FROM manifests WHERE published_at IS NOT NULL"
-                )
-            )
-            newest = int(row[0]) if row is not None else 0
-            if newest > version:
-                raise ManifestVersionError(
-                    f"draft version {version} is older than published version {newest} (a "
-                    "rollout step or another publish came after it): generate a new draft"
-                )
-            conn.execute(
-                "UPDATE manifests SET document = ?, created = ?, expires = ? WHERE version = ?",
-                [document_json, created, expires, version],
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            _rollback_quietly(conn)
-            raise
-
     def class_holds(self) -> dict[str, dict[str, Any]]:
         """Classes a person holds or pins (``qualify rollout hold|pin``) and has not cleared:
         class -> that action's rollout-log row."""

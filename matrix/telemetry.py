@@ -92,16 +92,9 @@ _Data = bytes | bytearray
 """A block of whole lines (or one line) as read: the buffer `_blocks` read it into, or bytes."""
 
 BLOCK_BYTES = 6 << 20
-"""Bytes read per block (whole lines); bounds memory whatever the file size. Measured on 200,000
-events (92 MB), fresh processes, interleaved: 8 MiB peaked at ~380 MiB RSS against ~500 MiB for
-32 MiB blocks, and was no slower (pyarrow parses a block in 1 MiB chunks on every core either
-way; the smaller block's buffers stay in cache). Since the blocks stream into one INSERT
-(`_insert_events`), DuckDB holds a block or two more in flight: with ``bench/telemetry_ingest.py``
-at 200,000 events, 8 MiB peaked at 1.48-1.55x DuckDB's own read_json, 6 MiB at 1.42-1.47x and
-4 MiB at 1.35x, in 2.07-2.13x, 2.07-2.12x and 2.20x its time; at 1,000,000 events 2.41-2.54x,
-2.60x and 2.79x (per-block costs weigh more as blocks shrink). With the next block parsed in a
-thread while DuckDB stores one (`_ahead`), at 200,000 events: 8 MiB 1.77x its time and 1.40x its
-memory, 6 MiB 1.80x and 1.33x, 4 MiB 1.90x and 1.29x."""
+"""Bytes read per block (whole lines); bounds memory whatever the file size. Smaller blocks
+lower the peak and cost time per block: the measurements that chose 6 MiB are in
+docs/measurements.md."""
 
 MAX_REPORTED_BAD_LINES = 1000
 """Bad lines reported in detail per file; the rest are counted."""

@@ -1,22 +1,9 @@
 """Which telemetry a check reads, and under which manifest version: the SQL of the time rule.
 
 Owns the part of the telemetry queries that a check over a product's life needs beyond the
-window itself:
-
-* **Attribution** (`Attribution`): a host serving two models writes both into one file, so an
-  event belongs to the model line being checked when it names that line (``model``), or names
-  none and runs a digest the line knows (or none at all: a class on hold). Everything else is
-  skipped and counted (`skipped_events`), never judged.
-* **The judged version** (`Versions`): each event is judged against the manifest version it
-  reports when that version was published; an event that reports none (or one never published)
-  against the version published at its time, i.e. the newest whose ``created`` is not after it
-  (the oldest known before any).
-* **Host states** (`host_states`): a host's state is its latest event in the window, so a host
-  is counted once whatever it ran before.
-
-Does not own reading event files or the profile and tail queries (``matrix.telemetry``, which
-use `scope_sql`), nor what any of it means for a class (``qualify.telemetry.timeline`` and
-``qualify.telemetry.check``).
+window itself (each event's version, each host's latest event, the hosts that lag). Does not
+judge anything (``qualify.telemetry.timeline``, ``qualify.telemetry.check``). More:
+docs/internals.md, ``matrix.telemetry_scope``.
 """
 
 from __future__ import annotations

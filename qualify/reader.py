@@ -1,29 +1,14 @@
-"""The Python API: a matrix read from a notebook or a script, as pandas DataFrames and typed
-documents, with no SQL and no DuckDB for the user::
+"""The Python API: a matrix read as pandas DataFrames and typed documents, no SQL needed::
 
     import qualify
 
     m = qualify.open("qualify.duckdb")
     m.cells(latest=True)        # one row per cell: class, key, artifact, verdict, p99, parity, ...
-    m.samples(run_id=...)       # every timed inference
-    m.manifest()                # the latest published manifest, a typed document
 
-Owns the `Matrix` object, the columns of each frame (docs/python.md lists them, a test holds the
-two equal) and the rules of reading:
-
-- Read-only, and never in a writer's way: each call opens the file read-only, reads and closes
-  it, so an object left open in a notebook never holds the file (DuckDB lets one process write
-  a file, and not while another has it open). A call that finds a writer at work waits for it,
-  up to ``wait_s``, as every qualify command does (then `matrix.errors.MatrixLockedError`).
-- An older matrix (written by an older qualify) is copied into memory when opened and migrated
-  there; its file is never written, so the qualify that wrote it still reads it. That copy is a
-  snapshot: open the file again to see later runs. A newer matrix is refused
-  (`matrix.errors.SchemaVersionError`): upgrade qualify.
-- Values are as the matrix stores them: a verdict is the one its run recorded, under the project
-  file of that day (budgets or tolerances edited since are not applied here). Missing evidence
-  is a null (NaN, NaT, <NA> or None), never a made-up number.
-
-Does not own any SQL (`matrix.tables` and `matrix.store.Store` hold it) or any write.
+Owns the `Matrix` object, the columns of each frame and the rules of reading (read-only, never in
+a writer's way, an older matrix migrated in memory, missing evidence null): docs/python.md, which
+a test holds equal to the columns. Does not own any SQL (`matrix.tables`, `matrix.store`) or any
+write. pandas is imported when a frame is first made, never with this module.
 
 Errors::
 
@@ -32,9 +17,6 @@ Errors::
     ├── SchemaVersionError      written by a newer qualify
     └── ModelLineError          its records mix model lines (``qualify matrix split`` them)
     KeyError                    cell, run or manifest version not in the matrix
-
-pandas is imported when a frame is first made, never with this module, so that importing
-qualify (the measuring child, ``resolve-artifact``) never loads it.
 """
 
 from __future__ import annotations

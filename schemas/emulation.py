@@ -7,14 +7,7 @@ runtime assembled for another architecture (``runtime.json``, `PreparedRuntime`)
 pure functions: finding QEMU, preparing and launching are ``qualify.measure.emulators`` and
 ``qualify.measure.sysroot``.
 
-Why these models and not others (QEMU 7.2, onnxruntime 1.32, measured; README "Numerics of hosts
-you do not have"): QEMU's TCG implements SSE4.2, AVX, AVX2, FMA and F16C but no AVX-512,
-AVX-VNNI or AMX, so an x86 class that requires one of those has no emulated CPU (a model named
-for it would silently lose the feature). On ARM, ``neoverse-n1`` (Armv8.2 with the dot product)
-and ``cortex-a72`` (Armv8.0) compute the same int8 numbers there; QEMU's ``max`` (SVE, I8MM),
-shown a Neoverse-V1's cpuinfo, gave max abs 0.99997 for a batch whose every other CPU gives
-0.0161 (QEMU's I8MM or SVE, or onnxruntime's kernel for them: not told apart without the
-hardware), so no model stands for a class that requires SVE or I8MM.
+More: docs/internals.md, ``schemas.emulation``.
 """
 
 from __future__ import annotations

@@ -549,7 +549,7 @@ class Emulation(ProjectPart):
         description="The QEMU CPU model whose kernels compute the parity outputs: Nehalem, "
         "SandyBridge, Haswell (x86_64); cortex-a72, neoverse-n1 (aarch64); or 'native' to "
         "compute them on the measuring host's own CPU. Without an emulation section the model "
-        "comes from the match rules (README: Numerics of hosts you do not have)."
+        "comes from the match rules (docs/platforms.md)."
     )
 
 

@@ -1,28 +1,11 @@
-"""The rules every layer applies the same way, owned once: quantile rank, p99 bound, slowdown,
-fallback count, parity tolerance.
+"""The rules every layer applies the same way, owned once: quantile rank (`order_rank`), p99
+against a budget (`p99_outcome`), slowdown (`slower_than`), fallback count (`fallback_count`),
+parity tolerance (`merge_tolerance`, `resolve_tolerance`, `tolerance_failures`).
 
-* **Quantile rank** (`order_rank`): which order statistic is the q-quantile of n samples. The
-  runner's percentiles and bounds (`qualify.measure.stats`), the report's percentile chart and
-  `telemetry check` all use it.
-* **p99 against a budget** (`p99_outcome`): the upper confidence bound within the budget passes,
-  the lower bound above it fails, anything else is undecided. The runner's adaptive sampling
-  (`qualify.measure.stats`), the gates (`manifest.gates`) and the report's colours use it.
-* **Slowdown** (`slower_than`): a candidate is measurably slower when the lower bound of its
-  paired ratio to the baseline is above ``max_slowdown``.
-* **Fallback** (`fallback_count`): the nodes that ran anywhere but on the expected provider. The
-  worker, the gates, the manifest's evidence and the host's telemetry count them alike.
-* **Parity tolerance** (`merge_tolerance`, `resolve_tolerance`, `tolerance_failures`): which
-  limit applies to an output (field by field: the built-in default, the project's family entry,
-  the per-output override; a null turns a check off) and what fails it. The runner
-  (`qualify.measure.parity`) applies it to fresh measurements; the current verdict
-  (`manifest.verdict`) re-applies it to stored ones against the current project file; both
-  word a failure the same way, with the limit printed exactly as configured (``cosine_min 0.162
-  < 0.9999``, never ``< 1``) and the measured value rounded only as far as keeps it on its side
-  of the limit.
-
-Lives in the bottom layer so that every package may import it, and imports only the standard
-library when loaded: the measuring subprocess (`qualify.measure.worker`, through `qualify.measure.stats`) and the
-host-side telemetry writer import it, and neither may pay for pydantic.
+Owns the rules, not their inputs: the runner, the gates, the current verdict, the report and
+telemetry call them (who uses which: docs/internals.md, ``schemas.rules``). Lives in the bottom
+layer, standard library only when loaded: the measuring subprocess and the host-side telemetry
+writer import it, and neither may pay for pydantic.
 """
 
 from __future__ import annotations

@@ -8,19 +8,7 @@ section; ``resolve-artifact --json`` answers it as ``settings`` in this form;
 ``manifest.host_events.record_session`` reads the same keys back from the live session and
 reports them; ``qualify telemetry check`` alerts ``settings_differ`` on any difference.
 
-The form is a flat ``{key: text}``:
-
-* ``intra_op_threads``, ``inter_op_threads``: the number asked for, ``0`` for onnxruntime's own
-  choice (what an unset ``SessionOptions`` reports);
-* ``execution_mode``: ``sequential`` or ``parallel``;
-* ``graph_optimization_level``: ``disable``, ``basic``, ``extended`` or ``all``;
-* ``config:<key>``: a session config entry, as onnxruntime holds it (text; true/false as 1/0);
-* ``option:<provider>:<key>``: a provider option, likewise;
-* ``cpu_affinity``: the CPUs, ascending and comma-separated, only where the class pins them.
-
-On the wire (a telemetry event's ``settings``) it is one line of text, ``key=value`` pairs sorted
-by key and joined by ``;``, each side percent-encoded (`encode_settings`), so that the matrix
-can store, group and bound it as a plain string.
+More: docs/internals.md, ``schemas.settings``.
 
 Standard library only at import: ``resolve-artifact`` and the host-side event writer use it.
 """

@@ -1,62 +1,16 @@
 """Candidate variants of a baseline ONNX model, each described by how it was made.
 
-Owns running the converters in-process and the lineage of what they write: onnxruntime's
-dynamic and static (QDQ) int8 quantizers, its float16 converter, and a structured magnitude
-pruning written here with onnx and numpy. Each variant is written atomically beside the others
-as ``<baseline stem>-<variant>.onnx`` and must load and run one row in onnxruntime's CPU
-provider before it is returned. Does not measure or judge a variant (``qualify run`` qualifies
-it like any other candidate) and does not store it, record it or add it to the project file
-(``qualify.candidates.make`` does).
-
-The variants (`VARIANTS`, made in that order):
-
-- ``int8-dynamic``: ``quantize_dynamic``, int8 weights per channel with ``reduce_range`` (7-bit,
-  so hosts without VNNI compute the same integers); activations are quantized at run time, so
-  no calibration data is needed.
-- ``int8-qdq-per-channel`` and ``int8-qdq-reduce-range``: ``quantize_static`` in QDQ format,
-  uint8 activations and int8 weights, MinMax ranges calibrated on at most 256 recorded rows
-  fed one at a time; the first per channel, the second per tensor with 7-bit weights (for CPUs
-  without VNNI). Both need calibration data.
-- ``fp16``: ``convert_float_to_float16`` with float32 inputs and outputs kept.
-- ``pruned-<pct>``: the ``prune_ratio`` share of hidden units with the smallest weight norm
-  removed from every MatMul/Gemm -> MatMul/Gemm (or group-1 Conv -> Conv) pair joined only by
-  per-unit ops, the tensors really shrunk (smaller file, less compute); not fine-tuned, so its
-  parity is the question qualification answers.
-
-Pre-processing. onnxruntime's docs recommend ``quant_pre_process`` (shape inference, then its
-basic graph optimization) before quantizing. The static variants get it and record how in
-``params["pre_process"]``: the optimization fuses MatMul + Add into Gemm, whose QDQ form keeps
-the bias in int32 (on the demo model it halves the per-tensor variant's largest error).
-Symbolic shape inference is skipped: it needs sympy, which qualify does not depend on; ONNX
-shape inference still runs. Domains the optimizer declares but no node uses are dropped again.
-The dynamic variant is not pre-processed (``"pre_process": null``), as
-``scripts/build_demo_assets.py`` does not: ``quantize_dynamic`` has no integer Gemm, so the
-fused model would come out unquantized, and the shape inference it would leave is one
-``quantize_dynamic`` runs itself. With onnxruntime 1.32 its output is byte for byte the demo's
-committed int8 model.
-
-fp16 on a CPU. onnxruntime 1.32's CPU provider has no float16 kernels for most ops (MatMul, Add,
-Relu, Softmax here); it does not refuse the model but inserts Casts at load so that those nodes
-run in float32 on float16-rounded weights. The fp16 variant therefore loads and runs on any
-CPU, half the size of the baseline, within fp16 rounding of its outputs, but not faster there.
-That is not an error here: a class whose provider has fp16 kernels (CUDA, some ARM builds) runs
-it in fp16, and qualification measures what each class really runs. Its note says so. A model
-onnxruntime does refuse (an op with no float16 form in ONNX, a missing kernel) fails the load
-check, which names the op.
-
-Temporary files: each variant is made in a folder ``.<name>.p<pid>.<random>.tmp`` inside
-``out_dir`` (the converter's output, the pre-processed model), removed whether the variant is
-made or not; a killed run's folder is removed by the next call (`schemas.atomic`). The
-calibrator's augmented model and the pre-processor's scratch files go to temporary folders
-onnxruntime makes and removes itself (under the system temporary directory).
+Owns running the converters in-process (onnxruntime's dynamic and static QDQ int8 quantizers,
+its float16 converter, a structured magnitude pruning written here) and the lineage of what they
+write: `VARIANTS`, in the order they are made. Does not measure, judge, store or record a variant,
+nor add it to the project file (``qualify.candidates.make``). How each is made, and why:
+docs/candidates.md. onnx and onnxruntime are imported when a variant is made.
 
 Errors::
 
     QualifyError                qualify.errors
     └── ConversionError         a variant cannot be made: names the variant, the baseline file,
                                 the op and node where known, and the fix
-
-onnx and onnxruntime are imported when a variant is made, not when this module is.
 """
 
 from __future__ import annotations

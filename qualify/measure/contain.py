@@ -1,30 +1,11 @@
 """Containment of the user's code: nothing a measuring child starts outlives it.
 
-A workload's pipeline hooks are the user's Python, run inside the measuring child
-(``qualify.measure.worker``). A hook may fork a helper, double-fork and ``setsid`` a daemon, or start
-threads; none of it may outlive the command. Three layers, each covering what the one before
-cannot see:
-
-1. **Process group.** The runner starts every child as the leader of its own session and
-   process group (``start_new_session``); once the child has ended, the parent kills every
-   member of that group and session that started before it looked (`sweep`), which takes every
-   plain ``fork`` the hook made (Linux keeps a group's id from being reused while a member
-   lives; the start time keeps a process that got the id afterwards out).
-2. **Subreaper.** The child makes itself a child subreaper (``PR_SET_CHILD_SUBREAPER`` through
-   ``prctl``): a daemon that double-forks and leaves the child's group and session is re-parented
-   to the child rather than to init, and the child kills all of its children before it exits
-   (`kill_children`).
-3. **Environment tag.** Every child's environment carries a tag of its own (`TAG_ENV`), which
-   every descendant inherits; once the child has ended, the parent kills every process that
-   still carries it (`sweep`), wherever it was re-parented: this is what finds a daemon of a
-   child that never got to `kill_children` (killed at its timeout, or ended by a hook's
-   ``os._exit``). The parent is deliberately not a subreaper itself: it would collect zombies of
-   every orphan on its side and race ``subprocess`` for its own children's exit statuses.
-
-A cgroup would contain more (a process that clears its environment *and* escapes the
-subreaper), but needs a delegated cgroup v2 tree that CI hosts and containers rarely give; the
-layers that applied are recorded in each cell (``containment``). Standard library only: the
-measuring child imports it before it reads its own peak memory.
+Owns the three layers that end what a pipeline hook starts (the child's own process group and
+session swept by the parent, the child as a subreaper that kills its children, an environment
+tag the parent sweeps for) and what each cell records of them (``containment``). Does not run
+hooks (``qualify.measure.worker``) or start the child (``qualify.measure.runner``). Why three
+layers and not a cgroup: docs/internals.md, ``qualify.measure.contain``. Standard library only:
+the measuring child imports it before it reads its own peak memory.
 """
 
 from __future__ import annotations

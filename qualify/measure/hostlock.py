@@ -1,23 +1,10 @@
 """Locks a run waits on, and saying so: the host-wide measurement lock (one qualification
 measures on a host at a time) and the matrix file's lock (`lock_wait_message`).
 
-Two ``qualify run`` on one host measure at the same time and corrupt each other's tails (the
-interleaved A/B shares load between the artifacts of one run, not between runs). So the
-measurement phase of a run (its workers' whole lives) holds an exclusive ``flock`` on one file
-per host; another run waits, and says whom it waits for, unless its user opts out
-(``qualify run --shared-host``). The cell records whether it measured alone.
-
-The lock file is ``$QUALIFY_HOST_LOCK``, else one in a directory only its user can write:
-``/run/qualify/measure.lock`` for root (the directory made 0755), else
-``$XDG_RUNTIME_DIR/qualify-measure.lock``, else ``~/.cache/qualify/measure.lock``. Never a
-world-writable directory such as ``/run/lock``, where another user could plant a link: runs of
-several users on one host share a lock only through ``QUALIFY_HOST_LOCK`` naming a file in a
-directory they trust. The file is opened without following a symbolic link, must be a regular
-file with no other name (hard link), and is never truncated: the holder writes its pid, command
-line and start time as one fixed-size record at its start, and only into a file that is empty
-or holds such a record (a file of someone else's is refused, never written). The kernel
-releases the lock when the holder dies, however it dies. A run waits `DEFAULT_WAIT_S` for it
-by default (``qualify run --lock-wait``), saying who holds it every 10 s.
+Owns where the host lock lives, taking it safely (no link followed, never truncated, the
+holder's record written in place) and the message of a run that waits. Does not decide whether
+a run measures alone (``qualify run --shared-host``). Why a host-wide lock and where it lives:
+docs/internals.md, ``qualify.measure.hostlock``.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Open-loop request rates: Poisson arrivals, latency from the scheduled arrival, and the highest
 rate whose p99 meets the class's budget.
 
-Owns the search that follows a run's interleaved rounds when ``workload.open_loop`` is set
-(``qualify run --open-loop``). A closed loop (the latency configs) sends the next request only
-when the last one answered, so it never sees a queue; users arrive at a rate, and a request that
-arrives while the servers are busy waits. Each artifact's process first serves back to back at
-batch 1 on ``servers`` threads for a moment: that rate is the ceiling, where the queue grows
-without bound. Then a bisection between zero and the ceiling probes rates (``probes`` of them),
-each with Poisson arrivals at that rate (the worker's ``rate`` round, MLPerf LoadGen's Server
-scenario), and keeps the highest rate whose p99 (from the scheduled arrival) is within
-``budgets.p99_ms``. The artifacts' searches step in turn, so that machine load hits all alike.
-
-Also owns the M/D/1 queue's sojourn-time quantile (`md1_sojourn_quantile`, Erlang's formula for
-the waiting time of Poisson arrivals at one server with a fixed service time) and the rate it
-predicts for a budget (`md1_max_rate`): the reference the search is checked against, in the suite
-by simulation and in ``make bench`` on a real model.
+Owns the search that follows a run's interleaved rounds when ``workload.open_loop`` is set: the
+ceiling (back to back), then a bisection of Poisson rates below it, the artifacts stepping in
+turn. Does not serve requests (the worker's ``rate`` round) or gate the result
+(``manifest.gates``). How and why: docs/project-file.md ("Request rates") and
+docs/internals.md, ``qualify.measure.openloop``.
 """
 
 from __future__ import annotations

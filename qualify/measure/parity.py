@@ -1,47 +1,11 @@
 """Output parity: does a candidate compute the same numbers, and give the same answers, as the
 baseline on identical inputs?
 
-Owns the comparison of two sets of outputs against a precision family's `Tolerance` (tensor
-metrics) and the post hook's task-level tolerances (``parity.post``), and the resulting
-`ParityResult`; also which output is what (`output_roles`: its batch axis, whether it is class
-scores). Does not run models, feed inputs or choose the tolerance: the runner hands over the
-arrays, the project file supplies the tolerances.
-
-**Samples.** Each output is given as its samples, sample axis first: an array ``[N, ...]`` (one
-row per sample), or a list of N arrays when the samples differ in shape (a detector's boxes);
-the measuring child runs one inference per sample and stacks what each returns (`unpack` reads
-its file). An output's own batch axis (``[T, N, C]`` batches on 1; `output_roles` finds it in
-the model's graph, the workload or the project) then has one element and is dropped, so every
-metric is taken per sample, never per time step of a time-first output, and the cell says over
-what (``over``).
-
-Metrics per output, over float64 copies (``a`` = reference, ``b`` = candidate):
-
-- ``max_abs``, ``mean_abs``: largest and mean ``|a - b|`` over all elements.
-- ``max_rel``: largest ``|a - b| / max(|a|, REL_EPS)``; `REL_EPS` keeps reference values near
-  zero from turning rounding noise into huge relative errors.
-- ``cosine_min``: the smallest per-sample cosine similarity, each sample flattened. Two all-zero
-  samples have cosine 1.0; an all-zero sample against a non-zero one has 0.0. Clipped to [-1, 1].
-- ``top1_agreement``: for class scores, the share of positions whose arg-max over the last axis
-  agrees: one per sample of [N, classes], one per step of [N, steps, classes]. Class scores are
-  what the project says (``workload.outputs.<name>.kind``), else a floating-point output of
-  rank 2 or more (its samples stacked) whose last axis is longer than 1, and never a recurrent
-  state (an output an input's ``state_from`` feeds back): arg-max over a hidden state means
-  nothing, and failed an fp16 decoder whose state was within 0.0012.
-- ``exact_match``: for strings, integers and booleans, the share of samples whose whole answer
-  equals the reference's.
-- ``box_f1``: when ``parity.post`` asks for it, the F1 of the candidate's boxes against the
-  reference's, matched one to one at IoU ``iou`` (micro over samples).
-
-A metric that does not apply is None and named in ``skipped`` with why; a family-level limit on
-it is not checked. Outputs that cannot be compared fail with a sentence saying why, and every
-metric is None: an output missing from either side, a different number of samples or shape, a
-string against numbers, NaN or Inf in either (a non-finite reference makes every difference
-meaningless; a non-finite candidate is a broken model). Empty outputs compare vacuously.
-
-Tolerances are resolved and applied by `schemas.rules` (the one owner of that rule, shared with
-the policy). ``min_passing`` records the measured values: the tightest tolerance that would have
-passed. Task-level failures are listed first: they are what a user of the service sees.
+Owns comparing two sets of outputs (each given as its samples, sample axis first) against a
+precision family's `Tolerance` and the post hook's task-level tolerances, the resulting
+`ParityResult`, and which output is what (`output_roles`). Does not run models, feed inputs or
+choose the tolerance (`schemas.rules` resolves and applies it). The metrics, defined:
+docs/concepts.md, "Parity metrics".
 """
 
 from __future__ import annotations

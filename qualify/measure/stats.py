@@ -10,11 +10,7 @@ not time anything, read files or pick budgets: samples and budgets are arguments
 inside the runner subprocess, so it imports only the standard library, numpy and
 `schemas.rules` (itself standard library only).
 
-The bounds (as in MLPerf LoadGen's early stopping) rest on one fact that holds for any
-distribution: the number of samples below the true q-quantile is at most Binomial(n, q). So the
-k-th smallest sample ``X_(k)`` is at or above the true quantile with probability at least
-``P(Binomial(n, q) <= k - 1)``, and at or below it with probability at least
-``P(Binomial(n, q) >= k)``. No normality, no bootstrap.
+More: docs/internals.md, ``qualify.measure.stats``.
 """
 
 from __future__ import annotations
@@ -150,8 +146,7 @@ def quantile_bound_ranks(
     Each holds for any distribution (continuous or not). For q = 0.99 at 99% confidence the first
     upper bound appears at n = 459 (the maximum) and rank n - 1 at n = 662, as in MLPerf LoadGen.
 
-    O(n) in numpy and cached per (n, q, confidence): measured ~1 ms at n = 20,000 and ~9 ms at
-    n = 200,000 on a 2-core development machine.
+    O(n) in numpy and cached per (n, q, confidence) (its cost: docs/measurements.md).
 
     Args:
         n: Sample size, >= 1.

@@ -10,13 +10,7 @@ whole assembled tree (`schemas.emulation.PreparedRuntime`); finding a prepared o
 Only `prepare_runtime` downloads, and only ``qualify emulators prepare`` calls it. Does not run
 QEMU (`qualify.measure.emulators`).
 
-A prepared runtime is a folder ``<arch>-onnxruntime-<version>`` under the emulators folder:
-``root/`` (the Debian packages unpacked), ``site/`` (the wheels unpacked) and ``cpu/<model>/``,
-one QEMU path prefix per emulated CPU of the architecture: links to ``root``'s folders and that
-CPU's ``proc/cpuinfo``. QEMU looks every absolute path the guest opens up under the prefix
-first, so onnxruntime reads the emulated CPU's ``/proc/cpuinfo`` instead of the host's (which
-made it crash: an x86 cpuinfo, or an ARM one naming features the emulated CPU lacks) without a
-private mount namespace or root.
+More: docs/internals.md, ``qualify.measure.sysroot``.
 """
 
 from __future__ import annotations
@@ -355,9 +349,7 @@ def prepare_runtime(
     remove_leftovers(into)
     work = Path(tempfile.mkdtemp(prefix=temp_prefix(name), suffix=".tmp", dir=into))
     try:
-        pieces = _assemble(arch, (onnxruntime, numpy), work, keyring, run, on_event)
-        for folder in ("debs", "wheels", "apt"):
-            shutil.rmtree(work / folder)
+        pieces = _download_and_unpack(arch, onnxruntime, numpy, work, keyring, run, on_event)
         doc = PreparedRuntime(
             format="qualify-emulator-runtime/1",
             arch=arch,
@@ -380,17 +372,17 @@ def prepare_runtime(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _assemble(
+def _download_and_unpack(
     arch: str,
-    versions: tuple[str, str],
+    onnxruntime: str,
+    numpy: str,
     work: Path,
     keyring: Path,
     run: Runner,
     on_event: Callable[[str], None],
 ) -> list[PreparedPiece]:
-    """Download Debian's packages and the wheels (``versions``: onnxruntime, numpy) into
-    ``work`` and unpack them there; returns what was fetched, with digests."""
-    onnxruntime, numpy = versions
+    """Debian's packages and PyPI's wheels downloaded into ``work``, unpacked there, and the
+    download folders removed; the pieces, each with its digest."""
     for folder in ("debs", "wheels", "apt"):
         (work / folder).mkdir()
     apt = _apt(arch, work / "apt", keyring)
@@ -404,6 +396,8 @@ def _assemble(
     on_event("unpacking")
     _unpack(work, run)
     _cpu_prefixes(work, arch)
+    for folder in ("debs", "wheels", "apt"):
+        shutil.rmtree(work / folder)
     return pieces
 
 

@@ -30,7 +30,7 @@ def _yaml() -> YAML:
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
     yaml.width = 100
-    yaml.indent(mapping=2, sequence=2, offset=0)  # as PyYAML writes (`qualify demo`, init)
+    yaml.indent(mapping=2, sequence=2, offset=0)  # as `dump_project` writes (`qualify demo`, init)
     return yaml
 
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from qualify.errors import ArtifactError, ProjectError
-from qualify.project.graph import ModelSignature, TensorSignature, read_signature
+from qualify.project.graph import TensorSignature, read_signature
 from schemas.base import NAME_RE
 from schemas.project import DIM_RE, ITEMSIZE
 
@@ -107,6 +107,37 @@ def _dim_name(symbol: str) -> str:
     return cleaned if DIM_RE.fullmatch(cleaned) else f"d_{cleaned}"[:64]
 
 
+def _shape_of(
+    dims: Sequence[int | str | None],
+    axis: int | None,
+    swept: dict[str, str] | None,
+    notes: list[str],
+) -> tuple[list[int | str], int | None]:
+    """The workload shape of an input's declared ``dims`` (1 on the batch axis, a named dynamic
+    dimension by name when ``swept`` collects them, else a default size with a note), and the
+    static batch size when the model fixes one."""
+    shape: list[int | str] = []
+    batch: int | None = None
+    for k, dim in enumerate(dims):
+        if k == axis:
+            shape.append(1)  # the batch axis: batch_sizes replaces it
+            batch = dim if isinstance(dim, int) and dim > 0 else None
+        elif isinstance(dim, int) and dim > 0:
+            shape.append(dim)
+        elif isinstance(dim, str) and dim and swept is not None:
+            name = _dim_name(dim)
+            shape.append(name)
+            swept.setdefault(name, dim)
+        else:
+            shape.append(DYNAMIC_DEFAULT)
+            label = _shown(dim) if isinstance(dim, str) and dim else "unnamed"
+            notes.append(
+                f"axis {k} is dynamic ({label}): {DYNAMIC_DEFAULT} chosen; set the size "
+                "your traffic sends"
+            )
+    return shape, batch
+
+
 def _input_lines(
     sig: TensorSignature,
     model: Path,
@@ -131,24 +162,7 @@ def _input_lines(
         notes.append("the model declares no shape for this input: write its real shape")
     else:
         axis = _batch_axis(sig, symbol) if sig.shape else None
-        shape = []
-        for k, dim in enumerate(sig.shape):
-            if k == axis:
-                shape.append(1)  # the batch axis: batch_sizes replaces it
-                batch = dim if isinstance(dim, int) and dim > 0 else None
-            elif isinstance(dim, int) and dim > 0:
-                shape.append(dim)
-            elif isinstance(dim, str) and dim and swept is not None:
-                name = _dim_name(dim)
-                shape.append(name)
-                swept.setdefault(name, dim)
-            else:
-                shape.append(DYNAMIC_DEFAULT)
-                label = _shown(dim) if isinstance(dim, str) and dim else "unnamed"
-                notes.append(
-                    f"axis {k} is dynamic ({label}): {DYNAMIC_DEFAULT} chosen; set the size "
-                    "your traffic sends"
-                )
+        shape, batch = _shape_of(sig.shape, axis, swept, notes)
         if axis is None:
             extra = ", batch_axis: null"
             notes.append("a scalar: fed whole to every inference")
@@ -209,6 +223,23 @@ def _check_names(model: Path, names: Sequence[str]) -> None:
         seen.add(name)
 
 
+def _candidate_lines(model: Path, candidates: Sequence[Path], base: Path) -> list[str]:
+    """One YAML line per candidate, each with a name of its own (never the baseline's)."""
+    seen: set[str] = set()
+    cands: list[str] = []
+    for index, path in enumerate(candidates, start=1):
+        label = _name(path.stem, f"candidate-{index}")
+        while label in seen or label == _name(model.stem, "baseline"):
+            label = f"{label}-{index}"[:64]
+        seen.add(label)
+        cands.append(
+            f"    - {{path: {_q(_relative(path, base))}, name: {label}, "
+            f"precision: {_precision(path)}, derived_from: baseline}}"
+            f"  # check the precision family"
+        )
+    return cands
+
+
 def init_project(
     model: Path,
     candidates: Sequence[Path],
@@ -229,7 +260,18 @@ def init_project(
     _check_names(model, [sig.name for sig in signature.inputs])
     for candidate in candidates:
         read_signature(candidate)  # refuse a non-ONNX candidate now, not at the first run
-    inputs, batch_sizes, swept = _workload_inputs(model, signature)
+    inputs: list[str] = []
+    batches: set[int] = set()
+    symbol = _batch_symbol(signature.inputs)
+    swept: dict[str, str] = {}
+    for sig in signature.inputs:
+        lines, batch = _input_lines(sig, model, symbol, signature.outputs, swept)
+        inputs += lines
+        if batch is not None:
+            batches.add(batch)
+    if not inputs:
+        raise ArtifactError(f"{model}: the model declares no inputs to feed")
+    batch_sizes = sorted(batches) if len(batches) == 1 else [1]
     major_minor = ".".join(runtime_version.split(".")[:2])
     cands = _candidate_lines(model, candidates, base)
     arch_name = _name(arch, "host")
@@ -260,42 +302,6 @@ def init_project(
         "",
     ]
     return "\n".join(lines)
-
-
-def _workload_inputs(
-    model: Path, signature: ModelSignature
-) -> tuple[list[str], list[int], dict[str, str]]:
-    """The workload's input lines, its batch sizes, and the dimensions it sweeps (symbol ->
-    the input that names it)."""
-    inputs: list[str] = []
-    batches: set[int] = set()
-    symbol = _batch_symbol(signature.inputs)
-    swept: dict[str, str] = {}
-    for sig in signature.inputs:
-        lines, batch = _input_lines(sig, model, symbol, signature.outputs, swept)
-        inputs += lines
-        if batch is not None:
-            batches.add(batch)
-    if not inputs:
-        raise ArtifactError(f"{model}: the model declares no inputs to feed")
-    return inputs, sorted(batches) if len(batches) == 1 else [1], swept
-
-
-def _candidate_lines(model: Path, candidates: Sequence[Path], base: Path) -> list[str]:
-    """One line per candidate, each with a name of its own (not the baseline's)."""
-    seen: set[str] = set()
-    cands: list[str] = []
-    for index, path in enumerate(candidates, start=1):
-        label = _name(path.stem, f"candidate-{index}")
-        while label in seen or label == _name(model.stem, "baseline"):
-            label = f"{label}-{index}"[:64]
-        seen.add(label)
-        cands.append(
-            f"    - {{path: {_q(_relative(path, base))}, name: {label}, "
-            f"precision: {_precision(path)}, derived_from: baseline}}"
-            f"  # check the precision family"
-        )
-    return cands
 
 
 def write_initial_project(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import io
 import os
 import re
 import sys
@@ -23,9 +24,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
+from ruamel.yaml import YAML
+from ruamel.yaml.constructor import SafeConstructor
+from ruamel.yaml.error import MarkedYAMLError, StreamMark, YAMLError
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from qualify.errors import ArtifactError, ProjectError
 from qualify.project.graph import ModelSignature, TensorSignature, read_signature
@@ -138,7 +142,7 @@ class _Problem:
     loc: Loc
     message: str
     fix: str | None = None
-    mark: yaml.Mark | None = None
+    mark: StreamMark | None = None
 
 
 @dataclass
@@ -146,8 +150,8 @@ class _Document:
     """Plain data built from the YAML node tree, with where each key and value starts."""
 
     data: object = None
-    key_marks: dict[Loc, yaml.Mark] = field(default_factory=dict)
-    value_marks: dict[Loc, yaml.Mark] = field(default_factory=dict)
+    key_marks: dict[Loc, StreamMark] = field(default_factory=dict)
+    value_marks: dict[Loc, StreamMark] = field(default_factory=dict)
     raw: dict[Loc, str] = field(default_factory=dict)
     problems: list[_Problem] = field(default_factory=list)
 
@@ -167,7 +171,7 @@ class _Document:
             node = node.get(part) if isinstance(node, dict) else None
         return out
 
-    def mark_for(self, loc: Loc, *, on_key: bool = False) -> yaml.Mark | None:
+    def mark_for(self, loc: Loc, *, on_key: bool = False) -> StreamMark | None:
         """Where ``loc`` starts (its key if ``on_key``), else its nearest ancestor's value."""
         if on_key and loc in self.key_marks:
             return self.key_marks[loc]
@@ -181,17 +185,17 @@ class _Document:
 class _Builder:
     """Turns a composed YAML node tree into plain data, recording marks and refusing duplicates."""
 
-    def __init__(self, loader: yaml.SafeLoader, display: str) -> None:
-        self._loader = loader
+    def __init__(self, constructor: SafeConstructor, display: str) -> None:
+        self._constructor = constructor
         self.display = display
         self.count = 0
         self.doc = _Document()
 
-    def build(self, node: yaml.Node) -> _Document:
+    def build(self, node: Node) -> _Document:
         self.doc.data = self._node(node, (), frozenset())
         return self.doc
 
-    def _node(self, node: yaml.Node, loc: Loc, active: frozenset[int]) -> object:
+    def _node(self, node: Node, loc: Loc, active: frozenset[int]) -> object:
         self.count += 1
         if self.count > MAX_NODES or len(loc) > MAX_DEPTH:
             what = (
@@ -222,20 +226,20 @@ class _Builder:
                 )
             )
             return None
-        if isinstance(node, yaml.MappingNode):
+        if isinstance(node, MappingNode):
             return self._mapping(node, loc, active | {id(node)})
-        if isinstance(node, yaml.SequenceNode):
+        if isinstance(node, SequenceNode):
             inner = active | {id(node)}
             return [self._node(item, (*loc, i), inner) for i, item in enumerate(node.value)]
-        if isinstance(node, yaml.ScalarNode):
+        if isinstance(node, ScalarNode):
             self.doc.raw[loc] = node.value
-        return self._loader.construct_object(node, deep=True)
+        return self._constructor.construct_object(node, deep=True)
 
-    def _key(self, node: yaml.Node, loc: Loc) -> str | None:
+    def _key(self, node: Node, loc: Loc) -> str | None:
         # Every mapping key in a project file is a name, so keys are taken as written:
         # a class called `on` or an output called `1.0` stays a string (YAML 1.1 would make
         # them a boolean and a float).
-        if isinstance(node, yaml.ScalarNode):
+        if isinstance(node, ScalarNode):
             return str(node.value)
         self.doc.problems.append(
             _Problem(
@@ -247,12 +251,12 @@ class _Builder:
         )
         return None
 
-    def _mapping(self, node: yaml.MappingNode, loc: Loc, active: frozenset[int]) -> object:
+    def _mapping(self, node: MappingNode, loc: Loc, active: frozenset[int]) -> object:
         # Duplicates are judged on the keys written here; keys merged in with '<<' may be
         # overridden, which is what merge keys are for.
-        first_seen: dict[str, yaml.Mark] = {}
+        first_seen: dict[str, StreamMark] = {}
         for key_node, _ in node.value:
-            if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+            if key_node.tag == _MERGE_TAG or not isinstance(key_node, ScalarNode):
                 continue
             key = str(key_node.value)
             earlier = first_seen.get(key)
@@ -268,7 +272,7 @@ class _Builder:
                 )
             else:
                 first_seen[key] = key_node.start_mark
-        self._loader.flatten_mapping(node)
+        self._constructor.flatten_mapping(node)
         out: dict[str, object] = {}
         for key_node, value_node in node.value:
             name = self._key(key_node, loc)
@@ -280,7 +284,7 @@ class _Builder:
         return out
 
 
-def _where(display: str, mark: yaml.Mark | None) -> str:
+def _where(display: str, mark: StreamMark | None) -> str:
     if mark is None:
         return display
     return f"{display}:{mark.line + 1}:{mark.column + 1}"
@@ -428,7 +432,7 @@ def _host_memory() -> str:
 
 
 def _too_short(
-    loc: Loc, name: str, ctx: Mapping[str, object], found: object, mark: yaml.Mark | None
+    loc: Loc, name: str, ctx: Mapping[str, object], found: object, mark: StreamMark | None
 ) -> _Problem:
     least = ctx.get("min_length", 1)
     if isinstance(found, str):
@@ -545,27 +549,31 @@ def _problem_from_error(error: ErrorDetails, doc: _Document) -> _Problem:
     return _Problem(loc, f"{message[:1].lower()}{message[1:]}, found {_show(found)}", None, mark)
 
 
+def _reader() -> YAML:
+    # ruamel's pure-Python safe loader: plain values only (a tag that would build an object is
+    # refused) and a mark for every node. YAML 1.2, as the round-trip edits (`edit.py`) read it:
+    # `yes`, `on` and `off` are text, not booleans.
+    return YAML(typ="safe", pure=True)
+
+
 def _compose(text: str, display: str) -> _Document:
-    loader = yaml.SafeLoader(text)
+    reader = _reader()
     try:
-        try:
-            node = loader.get_single_node()
-            if node is None:
-                raise _fail(
-                    display,
-                    None,
-                    [
-                        _Problem(
-                            (),
-                            "the file is empty",
-                            "run 'qualify demo --workdir DIR' to write an example project file",
-                        )
-                    ],
-                )
-            doc = _Builder(loader, display).build(node)
-        finally:
-            loader.dispose()
-    except yaml.MarkedYAMLError as exc:
+        node = reader.compose(text)
+        if node is None:
+            raise _fail(
+                display,
+                None,
+                [
+                    _Problem(
+                        (),
+                        "the file is empty",
+                        "run 'qualify demo --workdir DIR' to write an example project file",
+                    )
+                ],
+            )
+        doc = _Builder(reader.constructor, display).build(node)
+    except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         what = " ".join(part for part in (exc.context, exc.problem) if part)
         source = ""
@@ -582,7 +590,7 @@ def _compose(text: str, display: str) -> _Document:
         raise _fail(
             display, None, [_Problem((), f"not valid YAML: {what}{source}", fix, mark)]
         ) from exc
-    except yaml.YAMLError as exc:
+    except YAMLError as exc:
         raise _fail(display, None, [_Problem((), f"not valid YAML: {exc}", None)]) from exc
     except RecursionError:
         raise _fail(
@@ -1183,16 +1191,23 @@ def dump_project(project: Project, *, include_defaults: bool = False) -> str:
         # A parity limit left out inherits and a null one is off (`Project.tolerance`): the
         # parity entries are written as set, or every limit left out would come back off.
         data["parity"] = project.parity.model_dump(mode="json", exclude_unset=True)
-    text = yaml.safe_dump(
-        data, sort_keys=False, default_flow_style=None, width=100, allow_unicode=True
-    )
-    if yaml.safe_load(text) != data:
-        # PyYAML mangles a few line-break characters (U+0085) in single-quoted scalars when
-        # writing Unicode as is; escaping everything outside ASCII writes them faithfully.
-        text = yaml.safe_dump(
-            data, sort_keys=False, default_flow_style=None, width=100, allow_unicode=False
-        )
+    text = _dump(data, allow_unicode=True)
+    if _reader().load(text) != data:
+        # The emitter mangles a few line-break characters (U+0085) in single-quoted scalars
+        # when writing Unicode as is; escaping everything outside ASCII writes them faithfully.
+        text = _dump(data, allow_unicode=False)
     return text
+
+
+def _dump(data: object, *, allow_unicode: bool) -> str:
+    writer = YAML(typ="safe", pure=True)
+    writer.default_flow_style = None  # short lists and mappings of scalars on one line
+    writer.width = 100
+    writer.allow_unicode = allow_unicode
+    writer.representer.sort_base_mapping_type_on_output = False  # the model's key order
+    out = io.StringIO()
+    writer.dump(data, out)
+    return out.getvalue()
 
 
 def write_project(project: Project, path: Path, *, include_defaults: bool = False) -> None:

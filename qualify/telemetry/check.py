@@ -120,10 +120,6 @@ def tail_size(n: int, *, confidence: float) -> int:
     return n - smallest + 1
 
 
-def _assigned(entry: ManifestEntry) -> str | None:
-    return entry.artifact.digest if entry.artifact is not None else None
-
-
 def judged_digests(
     profile: TelemetryProfile, releases: Releases
 ) -> dict[str, dict[str, ManifestEntry]]:

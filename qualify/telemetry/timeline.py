@@ -1,26 +1,10 @@
 """Telemetry over a product's life: which manifest an event is judged against, and hosts that lag.
 
-Owns the time rule of ``qualify telemetry check`` (pure: no clock, no database):
-
-* ``Releases``: the published manifests of one model line a check judges against, ascending by
-  version, the last one current. Each event is judged against the version it reports (and that
-  version's rollout cohort); an event without a version, or with one never published, against
-  the version published at its time (the SQL is ``matrix.telemetry_scope``'s).
-* ``judge_hosts``: a host's state is its latest event, so each host is counted once. A host
-  runs what its own version assigns it (fine), that version's rollback (a warning: resolve-
-  artifact served it because the host cannot run the artifact), or something else (critical:
-  also when it reports the current version). A host whose latest event reports an older version
-  than the one that now gives it something else to run is *lagging*, since that newer version
-  was published: reported always, a warning only past the propagation deadline, never an
-  unexpected digest.
-
-What a version "gives" a host (`assignment`) is per host: a rollout's cohort is a stable hash of
-the rollout id and the host id (``manifest.resolve.cohort_point``), so a host still on a version
-whose 100% rollout since completed runs what the current version gives it and does not lag. A
-class on hold gives nothing: its hosts keep what they run, so nobody lags behind a hold.
-
-Does not own the queries (``matrix.telemetry_scope``), the rest of the judgement (placement,
-settings, p99, runtime: ``qualify.telemetry.check``) or loading manifests (``qualify.telemetry.watch``).
+Owns the time rule of ``qualify telemetry check`` (pure: no clock, no database): each event
+judged against the version it reports (or the one published at its time), a host's state as its
+latest event, and lagging hosts. Does not read events (``matrix.telemetry_scope``) or raise the
+alerts (``qualify.telemetry.check``). The rule in full: docs/internals.md,
+``qualify.telemetry.timeline``.
 """
 
 from __future__ import annotations

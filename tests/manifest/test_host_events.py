@@ -1,6 +1,6 @@
 """What a deployed host writes: events from a real onnxruntime session and from a real
-resolve-artifact, valid against the published schema, appended one line each, sampled, light to
-import, and the same objects through the old ``manifest.telemetry`` path."""
+resolve-artifact, valid against the published schema, appended one line each, sampled and light to
+import."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import jsonschema
 import onnxruntime as ort
 import pytest
 
-from manifest import envelope, host_events, resolve
+from manifest import envelope, resolve
 from manifest.host_events import (
     PLACEMENT_OPTION,
     append_event,
@@ -330,10 +330,9 @@ def test_telemetry_to_what_is_not_a_regular_file_never_blocks_the_service_start(
     assert "not a regular file" in done.stderr or "No such device" in done.stderr
 
 
-@pytest.mark.parametrize("module", ["manifest.host_events", "manifest.telemetry"])
-def test_the_host_side_helper_imports_nothing_heavy(module: str) -> None:
+def test_the_host_side_helper_imports_nothing_heavy() -> None:
     code = (
-        f"import sys, {module}\n"
+        "import sys, manifest.host_events\n"
         "heavy = [m for m in ('pydantic', 'duckdb', 'pandas', 'pyarrow', 'onnxruntime', "
         "'jinja2', 'click', 'numpy') if m in sys.modules]\n"
         "print(','.join(heavy))\n"
@@ -342,15 +341,6 @@ def test_the_host_side_helper_imports_nothing_heavy(module: str) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True
     )
     assert out.stdout.strip() == ""
-
-
-def test_the_old_import_path_gives_the_same_objects() -> None:
-    # Hosts deployed from earlier READMEs call manifest.telemetry.record_session.
-    from manifest import telemetry
-
-    assert telemetry.__all__ == host_events.__all__
-    for name in host_events.__all__:
-        assert getattr(telemetry, name) is getattr(host_events, name), name
 
 
 def test_a_session_reports_the_settings_it_really_runs_with(model: Path, tmp_path: Path) -> None:

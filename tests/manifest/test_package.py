@@ -17,4 +17,4 @@ def test_every_error_is_drawn_in_the_tree_and_derives_from_manifest_error() -> N
 def test_verification_errors_have_distinct_codes() -> None:
     subclasses = errors.VerificationError.__subclasses__()
     codes = [cls.code for cls in subclasses]
-    assert len(codes) == len(set(codes)) == 10
+    assert len(codes) == len(set(codes)) == 9

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from ruamel.yaml import YAML
 
 from manifest.signing import generate_keypair
 from matrix.store import Store
@@ -56,7 +56,7 @@ def recipes() -> dict[str, dict[str, Any]]:
         title = section.split("\n", 1)[0].strip()
         block = re.search(r"```yaml\n(.*?)```", section, re.S)
         if block is not None:
-            found[title] = yaml.safe_load(block.group(1))
+            found[title] = YAML(typ="safe", pure=True).load(block.group(1))
     return found
 
 
