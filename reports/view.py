@@ -1,13 +1,7 @@
 """The report's view model: the frozen, display-ready shapes the templates read.
 
-Owns the dataclasses a page is made of (``ReportView`` down to one ``HeatCell``), the ``Tone``
-a value is highlighted with, and ``SignatureStatus``, the caller's verification result as the
-page shows it. Every field is already text (or a tone, a flag, chart data): a template only
-places what it is given.
-
-Does not own building these from the matrix (``reports.context``), formatting numbers
-(``reports.formatting``), deciding a value's tone (``reports.tones``), the chart's data
-(``reports.charts``) or HTML (``reports.render`` and the templates).
+Every field is already text (or a tone, a flag, chart data): a template only places what it is
+given. Building them is the sections' work (``reports.sections``, ``reports.rows``).
 """
 
 from __future__ import annotations
@@ -27,11 +21,14 @@ __all__ = [
     "HeatCell",
     "HeatRow",
     "LineageRow",
+    "MatrixView",
     "ParityRow",
     "ReasonView",
     "ReportView",
     "RolloutRow",
+    "RolloutsView",
     "RunView",
+    "SectionView",
     "SignatureStatus",
     "SteeredRow",
     "Tone",
@@ -349,6 +346,31 @@ class LineageRow:
 
 
 @dataclass(frozen=True)
+class MatrixView:
+    """The heat map: a column per artifact, a row per class."""
+
+    artifacts: tuple[ArtifactColumn, ...]
+    rows: tuple[HeatRow, ...]
+
+
+@dataclass(frozen=True)
+class RolloutsView:
+    """The rollout history: the classes a person steers now, then every action, oldest first."""
+
+    steered: tuple[SteeredRow, ...]
+    rows: tuple[RolloutRow, ...]
+
+
+@dataclass(frozen=True)
+class SectionView:
+    """One section on the page: its name, its template and what the template shows."""
+
+    name: str
+    template: str
+    view: Any
+
+
+@dataclass(frozen=True)
 class ReportView:
     """The whole page, ready for the templates."""
 
@@ -356,15 +378,12 @@ class ReportView:
     artifacts: tuple[ArtifactColumn, ...]
     heatmap: tuple[HeatRow, ...]
     classes: tuple[ClassView, ...]
-    diff: DiffView | None
     notes: tuple[str, ...]
     glossary: tuple[tuple[str, str], ...]
     """Every reason code on the page with its meaning, sorted."""
-    rollouts: tuple[RolloutRow, ...] = ()
-    """Every staged-rollout action in the matrix, oldest first (the section shows only then)."""
-    steered: tuple[SteeredRow, ...] = ()
-    """The classes a person steers now, by name: releases keep them as published."""
-    tunings: tuple[TuningView, ...] = ()
-    """The latest tune of each class that has one, in the project's class order."""
-    lineage: tuple[LineageRow, ...] = ()
-    """Every candidate qualify made, with its parent, converter and parameters."""
+    sections: tuple[SectionView, ...]
+    """The main part's sections in page order (``reports.sections.SECTIONS``), those shown."""
+
+    def section(self, name: str) -> Any:
+        """What section ``name`` shows; None when it is not on the page."""
+        return next((s.view for s in self.sections if s.name == name), None)
