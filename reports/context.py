@@ -8,6 +8,7 @@ the matrix and verifies the signature; ``now`` is a parameter.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -48,7 +49,7 @@ def _header(inputs: Inputs, classes: Classes) -> Header:
             inputs.project, inputs.snapshot, cell_line, verdicts, generated, inputs.tool_version
         )
     status = inputs.status or SignatureStatus("unsigned", "no signature status given")
-    return manifest_header(
+    header = manifest_header(
         inputs.project,
         inputs.current,
         status,
@@ -56,6 +57,11 @@ def _header(inputs: Inputs, classes: Classes) -> Header:
         cell_line,
         generated,
         inputs.tool_version,
+    )
+    if inputs.manifest_source is None:
+        return header
+    return replace(
+        header, manifest_text=f"{header.manifest_text}; read from {inputs.manifest_source}"
     )
 
 
@@ -89,6 +95,7 @@ def build_report(
     snapshot: str | None = None,
     manifest: Manifest | ManifestSigned | None = None,
     signature_status: SignatureStatus | str | None = None,
+    manifest_source: str | None = None,
     previous: Manifest | ManifestSigned | None = None,
     rollouts: Sequence[Mapping[str, Any]] = (),
     tunes: Sequence[TuneRecord] = (),
@@ -99,17 +106,16 @@ def build_report(
     """Build the report's view model. Pure: no I/O, no clock.
 
     Args:
-        project: The project file; its classes (in file order), artifacts and budgets.
-        cells: The cells decisions rest on (``Store.decision_cells()``); cells whose key no
-            class has are counted in a note (unless the manifest names their class).
-        runs: Run records by run id (emulation, fingerprint, rollback check).
+        project, cells, runs: The project file, the cells decisions rest on
+            (``Store.decision_cells()``) and the run records by run id.
         samples: Raw latencies, ``(run_id, digest) -> {LatencyConfig: ns}``
             (``Store.samples_by_config``) or a mapping with those keys; None draws no charts.
         now, tool_version, snapshot: When, by which qualify and from which matrix snapshot
             (``Store.snapshot_id()``, None if unknown) the report is made.
         manifest: The current manifest (or its signed part); None for a matrix-only report.
         signature_status: The caller's verification of ``manifest``: ``SignatureStatus`` or
-            its text (``verified``, ``unsigned``, ``invalid: <why>``).
+            its text (``verified``, ``unsigned``, ``expired: <when>``, ``invalid: <why>``).
+        manifest_source: Where ``manifest`` was read from, said in the header.
         previous, rollouts, tunes, lineage, steering: Add the diff, the rollout history (with
             the classes a person steers), the latest tunes and the lineage table.
         digests: Artifact label -> the digest of its file now: a project artifact's column
@@ -128,6 +134,7 @@ def build_report(
         snapshot=snapshot,
         current=_signed(manifest),
         previous=_signed(previous),
+        manifest_source=manifest_source,
         status=_status(signature_status),
         rollouts=rollouts,
         tunes=tunes,

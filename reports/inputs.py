@@ -37,6 +37,7 @@ class Inputs:
     snapshot: str | None
     current: ManifestSigned | None
     previous: ManifestSigned | None
+    manifest_source: str | None
     status: SignatureStatus | None
     rollouts: Sequence[Mapping[str, Any]]
     tunes: Sequence[TuneRecord]

@@ -40,62 +40,68 @@ Tone = Literal["", "ok", "bad", "warn", "muted"]
 """How a value is highlighted: nothing, good, bad, doubtful, absent."""
 
 
+SignatureState = Literal["verified", "unverified", "unsigned", "expired", "invalid"]
+_STATES: dict[str, SignatureState] = {
+    "verified": "verified",
+    "unverified": "unverified",
+    "unsigned": "unsigned",
+    "expired": "expired",
+    "invalid": "invalid",
+}
+_SIGNATURE_WORDS: dict[SignatureState, tuple[str, Tone]] = {
+    "verified": ("signature verified", "ok"),
+    "unverified": ("signature NOT VERIFIED", "warn"),
+    "unsigned": ("UNSIGNED", "warn"),
+    "expired": ("signature valid; manifest expired", "warn"),
+    "invalid": ("signature INVALID", "bad"),
+}
+
+
 @dataclass(frozen=True)
 class SignatureStatus:
     """The manifest's signature status, as the caller verified it (this package only shows it).
 
     Attributes:
         state: ``verified``, ``unverified`` (signed, but no trusted key was given to check it),
-            ``unsigned`` or ``invalid``.
-        detail: For ``invalid``: why; for ``verified``: optionally which key.
+            ``unsigned``, ``expired`` (the signature verifies; the document is past its
+            ``expires``) or ``invalid``.
+        detail: For ``invalid``: why; for ``expired``: when; for ``verified``: which key.
     """
 
-    state: Literal["verified", "unverified", "unsigned", "invalid"]
+    state: SignatureState
     detail: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> SignatureStatus:
-        """Read ``verified``, ``unsigned`` or ``invalid: <why>`` (also ``verified: <key>``).
+        """Read ``verified``, ``unverified``, ``unsigned``, ``expired: <when>`` or
+        ``invalid: <why>`` (also ``verified: <key>``).
 
         Raises:
-            ValueError: the text starts with none of the three words.
+            ValueError: the text starts with none of these words.
         """
         word, _, rest = text.partition(":")
         word = word.strip()
         detail = rest.strip() or None
-        if word == "verified":
-            return cls("verified", detail)
-        if word == "unsigned":
-            return cls("unsigned", detail)
-        if word == "unverified":
-            return cls("unverified", detail)
-        if word == "invalid":
-            return cls("invalid", detail)
+        if word in _STATES:
+            return cls(_STATES[word], detail)
         raise ValueError(
-            f"signature status {text!r}: expected 'verified', 'unsigned' or 'invalid: <why>'"
+            f"signature status {text!r}: expected 'verified', 'unverified', 'unsigned', "
+            "'expired: <when>' or 'invalid: <why>'"
         )
 
     @property
     def text(self) -> str:
-        """The status for people, e.g. ``signature INVALID: bad key``."""
-        head = {
-            "verified": "signature verified",
-            "unverified": "signature NOT VERIFIED",
-            "unsigned": "UNSIGNED",
-            "invalid": "signature INVALID",
-        }[self.state]
+        """The status for people, e.g. ``signature INVALID: bad key`` or ``signature valid;
+        manifest expired on 2025-07-01T12:00:00Z``."""
+        head = _SIGNATURE_WORDS[self.state][0]
+        if self.state == "expired":
+            return f"{head} on {self.detail}" if self.detail else head
         return f"{head}: {self.detail}" if self.detail else head
 
     @property
     def tone(self) -> Tone:
-        """``ok`` when verified, ``bad`` when invalid, ``warn`` when unsigned."""
-        tones: dict[str, Tone] = {
-            "verified": "ok",
-            "unverified": "warn",
-            "unsigned": "warn",
-            "invalid": "bad",
-        }
-        return tones[self.state]
+        """``ok`` when verified, ``bad`` when invalid, ``warn`` otherwise."""
+        return _SIGNATURE_WORDS[self.state][1]
 
 
 @dataclass(frozen=True)
