@@ -47,20 +47,31 @@ HOSTS_MANIFEST = Path("manifest.json")
 """What ``manifest publish`` writes by default and hosts fetch: the report's default."""
 
 
-def _manifest(db: Store, given: Path | None) -> tuple[Manifest | None, bytes, str | None]:
-    """The manifest to report on, its bytes and where it came from (None: no manifest)."""
+def _manifest(
+    db: Store, given: Path | None, model: str
+) -> tuple[Manifest | None, bytes, str | None]:
+    """The manifest to report on, its bytes and where it came from (None: no manifest).
+
+    ``./manifest.json`` of another model (a folder shared by two projects) is passed over for
+    the matrix's, and the header says so.
+    """
     from manifest.load import read_manifest_file
 
-    path = given if given is not None else HOSTS_MANIFEST
-    if given is not None or HOSTS_MANIFEST.is_file():
-        raw = read_manifest_file(path)
-        where = str(path) if given is not None else f"./{HOSTS_MANIFEST} (what hosts get)"
-        return load_manifest(raw, source=str(path)), raw, where
+    if given is not None:
+        raw = read_manifest_file(given)
+        return load_manifest(raw, source=str(given)), raw, str(given)
+    here = f"no ./{HOSTS_MANIFEST} here"
+    if HOSTS_MANIFEST.is_file():
+        raw = read_manifest_file(HOSTS_MANIFEST)
+        found = load_manifest(raw, source=f"./{HOSTS_MANIFEST}")
+        if found.signed.model == model:
+            return found, raw, f"./{HOSTS_MANIFEST} (what hosts get)"
+        here = f"./{HOSTS_MANIFEST} is model {found.signed.model}'s, not {model}'s"
     latest = db.latest_manifest()
     if latest is None:
         return None, b"", None
     raw = latest[1].encode()
-    where = f"the matrix: the newest published, version {latest[0]} (no ./{HOSTS_MANIFEST} here)"
+    where = f"the matrix: the newest published, version {latest[0]} ({here})"
     return load_manifest(raw, source=f"matrix manifest v{latest[0]}"), raw, where
 
 
@@ -79,7 +90,7 @@ def write_qualification_report(
     hosts get), else the newest one published in the matrix; the header says which. The
     previous manifest (for the diff section) is the one published just before it.
     """
-    current, raw, source = _manifest(db, manifest_path)
+    current, raw, source = _manifest(db, manifest_path, loaded.project.model)
     previous: Manifest | None = None
     status: str | None = None
     if current is not None:

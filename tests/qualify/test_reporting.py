@@ -61,25 +61,34 @@ def test_the_report_defaults_to_the_hosts_manifest_json_else_the_newest_publishe
     release: tuple[dict[str, Any], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     doc, _ = release
+    model = doc["signed"]["model"]
     monkeypatch.chdir(tmp_path)
     newest = _Matrix((7, encode_canonical(doc).decode()))
-    current, _, source = _manifest(newest, None)  # type: ignore[arg-type]
+    current, _, source = _manifest(newest, None, model)  # type: ignore[arg-type]
     assert current is not None and source is not None
     assert "newest published, version 7" in source and "no ./manifest.json" in source
 
     on_hosts = json.loads(json.dumps(doc))
     on_hosts["signed"]["release"] = "what-hosts-get"
     (tmp_path / "manifest.json").write_bytes(encode_canonical(on_hosts))
-    current, raw, source = _manifest(newest, None)  # type: ignore[arg-type]
+    current, raw, source = _manifest(newest, None, model)  # type: ignore[arg-type]
     assert current is not None and current.signed.release == "what-hosts-get"
     assert source == "./manifest.json (what hosts get)" and json.loads(raw) == on_hosts
 
+    # Another model's manifest.json (two projects share the folder) is passed over.
+    on_hosts["signed"]["model"] = "another-model"
+    (tmp_path / "manifest.json").write_bytes(encode_canonical(on_hosts))
+    current, _, source = _manifest(newest, None, model)  # type: ignore[arg-type]
+    assert current is not None and current.signed.release == doc["signed"]["release"]
+    assert source is not None and "version 7" in source
+    assert f"./manifest.json is model another-model's, not {model}'s" in source
+
     given = tmp_path / "other.json"
     given.write_bytes(encode_canonical(doc))
-    current, _, source = _manifest(newest, given)  # type: ignore[arg-type]
+    current, _, source = _manifest(newest, given, model)  # type: ignore[arg-type]
     assert current is not None and current.signed.release == doc["signed"]["release"]
     assert source == str(given)
 
-    assert _manifest(_Matrix(None), tmp_path / "other.json")[2] == str(given)
+    assert _manifest(_Matrix(None), tmp_path / "other.json", model)[2] == str(given)
     (tmp_path / "manifest.json").unlink()
-    assert _manifest(_Matrix(None), None) == (None, b"", None)  # type: ignore[arg-type]
+    assert _manifest(_Matrix(None), None, model) == (None, b"", None)  # type: ignore[arg-type]
