@@ -136,6 +136,7 @@ addEventListener("load", () => {
       table: t.className, section: (t.closest("section") || {}).id || "",
       over: t.getBoundingClientRect().right - box.getBoundingClientRect().right,
       box: [box.scrollWidth, box.clientWidth],
+      tallest: Math.max(...[...t.rows].map((r) => r.getBoundingClientRect().height)),
     });
   }
   for (const td of document.querySelectorAll("td.when, td.tok")) {
@@ -147,6 +148,9 @@ addEventListener("load", () => {
   document.body.append(pre);
 });
 """
+# A row of a history table taller than this has a column squeezed to a sliver (the lineage's
+# parameters once took 476 px at 1,024 px wide; they take about 230 now).
+_TALLEST_ROW_PX = 320
 # Classes lay out lazily off screen (content-visibility: auto); the probe needs them laid out.
 _EAGER = "<style>section.cls{content-visibility:visible!important}</style>"
 
@@ -175,6 +179,13 @@ def test_no_table_is_clipped_or_wrapped_badly_at_common_widths(
         assert table["over"] <= 1 and box_scroll <= box_client + 1, (
             f"at {width} px the {table['table']} table of {table['section']} is cut: {table}"
         )
+    squeezed = [
+        (t["section"], round(t["tallest"]))
+        for t in found["tables"]
+        if t["section"] in ("diff", "rollouts", "tuning", "lineage")
+        and t["tallest"] > _TALLEST_ROW_PX
+    ]
+    assert not squeezed, f"at {width} px rows taller than {_TALLEST_ROW_PX} px: {squeezed}"
     wrapped = [(text, n) for text, n in found["single"] if n != 1]
     assert found["single"] and not wrapped, f"at {width} px these wrap: {wrapped}"
 
