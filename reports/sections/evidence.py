@@ -15,26 +15,29 @@ from schemas.project import HostClass
 __all__ = ["rollback_entry", "run_views"]
 
 
-def _run_view(run: RunRecord, cls: HostClass | None) -> RunView:
-    fp = run.fingerprint
-    rt = fp.runtime
-    wanted = cls.match.cpu_flags if cls else []
-    have = set(fp.cpu_flags)
+def _flags_text(cpu_flags: list[str], wanted: list[str]) -> str:
+    """How many flags the host has, and each flag the class requires: present or MISSING."""
+    have = {f.replace("_", "") for f in cpu_flags} | set(cpu_flags)
 
     def has(flag: str) -> bool:
-        spellings = {flag, flag.replace("_", "")}
-        return bool(spellings & (have | {f.replace("_", "") for f in have}))
+        return bool({flag, flag.replace("_", "")} & have)
 
-    flags = f"{len(fp.cpu_flags)} flags"
+    text = f"{len(cpu_flags)} flags"
     if wanted:
-        flags += "; required: " + ", ".join(
+        text += "; required: " + ", ".join(
             f"{f} {'present' if has(f) else 'MISSING'}" for f in wanted
         )
-    facts: list[tuple[str, str]] = [
+    return text
+
+
+def _facts(run: RunRecord, cls: HostClass | None) -> tuple[tuple[str, str], ...]:
+    fp = run.fingerprint
+    rt = fp.runtime
+    return (
         ("host", fp.hostname),
         ("arch", fp.arch),
         ("cpu", fp.cpu_model or NOT_MEASURED),
-        ("cpu flags", flags),
+        ("cpu flags", _flags_text(fp.cpu_flags, cls.match.cpu_flags if cls else [])),
         ("cores", f"{fp.cores} (affinity {len(fp.affinity)})"),
         ("memory", f"{fp.memory_mb:,} MB" if fp.memory_mb is not None else NOT_MEASURED),
         ("os", fp.os),
@@ -47,26 +50,33 @@ def _run_view(run: RunRecord, cls: HostClass | None) -> RunView:
             f"{' / '.join(f'{x:.2f}' for x in run.load_avg_before)} before, "
             f"{' / '.join(f'{x:.2f}' for x in run.load_avg_after)} after",
         ),
-    ]
-    if run.rollback is None:
-        rb_text, rb_tone = "rollback artifact not checked in this run", "warn"
-    elif run.rollback.loaded:
-        rb_text = f"rollback artifact {short_digest(run.rollback.artifact_digest)} loaded and ran"
-        rb_tone = "ok"
-    else:
-        rb_text = (
-            f"rollback artifact {short_digest(run.rollback.artifact_digest)} did NOT load: "
-            f"{run.rollback.error or 'no detail'}"
-        )
-        rb_tone = "bad"
+    )
+
+
+def _rollback_check(run: RunRecord) -> tuple[str, Tone]:
+    """Whether the run loaded the class's rollback artifact."""
+    check = run.rollback
+    if check is None:
+        return "rollback artifact not checked in this run", "warn"
+    if check.loaded:
+        return f"rollback artifact {short_digest(check.artifact_digest)} loaded and ran", "ok"
+    return (
+        f"rollback artifact {short_digest(check.artifact_digest)} did NOT load: "
+        f"{check.error or 'no detail'}",
+        "bad",
+    )
+
+
+def _run_view(run: RunRecord, cls: HostClass | None) -> RunView:
+    rollback_text, rollback_tone = _rollback_check(run)
     return RunView(
         run_id=run.run_id,
         when=f"{utc_minute(run.started_at)} to {utc_minute(run.finished_at)}",
         emulated=run.emulated,
         mismatches=tuple(run.mismatches),
-        facts=tuple(facts),
-        rollback_text=rb_text,
-        rollback_tone=rb_tone,  # type: ignore[arg-type]
+        facts=_facts(run, cls),
+        rollback_text=rollback_text,
+        rollback_tone=rollback_tone,
     )
 
 
