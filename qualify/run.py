@@ -59,6 +59,7 @@ from qualify.project.graph import read_signature
 from qualify.project.load import LoadedProject
 from qualify.project.view import record_view
 from qualify.release.generate import previous_manifest
+from reports.formatting import open_loop_text
 from schemas.atomic import remove_leftovers, temp_prefix
 from schemas.base import Precision, Role
 from schemas.cell import (
@@ -302,17 +303,6 @@ class _Measured:
     """The A/A control's evidence (the baseline's second process); None without one."""
 
 
-def _rate_line(found: OpenLoopResult) -> str:
-    """What an open-loop search found, in one line for the run's output."""
-    if found.max_rate_rps is None:
-        return f"no rate within p99 {found.budget_ms:g} ms: {found.missing}"
-    ceiling = found.closed_loop_rps or 0.0
-    return (
-        f"{found.max_rate_rps:,.0f} requests/s within p99 {found.budget_ms:g} ms "
-        f"(of {ceiling:,.0f}/s back to back; {len(found.probes)} rates probed)"
-    )
-
-
 def _soak_config(evidence: list[dict[LatencyConfig, ConfigEvidence]]) -> LatencyConfig | None:
     """The config a soak serves: the baseline's gate config (the worst case, as
     `schemas.cell.Cell.gate_latency` picks it), else the first artifact's that has evidence."""
@@ -433,7 +423,7 @@ def _interleaved_outcomes(
             )
             for (spec, _, _), found in zip(stored, rates, strict=True):
                 if found is not None:
-                    on_event(f"{spec.label}: open loop: {_rate_line(found)}")
+                    on_event(f"{spec.label}: open loop: {open_loop_text(found)}")
         wanted = [
             {
                 "key": c.short,

@@ -1,16 +1,8 @@
-"""The report's latency charts: one percentile plot per class, as data the page's script draws.
+"""The latency charts: one percentile plot per class, as data the page's script draws.
 
-Owns where raw samples come from (``SamplesSource``), the shared quantile grid and each
-artifact's series on it. A class's chart is the inverse CDF of its artifacts' gate latency
-configs on a "nines" axis (x = -log10(1 - q), so 90 %, 99 % and 99.9 % are equally spaced and
-the tail is readable). The grid is shared by the class's series, so a chart is a few hundred
-numbers of JSON; quantiles beyond what a series' sample count supports are null, and a series
-whose raw samples are missing has no curve (a note names it). Quantiles use
-``schemas.rules.order_rank``, the order statistic every quantile of qualify uses.
-
-Does not own reading samples from the matrix (the caller passes ``Store.samples_by_config``),
-the tables' exact numbers (``reports.context``, ``reports.formatting``) or drawing
-(``reports/static/report.js`` with the vendored uPlot).
+Each series is a cell's raw gate latencies on a shared "nines" axis (x = -log10(1 - q)); a
+quantile its sample count cannot support is null, a series without samples has no curve.
+Drawing is ``static/report.js`` with the vendored uPlot.
 """
 
 from __future__ import annotations

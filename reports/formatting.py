@@ -1,20 +1,17 @@
-"""The report's words for numbers: durations, sizes, plain numbers, times, counts, digests.
+"""The words for one value: durations, sizes, numbers, times, counts, digests, a found rate.
 
-Owns how one value reads on the page: milliseconds and megabytes with a precision that suits
-their size, parity numbers to four significant digits, times in UTC to the minute, a digest
-cut to what a person compares, a provider without its ``ExecutionProvider`` suffix, and the one
-phrase for an absent measurement (``NOT_MEASURED``). Each function is pure text from a value; a
-missing value reads as missing, never as zero.
-
-Does not own which values a page shows or how they are highlighted (``reports.context``,
-``reports.tones``), the charts' numbers (``reports.charts``) or escaping (the templates
-autoescape).
+Pure text from a value; a missing value reads as missing (``NOT_MEASURED``), never as zero.
+Light (standard library only at run time): ``qualify.run`` prints the same words.
 """
 
 from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from schemas.cell import OpenLoopResult
 
 __all__ = [
     "NOT_MEASURED",
@@ -23,6 +20,7 @@ __all__ = [
     "mb",
     "ms",
     "number",
+    "open_loop_text",
     "plural",
     "provider_name",
     "short_digest",
@@ -107,3 +105,21 @@ def short_digest(digest: str | None) -> str:
 def provider_name(provider: str) -> str:
     """An execution provider without the ``ExecutionProvider`` suffix (``CPU``, ``CUDA``)."""
     return provider.removesuffix("ExecutionProvider") or provider
+
+
+def open_loop_text(found: OpenLoopResult) -> str:
+    """What an open-loop search found: the highest Poisson arrival rate whose p99 met the
+    budget, the closed-loop ceiling where measured, or why no rate met it (the run's output and
+    the report say the same)."""
+    if found.max_rate_rps is None:
+        return f"no rate within p99 {found.budget_ms:g} ms: {found.missing}"
+    best = max((p for p in found.probes if p.met), key=lambda p: p.rate_rps)
+    ceiling = (
+        f"of {found.closed_loop_rps:,.0f}/s back to back; "
+        if found.closed_loop_rps is not None
+        else ""
+    )
+    return (
+        f"{found.max_rate_rps:,.0f} requests/s within p99 {found.budget_ms:g} ms "
+        f"({ceiling}p99 {ms(best.p99_ms)} at it, {len(found.probes)} rates probed)"
+    )

@@ -1,11 +1,7 @@
-"""Rendering the report: the one Jinja2 environment, the page as a string, the page on disk.
+"""Rendering: the one Jinja2 environment, the page as a string, the page written atomically.
 
-Owns the template environment (autoescape on, undefined names are errors, templates loaded from
-this package), inlining the vendored chart library and the page's own script and style so the
-page opens with no network, and writing the page atomically.
-
-Does not own what the page says (``reports.context`` builds the view model) nor reading the
-matrix (the CLI does). Templates receive the view model only, never DataFrames or raw cells.
+Autoescape on, undefined names are errors; the chart library, script and style are inlined so
+the page opens with no network. What the page says is the sections' work, not this module's.
 """
 
 from __future__ import annotations

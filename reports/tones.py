@@ -1,11 +1,7 @@
-"""How the report highlights a value: the tone a gate's finding or a verdict gives it.
+"""How the report highlights a value: the tone of the gate's finding, or of a verdict.
 
-Owns the mapping from judgement to colour: a quantity a gate judges takes the tone of that
-gate's finding (``manifest.gates.assess``, the same rules the runner and the policy apply), a
-verdict has its own tone, and what was not measured stays muted whatever judged it.
-
-Does not own the judging (``manifest.gates``), the words shown (``reports.formatting`` and
-``reports.context``) or the ``Tone`` type itself (``reports.view``).
+A quantity a gate judges takes that gate's finding (``manifest.gates.assess``, the rules the
+runner and the policy apply); what was not measured stays muted whatever judged it.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """The report's view model: the frozen, display-ready shapes the templates read.
 
-Owns the dataclasses a page is made of (``ReportView`` down to one ``HeatCell``), the ``Tone``
-a value is highlighted with, and ``SignatureStatus``, the caller's verification result as the
-page shows it. Every field is already text (or a tone, a flag, chart data): a template only
-places what it is given.
-
-Does not own building these from the matrix (``reports.context``), formatting numbers
-(``reports.formatting``), deciding a value's tone (``reports.tones``), the chart's data
-(``reports.charts``) or HTML (``reports.render`` and the templates).
+Every field is already text (or a tone, a flag, chart data): a template only places what it is
+given. Building them is the sections' work (``reports.sections``, ``reports.rows``).
 """
 
 from __future__ import annotations
@@ -27,11 +21,14 @@ __all__ = [
     "HeatCell",
     "HeatRow",
     "LineageRow",
+    "MatrixView",
     "ParityRow",
     "ReasonView",
     "ReportView",
     "RolloutRow",
+    "RolloutsView",
     "RunView",
+    "SectionView",
     "SignatureStatus",
     "SteeredRow",
     "Tone",
@@ -43,62 +40,68 @@ Tone = Literal["", "ok", "bad", "warn", "muted"]
 """How a value is highlighted: nothing, good, bad, doubtful, absent."""
 
 
+SignatureState = Literal["verified", "unverified", "unsigned", "expired", "invalid"]
+_STATES: dict[str, SignatureState] = {
+    "verified": "verified",
+    "unverified": "unverified",
+    "unsigned": "unsigned",
+    "expired": "expired",
+    "invalid": "invalid",
+}
+_SIGNATURE_WORDS: dict[SignatureState, tuple[str, Tone]] = {
+    "verified": ("signature verified", "ok"),
+    "unverified": ("signature NOT VERIFIED", "warn"),
+    "unsigned": ("UNSIGNED", "warn"),
+    "expired": ("signature valid; manifest expired", "warn"),
+    "invalid": ("signature INVALID", "bad"),
+}
+
+
 @dataclass(frozen=True)
 class SignatureStatus:
     """The manifest's signature status, as the caller verified it (this package only shows it).
 
     Attributes:
         state: ``verified``, ``unverified`` (signed, but no trusted key was given to check it),
-            ``unsigned`` or ``invalid``.
-        detail: For ``invalid``: why; for ``verified``: optionally which key.
+            ``unsigned``, ``expired`` (the signature verifies; the document is past its
+            ``expires``) or ``invalid``.
+        detail: For ``invalid``: why; for ``expired``: when; for ``verified``: which key.
     """
 
-    state: Literal["verified", "unverified", "unsigned", "invalid"]
+    state: SignatureState
     detail: str | None = None
 
     @classmethod
     def parse(cls, text: str) -> SignatureStatus:
-        """Read ``verified``, ``unsigned`` or ``invalid: <why>`` (also ``verified: <key>``).
+        """Read ``verified``, ``unverified``, ``unsigned``, ``expired: <when>`` or
+        ``invalid: <why>`` (also ``verified: <key>``).
 
         Raises:
-            ValueError: the text starts with none of the three words.
+            ValueError: the text starts with none of these words.
         """
         word, _, rest = text.partition(":")
         word = word.strip()
         detail = rest.strip() or None
-        if word == "verified":
-            return cls("verified", detail)
-        if word == "unsigned":
-            return cls("unsigned", detail)
-        if word == "unverified":
-            return cls("unverified", detail)
-        if word == "invalid":
-            return cls("invalid", detail)
+        if word in _STATES:
+            return cls(_STATES[word], detail)
         raise ValueError(
-            f"signature status {text!r}: expected 'verified', 'unsigned' or 'invalid: <why>'"
+            f"signature status {text!r}: expected 'verified', 'unverified', 'unsigned', "
+            "'expired: <when>' or 'invalid: <why>'"
         )
 
     @property
     def text(self) -> str:
-        """The status for people, e.g. ``signature INVALID: bad key``."""
-        head = {
-            "verified": "signature verified",
-            "unverified": "signature NOT VERIFIED",
-            "unsigned": "UNSIGNED",
-            "invalid": "signature INVALID",
-        }[self.state]
+        """The status for people, e.g. ``signature INVALID: bad key`` or ``signature valid;
+        manifest expired on 2025-07-01T12:00:00Z``."""
+        head = _SIGNATURE_WORDS[self.state][0]
+        if self.state == "expired":
+            return f"{head} on {self.detail}" if self.detail else head
         return f"{head}: {self.detail}" if self.detail else head
 
     @property
     def tone(self) -> Tone:
-        """``ok`` when verified, ``bad`` when invalid, ``warn`` when unsigned."""
-        tones: dict[str, Tone] = {
-            "verified": "ok",
-            "unverified": "warn",
-            "unsigned": "warn",
-            "invalid": "bad",
-        }
-        return tones[self.state]
+        """``ok`` when verified, ``bad`` when invalid, ``warn`` otherwise."""
+        return _SIGNATURE_WORDS[self.state][1]
 
 
 @dataclass(frozen=True)
@@ -349,6 +352,31 @@ class LineageRow:
 
 
 @dataclass(frozen=True)
+class MatrixView:
+    """The heat map: a column per artifact, a row per class."""
+
+    artifacts: tuple[ArtifactColumn, ...]
+    rows: tuple[HeatRow, ...]
+
+
+@dataclass(frozen=True)
+class RolloutsView:
+    """The rollout history: the classes a person steers now, then every action, oldest first."""
+
+    steered: tuple[SteeredRow, ...]
+    rows: tuple[RolloutRow, ...]
+
+
+@dataclass(frozen=True)
+class SectionView:
+    """One section on the page: its name, its template and what the template shows."""
+
+    name: str
+    template: str
+    view: Any
+
+
+@dataclass(frozen=True)
 class ReportView:
     """The whole page, ready for the templates."""
 
@@ -356,15 +384,12 @@ class ReportView:
     artifacts: tuple[ArtifactColumn, ...]
     heatmap: tuple[HeatRow, ...]
     classes: tuple[ClassView, ...]
-    diff: DiffView | None
     notes: tuple[str, ...]
     glossary: tuple[tuple[str, str], ...]
     """Every reason code on the page with its meaning, sorted."""
-    rollouts: tuple[RolloutRow, ...] = ()
-    """Every staged-rollout action in the matrix, oldest first (the section shows only then)."""
-    steered: tuple[SteeredRow, ...] = ()
-    """The classes a person steers now, by name: releases keep them as published."""
-    tunings: tuple[TuningView, ...] = ()
-    """The latest tune of each class that has one, in the project's class order."""
-    lineage: tuple[LineageRow, ...] = ()
-    """Every candidate qualify made, with its parent, converter and parameters."""
+    sections: tuple[SectionView, ...]
+    """The main part's sections in page order (``reports.sections.SECTIONS``), those shown."""
+
+    def section(self, name: str) -> Any:
+        """What section ``name`` shows; None when it is not on the page."""
+        return next((s.view for s in self.sections if s.name == name), None)

@@ -23,7 +23,8 @@ __all__ = ["report_cmd"]
     "--manifest",
     "manifest_path",
     type=_RegularFile(exists=True),
-    help="Manifest to report on; default: the newest one recorded in the matrix.",
+    help="Manifest to report on; default: ./manifest.json when present (what hosts get), else "
+    "the newest one published in the matrix. The report's header says which.",
 )
 @click.option(
     "--pubkey",

@@ -471,7 +471,12 @@ def _release(
     _watch(workdir, loaded, db_path, result.manifest, now, runtime_version, echo)
     with Store.open(db_path, read_only=True) as db:
         path = write_qualification_report(
-            loaded, db, workdir / "report.html", now=finished, pubkey=workdir / "release.pub"
+            loaded,
+            db,
+            workdir / "report.html",
+            now=finished,
+            manifest_path=workdir / "manifest.json",  # what the demo's hosts get, whatever the cwd
+            pubkey=workdir / "release.pub",
         )
     echo(f"\n== qualify report\n  {path}")
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 import pytest
 
 from reports import ReportView, build_report, render_report
-from tests.reports.factories import CLOCK, VERSION, scripted_fleet
+from tests.reports.factories import CLOCK, VERSION, scripted_fleet, scripted_history
 
 
 @pytest.fixture(scope="session")
 def golden_view() -> ReportView:
-    """The golden report's view: five classes, a manifest, a previous manifest."""
+    """The golden report's view: five classes, a manifest, a previous manifest, a staged
+    rollout with a pinned class, a tune and a made candidate's lineage."""
     fleet, current, previous = scripted_fleet()
+    history = scripted_history(fleet)
     return build_report(
         fleet.project,
         fleet.cells,
@@ -22,7 +24,12 @@ def golden_view() -> ReportView:
         snapshot=fleet.snapshot,
         manifest=current,
         signature_status="verified: keyid 3b1f0c",
+        manifest_source="./manifest.json (what hosts get)",
         previous=previous,
+        rollouts=history.rollouts,
+        steering=history.steering,
+        tunes=history.tunes,
+        lineage=history.lineage,
     )
 
 

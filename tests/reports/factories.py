@@ -33,8 +33,10 @@ from schemas.cell import (
     Reason,
     RollbackCheck,
     RunRecord,
+    Slowdown,
 )
 from schemas.host import Fingerprint, RuntimeIdentity
+from schemas.lineage import Lineage
 from schemas.manifest import (
     Evidence,
     ManifestArtifact,
@@ -57,6 +59,7 @@ from schemas.project import (
     RuntimeSpec,
     Workload,
 )
+from schemas.tune import Trial, TuneRecord
 
 __all__ = [
     "BASELINE",
@@ -596,3 +599,126 @@ def synthetic_fleet(classes: int, *, samples: int = 1000, seed: int = 0) -> Flee
             run_id,
         )
     return fleet
+
+
+@dataclass
+class History:
+    """What a fleet's matrix logged besides cells: rollouts, steering, tunes, lineage."""
+
+    rollouts: list[dict[str, Any]]
+    steering: dict[str, dict[str, Any]]
+    tunes: list[TuneRecord]
+    lineage: dict[str, Lineage]
+
+
+def _rollout(step: int, action: str, percent: int, why: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "rollout_id": "arm-r5-20250601T1000",
+        "host_class": "arm-r5",
+        "action": action,
+        "version": 2 + step,
+        "step": step,
+        "percent": percent,
+        "artifact": CANDIDATE,
+        "actor": "release-bot@ci.example.com",
+        "why": why,
+        "acted_at": CLOCK - timedelta(hours=4 - step),
+        **extra,
+    }
+
+
+def scripted_history(fleet: Fleet) -> History:
+    """The golden report's history: a staged rollout of arm-r5 with long evidence (halted once,
+    then complete), x86-v4 pinned, a three-trial tune of arm-r5, and the candidate's lineage
+    with many parameters and a long note: the long texts that once overflowed the page."""
+    evidence = (
+        "cohort: 1400 events from 12 hosts, p99 38.2 ms (budget 82 ms), no fallback_appeared, "
+        "no provider_changed, no unexpected_digest; rest: 9800 events from 88 hosts"
+    )
+    rollouts = [
+        _rollout(0, "start", 10, "first cohort: the canary hosts of rack a1"),
+        _rollout(1, "halt", 10, "alert fallback_appeared: 3 nodes ran off CPUExecutionProvider"),
+        _rollout(2, "advance", 50, evidence),
+        _rollout(3, "complete", 100, evidence),
+    ]
+    pin = _rollout(1, "pin", 0, "the GPU driver on x86-v4 hosts is being replaced this week")
+    pin.update(host_class="x86-v4", rollout_id="x86-v4-pin", artifact=BASELINE)
+    return History(
+        rollouts=rollouts,
+        steering={"x86-v4": pin},
+        tunes=[_tune(fleet)],
+        lineage={
+            CANDIDATE: Lineage(
+                artifact_digest=digest_of(CANDIDATE),
+                name=CANDIDATE,
+                precision="int8",
+                parent_digest=digest_of(BASELINE),
+                parent_name=BASELINE,
+                tool="onnxruntime.quantization.quantize_static",
+                tool_version="1.20.1",
+                params={
+                    "activation_type": "QUInt8",
+                    "calibrate_method": "MinMax",
+                    "extra_options": {"ActivationSymmetric": False, "WeightSymmetric": True},
+                    "nodes_to_exclude": ["/encoder/layer.0/attention/Softmax"],
+                    "per_channel": True,
+                    "quant_format": "QDQ",
+                    "reduce_range": False,
+                    "weight_type": "QInt8",
+                },
+                calibration_digest=digest_of("calibration"),
+                note="static int8, calibrated on 256 recorded inputs; not fine-tuned after "
+                "quantization, so its parity is checked against the baseline on every class",
+                created_at=CLOCK - timedelta(days=2),
+            )
+        },
+    )
+
+
+def _tune(fleet: Fleet) -> TuneRecord:
+    cls = fleet.project.host_classes["arm-r5"]
+    cell = next(c for c in fleet.cells if c.key == cls.key and c.role == "candidate")
+    ratio = Slowdown(
+        rounds=12,
+        confidence=0.95,
+        p50_ratio=0.81,
+        p50_lower=0.78,
+        p50_upper=0.84,
+        p99_ratio=0.74,
+        p99_lower=0.66,
+        p99_upper=0.83,
+    )
+    labels = ["current settings", "intra_op=2 intra_op.allow_spinning=0", "intra_op=4"]
+    trials = [
+        Trial(
+            trial=i,
+            label=label,
+            change={} if i == 0 else {"intra_op_num_threads": 2 * i},
+            provider=cls.provider,
+            status=("reference", "winner", "dropped")[i],
+            stage=2 if i < 2 else 1,
+            dropped_at_stage=1 if i == 2 else None,
+            vs_current=None if i == 0 else ratio,
+            cell=cell,
+        )
+        for i, label in enumerate(labels)
+    ]
+    return TuneRecord(
+        tune_id="tune-arm-r5-1",
+        host_class="arm-r5",
+        key=cls.key,
+        artifact_name=CANDIDATE,
+        artifact_digest=cell.artifact_digest,
+        config=cell.latency[0].config.short,
+        started_at=CLOCK - timedelta(hours=6),
+        finished_at=CLOCK - timedelta(hours=5),
+        budget_s=600.0,
+        emulated=False,
+        winner=1,
+        winner_label=labels[1],
+        qualification_run_id=cell.run_id,
+        qualification_verdict="pass",
+        applied=True,
+        outcome="applied: written into the project file after a qualification run passed",
+        trials=trials,
+    )

@@ -8,6 +8,7 @@ page is a failure. In CI (``CI`` set) a missing Chromium fails the test; locally
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -115,3 +116,82 @@ def test_screenshot_of_the_report(page: Path, tmp_path: Path) -> None:
     assert (width, height) == (1280, 2400)
     assert len(data) > 50_000, "a near-empty screenshot: the page did not render"
     assert re.search(rb"IDAT", data)
+
+
+# Measures the laid-out page and appends what it found as JSON: the page's and each visible
+# table's width against its container, and how many lines each cell that must not wrap takes.
+_PROBE = """
+addEventListener("load", () => {
+  const lines = (el) => {
+    const range = document.createRange();
+    range.selectNodeContents(el);
+    return new Set([...range.getClientRects()].map((r) => Math.round(r.top))).size;
+  };
+  const root = document.documentElement;
+  const out = {page: [root.scrollWidth, root.clientWidth], tables: [], single: []};
+  for (const t of document.querySelectorAll("table")) {
+    if (t.offsetParent === null) continue;
+    const box = t.parentElement;
+    out.tables.push({
+      table: t.className, section: (t.closest("section") || {}).id || "",
+      over: t.getBoundingClientRect().right - box.getBoundingClientRect().right,
+      box: [box.scrollWidth, box.clientWidth],
+      tallest: Math.max(...[...t.rows].map((r) => r.getBoundingClientRect().height)),
+    });
+  }
+  for (const td of document.querySelectorAll("td.when, td.tok")) {
+    out.single.push([td.textContent, lines(td)]);
+  }
+  const pre = document.createElement("pre");
+  pre.id = "layout-probe";
+  pre.textContent = JSON.stringify(out);
+  document.body.append(pre);
+});
+"""
+# A row of a history table taller than this has a column squeezed to a sliver (the lineage's
+# parameters once took 476 px at 1,024 px wide; they take about 230 now).
+_TALLEST_ROW_PX = 320
+# Classes lay out lazily off screen (content-visibility: auto); the probe needs them laid out.
+_EAGER = "<style>section.cls{content-visibility:visible!important}</style>"
+
+
+@pytest.mark.parametrize("width", [1024, 1600])
+def test_no_table_is_clipped_or_wrapped_badly_at_common_widths(
+    page: Path, tmp_path: Path, width: int
+) -> None:
+    probed = tmp_path / "probed.html"
+    html = page.read_text(encoding="utf-8")
+    probed.write_text(
+        html.replace("</body>", f"{_EAGER}<script>{_PROBE}</script></body>"), encoding="utf-8"
+    )
+    flags = [f"--window-size={width},900", "--virtual-time-budget=5000"]
+    done = _run([*flags, "--dump-dom", probed.as_uri()], tmp_path / "profile")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (pre,) = [p for p in parse(done.stdout).find_all("pre") if p.attrs.get("id") == "layout-probe"]
+    found = json.loads(pre.all_text())
+
+    scroll_width, client_width = found["page"]
+    assert scroll_width <= client_width, f"the page scrolls sideways at {width} px"
+    sections = {t["section"] for t in found["tables"]}
+    assert {"matrix", "diff", "rollouts", "tuning", "lineage"} <= sections
+    for table in found["tables"]:
+        box_scroll, box_client = table["box"]
+        assert table["over"] <= 1 and box_scroll <= box_client + 1, (
+            f"at {width} px the {table['table']} table of {table['section']} is cut: {table}"
+        )
+    squeezed = [
+        (t["section"], round(t["tallest"]))
+        for t in found["tables"]
+        if t["section"] in ("diff", "rollouts", "tuning", "lineage")
+        and t["tallest"] > _TALLEST_ROW_PX
+    ]
+    assert not squeezed, f"at {width} px rows taller than {_TALLEST_ROW_PX} px: {squeezed}"
+    wrapped = [(text, n) for text, n in found["single"] if n != 1]
+    assert found["single"] and not wrapped, f"at {width} px these wrap: {wrapped}"
+
+    shots = Path(os.environ.get("QUALIFY_SCREENSHOT_DIR", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    shot = shots / f"report-{width}.png"
+    shoot = [f"--screenshot={shot}", f"--window-size={width},4000", "--virtual-time-budget=5000"]
+    done = _run([*shoot, probed.as_uri()], tmp_path / "profile")
+    assert done.returncode == 0 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -333,8 +333,11 @@ def test_an_open_loop_search_shows_the_highest_rate_and_its_ceiling_or_why_there
     for index, result in enumerate(found):
         fleet.cells[index] = fleet.cells[index].model_copy(update={"open_loop": result})
     row = _row(_class(_view(fleet), name), "request rate")
-    assert row[0][0] == "450/s of 900/s back to back (p99 3.20 ms at it, 2 rates probed)"
-    assert row[1][0].startswith("none within p99 5 ms: the worker ended during the search")
+    assert row[0] == (
+        "450 requests/s within p99 5 ms (of 900/s back to back; p99 3.20 ms at it, 2 rates probed)",
+        "",
+    )
+    assert row[1] == ("no rate within p99 5 ms: the worker ended during the search", "muted")
 
 
 def test_task_level_parity_is_shown_first_with_what_each_metric_was_taken_over() -> None:

@@ -107,6 +107,7 @@ def test_header_states_release_manifest_signature_snapshot_and_verdicts(golden_h
         "2025-06-01 12:00 UTC",
         VERSION,
         "1 class gets the candidate, 1 class keeps the baseline, 3 held",
+        "read from ./manifest.json (what hosts get)",
     ):
         assert wanted in header
 

@@ -1,25 +1,20 @@
-"""The report's tuning and lineage sections: the latest ``qualify tune`` of each class as a
-chart of latency per configuration, and how every candidate ``qualify candidates`` made was
-derived.
+"""The tuning section: the latest ``qualify tune`` of each class, a latency bar per trial.
 
-Owns turning ``schemas.tune.TuneRecord`` and ``schemas.lineage.Lineage`` into view rows; the
-templates (``_tuning.html``, ``_lineage.html``) draw them. A trial that measured nothing shows
-"not measured", never a zero.
+A trial that measured nothing shows "not measured", never a zero.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from reports.formatting import ms, short_digest, utc_minute
-from reports.view import LineageRow, Tone, TrialRow, TuningView
+from reports.formatting import ms, utc_minute
+from reports.inputs import Classes, Inputs
+from reports.view import Tone, TrialRow, TuningView
 from schemas.cell import Slowdown
-from schemas.lineage import Lineage
 from schemas.project import Project
 from schemas.tune import Trial, TuneRecord
 
-__all__ = ["lineage_rows", "tuning_views"]
+__all__ = ["build", "tuning_views"]
 
 _STATUS_TONES: dict[str, Tone] = {
     "winner": "ok",
@@ -108,23 +103,6 @@ def tuning_views(project: Project, tunes: Sequence[TuneRecord]) -> tuple[TuningV
     return tuple(_view(latest[name]) for name in order if name in latest)
 
 
-def lineage_rows(lineage: Mapping[str, Lineage]) -> tuple[LineageRow, ...]:
-    """Every made candidate, by name."""
-    rows = []
-    for item in sorted(lineage.values(), key=lambda i: (i.name, i.artifact_digest)):
-        rows.append(
-            LineageRow(
-                name=item.name,
-                digest=item.artifact_digest,
-                precision=item.precision,
-                parent=f"{item.parent_name} ({short_digest(item.parent_digest)})",
-                tool=f"{item.tool} {item.tool_version}",
-                params=", ".join(
-                    f"{k}={v if isinstance(v, str | int | float | bool) else json.dumps(v)}"
-                    for k, v in sorted(item.params.items())
-                ),
-                calibration=item.calibration_digest or "none",
-                note=item.note or "",
-            )
-        )
-    return tuple(rows)
+def build(inputs: Inputs, classes: Classes) -> tuple[TuningView, ...] | None:
+    """Shown when some class was tuned."""
+    return tuning_views(inputs.project, inputs.tunes) or None
