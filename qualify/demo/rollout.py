@@ -208,19 +208,44 @@ def run_demo_rollouts(
         for line in text.split("\n"):
             echo(line)
 
+    story = _begin(workdir, loaded, db_path, (healthy, faulty), now, seed, say)
+    if story is None or healthy is None or faulty is None:
+        say("  (skipped: the rollout demo needs two classes running a qualified candidate)")
+        return False
+    t = _pin_clear_and_start(story, (healthy, faulty), now + timedelta(minutes=1))
+    canary_host, v_start, first = _canary_host(story, faulty, resolve)
+    say(
+        f"\n== resolve-artifact --host-class {faulty} --host-id {canary_host} (in the canary)\n"
+        f"  {_served(first, story.names)}"
+    )
+    settings = CheckSettings(p99_tolerance=tolerance)
+    ok = True
+    for name, fault in ((healthy, False), (faulty, True)):
+        t, aborted = _roll(story, name, fault, t, settings)
+        ok = ok and aborted == fault
+    return _after_the_abort(story, faulty, canary_host, v_start, resolve) and ok
+
+
+def _begin(
+    workdir: Path,
+    loaded: LoadedProject,
+    db_path: Path,
+    classes: tuple[str | None, str | None],
+    now: datetime,
+    seed: int,
+    say: Echo,
+) -> _Story | None:
+    """The story's shared parts, or None when ``classes`` are not two classes running a
+    qualified candidate in the current manifest."""
     specs = [loaded.project.artifacts.baseline, *loaded.project.artifacts.candidates]
     names = {digest_file(loaded.resolve(spec.path)): spec.label for spec in specs}
     with Store.open(db_path, read_only=True) as db:
         current = previous_manifest(db)
         cells = db.latest_cells()
-    if (
-        current is None
-        or healthy is None
-        or faulty is None
-        or any(current.signed.entries[c].decision != "candidate" for c in (healthy, faulty))
+    if current is None or any(
+        c is None or current.signed.entries[c].decision != "candidate" for c in classes
     ):
-        say("  (skipped: the rollout demo needs two classes running a qualified candidate)")
-        return False
+        return None
     publish = PublishOptions(
         key_path=workdir / "release.key",
         out=workdir / "manifest.json",
@@ -229,21 +254,8 @@ def run_demo_rollouts(
         per_class_dir=workdir / "manifest.d",
         who="demo",
     )
-    story = _Story(
-        workdir, loaded, db_path, publish, names, cells, np.random.default_rng(seed), say
-    )
-    t = _pin_clear_and_start(story, (healthy, faulty), now + timedelta(minutes=1))
-    canary_host, v_start, first = _canary_host(story, faulty, resolve)
-    say(
-        f"\n== resolve-artifact --host-class {faulty} --host-id {canary_host} (in the canary)\n"
-        f"  {_served(first, names)}"
-    )
-    settings = CheckSettings(p99_tolerance=tolerance)
-    ok = True
-    for name, fault in ((healthy, False), (faulty, True)):
-        t, aborted = _roll(story, name, fault, t, settings)
-        ok = ok and aborted == fault
-    return _after_the_abort(story, faulty, canary_host, v_start, resolve) and ok
+    rng = np.random.default_rng(seed)
+    return _Story(workdir, loaded, db_path, publish, names, cells, rng, say)
 
 
 def _pin_clear_and_start(story: _Story, classes: tuple[str, str], t: datetime) -> datetime:
