@@ -23,6 +23,7 @@ from manifest.errors import MalformedError
 from schemas.manifest import Manifest, ManifestEntry, PreviousManifest
 
 __all__ = [
+    "load_editable",
     "load_manifest",
     "load_previous",
     "parse_manifest",
@@ -95,6 +96,17 @@ def load_previous(raw: bytes, *, source: str) -> tuple[PreviousManifest, dict[st
     """
     signatures, signed = parse_manifest(raw, source=source)
     return _validate(PreviousManifest, {"signed": signed, "signatures": signatures}, source), signed
+
+
+def load_editable(raw: bytes, *, source: str) -> tuple[Manifest, dict[str, Any]]:
+    """A published manifest read once for an edit: its model, and the parsed ``signed`` object
+    the model was validated from (the wire form of every entry the edit leaves as it was).
+
+    Raises:
+        MalformedError: as `load_manifest`.
+    """
+    signatures, signed = parse_manifest(raw, source=source)
+    return _validate(Manifest, {"signed": signed, "signatures": signatures}, source), signed
 
 
 def validate_entry(entry: Any, *, name: str, source: str) -> Any:

@@ -217,6 +217,20 @@ class Rollback(ManifestArtifact):
         description="Provider settings it was approved under; null: the same as the entry's."
     )
 
+    @classmethod
+    def ran(cls, artifact: ManifestArtifact) -> Rollback:
+        """``artifact`` as the rollback of the hosts that ran it: proven to load there, under the
+        entry's own runtime and provider."""
+        return cls(
+            name=artifact.name,
+            digest=artifact.digest,
+            length=artifact.length,
+            uri=artifact.uri,
+            proven_to_load=True,
+            runtime=None,
+            provider=None,
+        )
+
 
 class Rollout(Document):
     """A staged rollout of one class: a cohort of its hosts runs ``artifact``, the rest run the

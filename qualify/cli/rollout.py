@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from qualify.cli.errors import _fail
 from qualify.cli.options import (
     DEFAULT_PROJECT,
-    F,
     _db_option,
     _min_samples_option,
     _project_option,
@@ -24,6 +25,11 @@ from qualify.cli.options import (
 )
 from qualify.cli.publish import _recover, _warn_if_hosts_refuse
 
+if TYPE_CHECKING:
+    from matrix.store import Store
+    from qualify.release.publishing import PublishOptions
+    from qualify.rollout import RolloutAction
+
 __all__ = ["rollout_group"]
 
 
@@ -32,50 +38,102 @@ def rollout_group() -> None:
     """Staged rollouts: a class's new artifact to a cohort of its hosts, then a rollback."""
 
 
-def _rollout_publish_options(f: F) -> F:
-    f = click.option(
+@dataclass(frozen=True)
+class _Publishing:
+    """The publish options as given on the command line (read into `PublishOptions` once the
+    matrix is open: the action's time is taken then)."""
+
+    out: Path
+    key_path: Path
+    expires: str
+    per_class_dir: Path | None
+
+
+def _rollout_publish_options(f: Callable[..., None]) -> Callable[..., None]:
+    """``--out``, ``--key``, ``--expires`` and ``--per-class``, handed to the command as one
+    ``publishing`` argument."""
+
+    @functools.wraps(f)
+    def command(
+        *args: Any,
+        out: Path,
+        key_path: Path,
+        expires: str,
+        per_class_dir: Path | None,
+        **kwargs: Any,
+    ) -> None:
+        f(*args, publishing=_Publishing(out, key_path, expires, per_class_dir), **kwargs)
+
+    wrapped = click.option(
         "--per-class",
         "per_class_dir",
         type=click.Path(path_type=Path, file_okay=False),
         help="Also write the version as one signed document per host class into this directory "
         "(where hosts of a large fleet read theirs).",
-    )(f)
-    f = click.option(
+    )(command)
+    wrapped = click.option(
         "--expires", default="30d", show_default=True, help="Validity, e.g. 30d, 12h."
-    )(f)
-    f = click.option(
+    )(wrapped)
+    wrapped = click.option(
         "--key",
         "key_path",
         required=True,
         type=_RegularFile(exists=True),
         help="Ed25519 private key (from 'qualify keygen'); every step is a signed version.",
-    )(f)
+    )(wrapped)
     return click.option(
         "--out",
         type=_RegularFile(),
         default="manifest.json",
         show_default=True,
         help="Manifest file hosts read (the new version replaces it atomically).",
-    )(f)
+    )(wrapped)
 
 
 @contextlib.contextmanager
-def _rollout_session(
-    db_path: Path, expires: str, model: str | None = None
-) -> Iterator[tuple[Any, dict[str, Any]]]:
-    """The matrix opened for a rollout action (of model line ``model``, when the action reads the
-    project file), and the action's time and validity."""
-    from datetime import UTC, datetime
-
+def _matrix(db_path: Path, model: str | None = None) -> Iterator[Store]:
+    """The matrix opened for a rollout action (of model line ``model``, when the action reads
+    the project file), an interrupted publication completed or discarded first."""
     from matrix.store import Store
     from qualify.measure.hostlock import lock_wait_message
-    from qualify.release.generate import MAX_VALIDITY, parse_duration
 
-    validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
     _require_db(db_path)
     with Store.open(db_path, on_wait=lock_wait_message(), model=model) as db:
         _recover(db)
-        yield db, {"now": datetime.now(UTC), "expires_in": validity}
+        yield db
+
+
+@contextlib.contextmanager
+def _publishing_session(
+    db_path: Path, publishing: _Publishing, why: str, model: str | None = None
+) -> Iterator[tuple[Store, PublishOptions]]:
+    """`_matrix`, and the action's publish options: its time, taken once the matrix is open,
+    and who runs it (`qualify.rollout.actor`)."""
+    from datetime import UTC, datetime
+
+    from qualify.release.generate import MAX_VALIDITY, parse_duration
+    from qualify.release.publishing import PublishOptions
+    from qualify.rollout import actor
+
+    validity = parse_duration(publishing.expires, what="--expires", most=MAX_VALIDITY)
+    with _matrix(db_path, model) as db:
+        yield (
+            db,
+            PublishOptions(
+                key_path=publishing.key_path,
+                out=publishing.out,
+                now=datetime.now(UTC),
+                expires_in=validity,
+                per_class_dir=publishing.per_class_dir,
+                why=why,
+                who=actor(),
+            ),
+        )
+
+
+def _published(done: RolloutAction, publishing: _Publishing) -> None:
+    click.echo(f"{done.summary}; wrote {done.path}")
+    _warn_if_hosts_refuse(done.path, publishing.per_class_dir)
 
 
 @rollout_group.command("start")
@@ -95,10 +153,7 @@ def rollout_start(
     artifact: str | None,
     why: str,
     artifact_base_uri: str | None,
-    out: Path,
-    key_path: Path,
-    expires: str,
-    per_class_dir: Path | None,
+    publishing: _Publishing,
     project_path: Path,
     db_path: Path,
 ) -> None:
@@ -109,22 +164,17 @@ def rollout_start(
 
     plan = parse_steps(steps)
     loaded = load_project(project_path)
-    with _rollout_session(db_path, expires, loaded.project.model) as (db, when):
+    with _publishing_session(db_path, publishing, why, loaded.project.model) as (db, options):
         done = start_rollout(
             loaded,
             db,
             host_class,
+            options,
             steps=plan,
-            per_class_dir=per_class_dir,
-            key_path=key_path,
-            out=out,
             artifact=artifact,
-            why=why,
             artifact_base_uri=artifact_base_uri,
-            **when,
         )
-    click.echo(f"{done.summary}; wrote {done.path}")
-    _warn_if_hosts_refuse(done.path, per_class_dir)
+    _published(done, publishing)
 
 
 @rollout_group.command("abort")
@@ -134,14 +184,7 @@ def rollout_start(
 @_project_option
 @_db_option
 def rollout_abort(
-    host_class: str,
-    why: str,
-    out: Path,
-    key_path: Path,
-    expires: str,
-    per_class_dir: Path | None,
-    project_path: Path,
-    db_path: Path,
+    host_class: str, why: str, publishing: _Publishing, project_path: Path, db_path: Path
 ) -> None:
     """Publish a sanctioned rollback: a newer version sending every host of HOST_CLASS, canary
     or not, to what the rest of the class runs (a held class: its rollback package), so that
@@ -150,19 +193,9 @@ def rollout_abort(
     from qualify.rollout import abort_rollout
 
     loaded = load_project(project_path, check_models=False)
-    with _rollout_session(db_path, expires, loaded.project.model) as (db, when):
-        done = abort_rollout(
-            loaded,
-            db,
-            host_class,
-            per_class_dir=per_class_dir,
-            key_path=key_path,
-            out=out,
-            why=why,
-            **when,
-        )
-    click.echo(f"{done.summary}; wrote {done.path}")
-    _warn_if_hosts_refuse(done.path, per_class_dir)
+    with _publishing_session(db_path, publishing, why, loaded.project.model) as (db, options):
+        done = abort_rollout(loaded, db, host_class, options)
+    _published(done, publishing)
 
 
 @rollout_group.command("advance")
@@ -184,10 +217,7 @@ def rollout_advance(
     why: str,
     tolerance: float,
     min_samples: int,
-    out: Path,
-    key_path: Path,
-    expires: str,
-    per_class_dir: Path | None,
+    publishing: _Publishing,
     project_path: Path | None,
     db_path: Path,
 ) -> None:
@@ -211,25 +241,14 @@ def rollout_advance(
         {"p99_tolerance": tolerance, "min_samples": min_samples},
         {"p99_tolerance": "--tolerance", "min_samples": "--min-samples"},
     )
-    with _rollout_session(db_path, expires) as (db, when):
-        done, verdict = advance_rollout(
-            db,
-            host_class,
-            per_class_dir=per_class_dir,
-            key_path=key_path,
-            out=out,
-            why=why,
-            settings=settings,
-            loaded=loaded,
-            **when,
-        )
+    with _publishing_session(db_path, publishing, why) as (db, options):
+        done, verdict = advance_rollout(db, host_class, options, settings=settings, loaded=loaded)
     click.echo(f"evidence: {verdict.evidence() or 'none'}")
     if done is None:
         for problem in verdict.problems:
             click.echo(f"halted: {problem}")
         sys.exit(1)
-    click.echo(f"{done.summary}; wrote {done.path}")
-    _warn_if_hosts_refuse(done.path, per_class_dir)
+    _published(done, publishing)
 
 
 @rollout_group.command("hold")
@@ -237,25 +256,14 @@ def rollout_advance(
 @click.option("--why", required=True, help="Why, recorded with the hold.")
 @_rollout_publish_options
 @_db_option
-def rollout_hold(
-    host_class: str,
-    why: str,
-    out: Path,
-    key_path: Path,
-    expires: str,
-    per_class_dir: Path | None,
-    db_path: Path,
-) -> None:
+def rollout_hold(host_class: str, why: str, publishing: _Publishing, db_path: Path) -> None:
     """Publish HOST_CLASS as held: its hosts keep what they run (a rollout stops where it
     is), and later releases keep the hold until 'qualify rollout clear'."""
     from qualify.rollout import hold_class
 
-    with _rollout_session(db_path, expires) as (db, when):
-        done = hold_class(
-            db, host_class, per_class_dir=per_class_dir, key_path=key_path, out=out, why=why, **when
-        )
-    click.echo(f"{done.summary}; wrote {done.path}")
-    _warn_if_hosts_refuse(done.path, per_class_dir)
+    with _publishing_session(db_path, publishing, why) as (db, options):
+        done = hold_class(db, host_class, options)
+    _published(done, publishing)
 
 
 @rollout_group.command("pin")
@@ -269,10 +277,7 @@ def rollout_pin(
     host_class: str,
     artifact: str | None,
     why: str,
-    out: Path,
-    key_path: Path,
-    expires: str,
-    per_class_dir: Path | None,
+    publishing: _Publishing,
     project_path: Path,
     db_path: Path,
 ) -> None:
@@ -282,20 +287,9 @@ def rollout_pin(
     from qualify.rollout import pin_class
 
     loaded = load_project(project_path)
-    with _rollout_session(db_path, expires, loaded.project.model) as (db, when):
-        done = pin_class(
-            loaded,
-            db,
-            host_class,
-            per_class_dir=per_class_dir,
-            key_path=key_path,
-            out=out,
-            why=why,
-            artifact=artifact,
-            **when,
-        )
-    click.echo(f"{done.summary}; wrote {done.path}")
-    _warn_if_hosts_refuse(done.path, per_class_dir)
+    with _publishing_session(db_path, publishing, why, loaded.project.model) as (db, options):
+        done = pin_class(loaded, db, host_class, options, artifact=artifact)
+    _published(done, publishing)
 
 
 @rollout_group.command("clear")
@@ -305,10 +299,12 @@ def rollout_pin(
 def rollout_clear(host_class: str, why: str, db_path: Path) -> None:
     """Lift HOST_CLASS's hold, pin or aborted rollout (publishes nothing: the next manifest
     generate decides the class from the matrix again)."""
-    from qualify.rollout import clear_class
+    from datetime import UTC, datetime
 
-    with _rollout_session(db_path, "30d") as (db, when):
-        click.echo(clear_class(db, host_class, now=when["now"], why=why))
+    from qualify.rollout import actor, clear_class
+
+    with _matrix(db_path) as db:
+        click.echo(clear_class(db, host_class, now=datetime.now(UTC), why=why, who=actor()))
 
 
 @rollout_group.command("status")

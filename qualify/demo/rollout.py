@@ -1,22 +1,13 @@
 """The demo's rollouts: the two classes whose telemetry raised alerts are pinned back to the
-baseline, then rolled out again in steps, one promoted to 100% on healthy canary telemetry and
-one aborted when its canary shows a provider change.
-
-Owns the story and the canary traffic it needs (seeded, deterministic): each step's window gets
-events from the class's hosts, each saying which side of the rollout it resolved into (its id
-placed in or out of the cohort by ``manifest.resolve.cohort_point``, as a host would), running
-what the manifest gives that side with the qualified placement and latencies. The injected fault
-is the same as the telemetry demo's: nodes moved to ``OpenVINOExecutionProvider`` without a
-digest change, in the canary only. Every action is the real one (``qualify.rollout``), each a
-new signed version, and the aborted class's canary host resolves with the real
-``resolve-artifact`` before and after, then is replayed the older version and refuses it.
-
-Does not own the rollout rules (``qualify.rollout``) or the rest of the demo (``qualify.demo.story``).
-"""
+baseline, then rolled out again in steps, one promoted to 100% on healthy canary telemetry and one
+aborted on a provider change in its canary (seeded traffic, each host placed in or out of the
+cohort as a host places itself), every action the real one (``qualify.rollout``). Does not own
+the rollout rules nor the rest of the demo (``qualify.demo.story``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +21,7 @@ from qualify.artifacts import digest_file
 from qualify.demo.telemetry import SHIFTED_PROVIDER
 from qualify.project.load import LoadedProject
 from qualify.release.generate import previous_manifest
+from qualify.release.publishing import PublishOptions
 from qualify.rollout import (
     abort_rollout,
     advance_rollout,
@@ -168,6 +160,25 @@ def _served(answer: tuple[int, dict[str, Any], str], names: dict[str, str]) -> s
     )
 
 
+@dataclass
+class _Story:
+    """What the rollout story's steps share: the matrix, the publish options (each action at
+    its own time), the artifacts' names by digest, the canary traffic's generator, and where
+    each line goes."""
+
+    workdir: Path
+    loaded: LoadedProject
+    db_path: Path
+    publish: PublishOptions
+    names: dict[str, str]
+    cells: Sequence[Cell]
+    rng: np.random.Generator
+    say: Echo
+
+    def at(self, now: datetime, why: str = "") -> PublishOptions:
+        return replace(self.publish, now=now, why=why)
+
+
 def run_demo_rollouts(
     workdir: Path,
     loaded: LoadedProject,
@@ -197,64 +208,92 @@ def run_demo_rollouts(
         for line in text.split("\n"):
             echo(line)
 
-    key = workdir / "release.key"
-    out = workdir / "manifest.json"
-    publish: dict[str, Any] = {
-        "key_path": key,
-        "out": out,
-        "expires_in": timedelta(days=30),
-        "per_class_dir": workdir / "manifest.d",
-    }
-    baseline = loaded.project.artifacts.baseline.label
+    story = _begin(workdir, loaded, db_path, (healthy, faulty), now, seed, say)
+    if story is None or healthy is None or faulty is None:
+        say("  (skipped: the rollout demo needs two classes running a qualified candidate)")
+        return False
+    t = _pin_clear_and_start(story, (healthy, faulty), now + timedelta(minutes=1))
+    canary_host, v_start, first = _canary_host(story, faulty, resolve)
+    say(
+        f"\n== resolve-artifact --host-class {faulty} --host-id {canary_host} (in the canary)\n"
+        f"  {_served(first, story.names)}"
+    )
+    settings = CheckSettings(p99_tolerance=tolerance)
+    ok = True
+    for name, fault in ((healthy, False), (faulty, True)):
+        t, aborted = _roll(story, name, fault, t, settings)
+        ok = ok and aborted == fault
+    return _after_the_abort(story, faulty, canary_host, v_start, resolve) and ok
+
+
+def _begin(
+    workdir: Path,
+    loaded: LoadedProject,
+    db_path: Path,
+    classes: tuple[str | None, str | None],
+    now: datetime,
+    seed: int,
+    say: Echo,
+) -> _Story | None:
+    """The story's shared parts, or None when ``classes`` are not two classes running a
+    qualified candidate in the current manifest."""
     specs = [loaded.project.artifacts.baseline, *loaded.project.artifacts.candidates]
     names = {digest_file(loaded.resolve(spec.path)): spec.label for spec in specs}
     with Store.open(db_path, read_only=True) as db:
         current = previous_manifest(db)
         cells = db.latest_cells()
-    classes = [c for c in (healthy, faulty) if c is not None]
-    if (
-        current is None
-        or len(classes) < 2
-        or any(current.signed.entries[c].decision != "candidate" for c in classes)
+    if current is None or any(
+        c is None or current.signed.entries[c].decision != "candidate" for c in classes
     ):
-        say("  (skipped: the rollout demo needs two classes running a qualified candidate)")
-        return False
-    assert healthy is not None and faulty is not None
-    settings = CheckSettings(p99_tolerance=tolerance)
+        return None
+    publish = PublishOptions(
+        key_path=workdir / "release.key",
+        out=workdir / "manifest.json",
+        now=now,
+        expires_in=timedelta(days=30),
+        per_class_dir=workdir / "manifest.d",
+        who="demo",
+    )
     rng = np.random.default_rng(seed)
-    t = now + timedelta(minutes=1)
-    with Store.open(db_path) as db:
-        for name, why in (
-            (healthy, "provider changed after a driver update"),
-            (faulty, "p99 regressed"),
+    return _Story(workdir, loaded, db_path, publish, names, cells, rng, say)
+
+
+def _pin_clear_and_start(story: _Story, classes: tuple[str, str], t: datetime) -> datetime:
+    """Each class pinned to the baseline and cleared (once the cause is fixed), then each
+    rolled out again; the time after."""
+    baseline = story.loaded.project.artifacts.baseline.label
+    say = story.say
+    with Store.open(story.db_path) as db:
+        for name, why in zip(
+            classes, ("provider changed after a driver update", "p99 regressed"), strict=True
         ):
-            done = pin_class(
-                loaded, db, name, artifact=baseline, why=why, now=t, who=lambda: "demo", **publish
-            )
+            done = pin_class(story.loaded, db, name, story.at(t, why), artifact=baseline)
             say(
-                f"\n== qualify rollout pin {name} --artifact {baseline} --why {why!r}\n  {done.summary}"
+                f"\n== qualify rollout pin {name} --artifact {baseline} --why {why!r}\n"
+                f"  {done.summary}"
             )
             say(
                 f"== qualify rollout clear {name} --why fixed (once the cause is fixed)\n  "
-                + clear_class(db, name, now=t, why="fixed", who=lambda: "demo")
+                + clear_class(db, name, now=t, why="fixed", who="demo")
             )
     t += timedelta(minutes=1)
-    with Store.open(db_path) as db:
-        for name in (healthy, faulty):
+    with Store.open(story.db_path) as db:
+        for name in classes:
             done = start_rollout(
-                loaded,
-                db,
-                name,
-                steps=ROLLOUT_STEPS,
-                why="re-qualified",
-                now=t,
-                who=lambda: "demo",
-                **publish,
+                story.loaded, db, name, story.at(t, "re-qualified"), steps=ROLLOUT_STEPS
             )
             say(f"\n== qualify rollout start {name} --steps 25,100\n  {done.summary}")
-    with Store.open(db_path, read_only=True) as db:
+    return t
+
+
+def _canary_host(
+    story: _Story, faulty: str, resolve: Resolve
+) -> tuple[str, bytes, tuple[int, dict[str, Any], str]]:
+    """A host of ``faulty``'s cohort, the manifest's bytes now (to replay later), and what
+    resolve-artifact serves that host now."""
+    with Store.open(story.db_path, read_only=True) as db:
         rolling = previous_manifest(db)
-    assert rolling is not None
+    assert rolling is not None  # the demo published it just now
     staged = rolling.signed.entries[faulty].rollout
     assert staged is not None
     canary_host = next(
@@ -262,62 +301,71 @@ def run_demo_rollouts(
         for host in (f"{faulty}-{i:03d}" for i in range(ROLLOUT_HOSTS))
         if cohort_point(staged.id, host) < staged.percent
     )
-    first = resolve(out, faulty, canary_host)
-    say(
-        f"\n== resolve-artifact --host-class {faulty} --host-id {canary_host} (in the canary)\n  {_served(first, names)}"
-    )
-    v_start = out.read_bytes()
-    ok = True
-    for name, fault in ((healthy, False), (faulty, True)):
-        say(f"\n== rollout of {name}")
-        for _ in ROLLOUT_STEPS:
-            window = t + timedelta(seconds=1)
-            _traffic(workdir, db_path, cells, name, start=window, rng=rng, fault=fault, echo=say)
-            t = window + _WINDOW
-            with Store.open(db_path) as db:
-                step, verdict = advance_rollout(
-                    db,
-                    name,
-                    now=t,
-                    who=lambda: "demo",
-                    settings=settings,
-                    loaded=loaded,
-                    **publish,
-                )
-            say(
-                f"  qualify rollout advance {name} --tolerance {tolerance:g}: evidence: "
-                f"{verdict.evidence()}"
+    first = resolve(story.publish.out, faulty, canary_host)
+    return canary_host, story.publish.out.read_bytes(), first
+
+
+def _roll(
+    story: _Story, name: str, fault: bool, t: datetime, settings: CheckSettings
+) -> tuple[datetime, bool]:
+    """``name``'s rollout step by step on its canary's traffic (``fault``: nodes moved off the
+    qualified provider in the canary), aborted when a step halts; the time after, and whether
+    it was aborted."""
+    say = story.say
+    say(f"\n== rollout of {name}")
+    for _ in ROLLOUT_STEPS:
+        window = t + timedelta(seconds=1)
+        _traffic(
+            story.workdir,
+            story.db_path,
+            story.cells,
+            name,
+            start=window,
+            rng=story.rng,
+            fault=fault,
+            echo=say,
+        )
+        t = window + _WINDOW
+        with Store.open(story.db_path) as db:
+            step, verdict = advance_rollout(
+                db, name, story.at(t), settings=settings, loaded=story.loaded
             )
-            if step is None:
-                for problem in verdict.problems:
-                    say(f"  halted: {problem[:300]}")
-                with Store.open(db_path) as db:
-                    aborted = abort_rollout(
-                        loaded,
-                        db,
-                        name,
-                        why="provider change in the canary",
-                        now=t,
-                        who=lambda: "demo",
-                        **publish,
-                    )
-                say(f"  qualify rollout abort {name}: {aborted.summary}")
-                ok = ok and fault
-                break
-            say(f"  {step.summary}")
-        else:
-            ok = ok and not fault
-    after = resolve(out, faulty, canary_host)
+        say(
+            f"  qualify rollout advance {name} --tolerance {settings.p99_tolerance:g}: "
+            f"evidence: {verdict.evidence()}"
+        )
+        if step is None:
+            for problem in verdict.problems:
+                say(f"  halted: {problem[:300]}")
+            with Store.open(story.db_path) as db:
+                options = story.at(t, "provider change in the canary")
+                aborted = abort_rollout(story.loaded, db, name, options)
+            say(f"  qualify rollout abort {name}: {aborted.summary}")
+            return t, True
+        say(f"  {step.summary}")
+    return t, False
+
+
+def _after_the_abort(
+    story: _Story, faulty: str, canary_host: str, v_start: bytes, resolve: Resolve
+) -> bool:
+    """What resolve-artifact serves the aborted class's canary host now, and when the version
+    it had before is replayed to it; then the rollout log. Whether the host went back to the
+    baseline and refused the older version."""
+    say, names = story.say, story.names
+    after = resolve(story.publish.out, faulty, canary_host)
     say(
-        f"\n== resolve-artifact --host-class {faulty} --host-id {canary_host} after the abort\n  {_served(after, names)}"
+        f"\n== resolve-artifact --host-class {faulty} --host-id {canary_host} after the abort\n"
+        f"  {_served(after, names)}"
     )
-    replay = workdir / "hosts" / "replayed-manifest.json"
+    replay = story.workdir / "hosts" / "replayed-manifest.json"
     write_atomic(replay, v_start)
     again = resolve(replay, faulty, canary_host)
     say(f"== the older version replayed to that host\n  {_served(again, names)}; {again[2][:200]}")
-    ok = ok and names.get(_digest(after) or "") == baseline
+    baseline = story.loaded.project.artifacts.baseline.label
+    ok = names.get(_digest(after) or "") == baseline
     ok = ok and again[1].get("manifest_version") == after[1].get("manifest_version")
-    with Store.open(db_path, read_only=True) as db:
+    with Store.open(story.db_path, read_only=True) as db:
         log = db.rollout_log()
     say("\n== qualify rollout log")
     for r in log:

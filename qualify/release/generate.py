@@ -57,6 +57,7 @@ __all__ = [
     "draft_manifest",
     "fleet_losses",
     "generate_manifest",
+    "latest_published",
     "load_published",
     "parse_duration",
     "previous_document",
@@ -316,13 +317,22 @@ def previous_document(db: Store) -> str:
     Raises:
         QualifyError: nothing is published from this matrix.
     """
+    return latest_published(db)[1]
+
+
+def latest_published(db: Store) -> tuple[int, str]:
+    """The newest published manifest's version and document JSON.
+
+    Raises:
+        QualifyError: nothing is published from this matrix.
+    """
     latest = db.latest_manifest()
     if latest is None:
         raise QualifyError(
             "no manifest has been published from this matrix: run qualify manifest generate, "
             "then qualify manifest publish"
         )
-    return latest[1]
+    return latest
 
 
 def read_draft(db: Store, draft_path: Path | None) -> tuple[int, dict[str, Any]]:

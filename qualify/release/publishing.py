@@ -1,30 +1,8 @@
 """Publishing a manifest version as one transaction: after a failure or a kill at any instant,
-the matrix's record and the published files agree.
-
-Owns the order every publishing command follows (``manifest publish``, ``manifest generate
---publish``, each ``qualify rollout`` step), and `recover`, which the next command runs first.
-Does not own signing (``manifest.signing``), the per-class directory (``manifest.perclass``) or
-the SQL (``matrix.publications``).
-
-The order, each instant named (the kill tests stop the process at each one, see `PAUSE_ENV`):
-
-1. ``recorded``: the matrix records the signed document and the publication's intent (where its
-   files go, the rollout-log rows it publishes) in one transaction. Nothing reads it as current.
-2. ``staged``: with ``--per-class DIR``, the version's set is written into ``DIR/v<N>/``; the
-   pointer ``DIR/current`` does not move, so no host sees it.
-3. ``written``: the manifest file is replaced atomically. This is the commit point: from here a
-   host may have read the new version, so it is completed, never taken back.
-4. ``pointed``: the per-class pointer moves to ``v<N>`` (older sets qualify wrote go).
-5. The matrix makes the version current and records its rollout-log rows, in one transaction.
-
-A failure before the commit point discards the publication there and then (the staged set
-removed; a version reserved for it is recorded as discarded and never reused or published, a
-draft is a draft again) and says that nothing was published. A failure after it completes the
-record. A kill leaves a recorded intent: `recover` completes each one whose manifest file holds
-exactly the recorded bytes (moving the per-class pointer, making it current, writing its log
-rows) and discards every other, and says which. So there is never a signed version on disk that
-the matrix and its rollout log do not record, nor one recorded whose file never appeared.
-"""
+the matrix's record and the published files agree (`publish`, and `recover`, which the next
+command runs first), and `PublishOptions`, what every publishing command is told. Does not own
+signing (``manifest.signing``), per-class files (``manifest.perclass``) or the SQL
+(``matrix.publications``)."""
 
 from __future__ import annotations
 
@@ -33,7 +11,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,10 +25,10 @@ from qualify.errors import QualifyError
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-__all__ = ["PAUSE_ENV", "Publication", "log_row", "publish", "recover"]
+__all__ = ["PAUSE_ENV", "Publication", "PublishOptions", "log_row", "publish", "recover"]
 
 PAUSE_ENV = "QUALIFY_TEST_PAUSE_AT"
-"""A test seam, inert in normal runs: when this variable names one of the instants above
+"""A test seam, inert in normal runs: when this variable names one of `publish`'s instants
 (``recorded``, ``staged``, ``written``, ``pointed``), a publishing command says
 ``qualify: paused at <instant>`` on stderr and sleeps there, so that a test can kill it with
 SIGKILL at exactly that instant (``tests/qualify/release/test_publishing.py``)."""
@@ -61,6 +39,27 @@ def _pause(instant: str) -> None:
         sys.stderr.write(f"qualify: paused at {instant}\n")
         sys.stderr.flush()
         time.sleep(600)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishOptions:
+    """How a command publishes, and who asks why: read once from the command line (or the
+    demo's script) and handed to the action whole."""
+
+    key_path: Path
+    """The Ed25519 private key every version is signed with."""
+    out: Path
+    """The manifest file hosts read (each version replaces it atomically)."""
+    now: datetime
+    """The time of the action: the version's ``created``, the log's ``acted_at``."""
+    expires_in: timedelta
+    """How long the version is valid."""
+    per_class_dir: Path | None = None
+    """Also write the version as one signed document per class into this directory."""
+    why: str = ""
+    """Why, as the person said it (unbounded: what records it bounds it)."""
+    who: str
+    """Who, as `qualify.rollout.actor` says it."""
 
 
 @dataclass(frozen=True)
@@ -114,8 +113,26 @@ def log_row(
 
 
 def publish(db: Store, pub: Publication) -> None:
-    """Publish ``pub``: recorded, staged per class, written, pointed, made current (see the
-    module docstring for what a failure or a kill at each instant leaves).
+    """Publish ``pub`` in this order, each instant named (the kill tests stop the process at
+    each one, `PAUSE_ENV`):
+
+    1. ``recorded``: the matrix records the signed document and the publication's intent (where
+       its files go, the rollout-log rows it publishes) in one transaction; nothing reads it as
+       current.
+    2. ``staged``: with a per-class directory, the version's set is written into ``DIR/v<N>/``;
+       the pointer ``DIR/current`` does not move, so no host sees it.
+    3. ``written``: the manifest file is replaced atomically. This is the commit point: from
+       here a host may have read the new version, so it is completed, never taken back.
+    4. ``pointed``: the per-class pointer moves to ``v<N>`` (older sets qualify wrote go).
+    5. The matrix makes the version current and records its rollout-log rows, in one
+       transaction.
+
+    A failure before the commit point discards the publication there and then (the staged set
+    removed; a version reserved for it is recorded as discarded and never reused, a draft is a
+    draft again) and says that nothing was published; after it, the record is completed. A kill
+    leaves a recorded intent that `recover` completes or discards. So there is never a signed
+    version on disk that the matrix and its rollout log do not record, nor one recorded whose
+    file never appeared.
 
     Raises:
         QualifyError: an interrupted publication is still recorded (`recover` first); or the

@@ -256,6 +256,7 @@ def session(host: str, at_minute: int, digest: str, **extra: object) -> dict[str
 
 def test_a_rollout_step_is_not_halted_by_another_model_lines_events(tmp_path: Path) -> None:
     from matrix.store import Store
+    from qualify.release.publishing import PublishOptions
     from qualify.rollout import advance_rollout
     from tests.manifest.factories import GOLDEN
 
@@ -277,14 +278,14 @@ def test_a_rollout_step_is_not_halted_by_another_model_lines_events(tmp_path: Pa
     db = story.matrix(tmp_path)
     with Store.open(db) as store:
         store.record_rollout(rid, "x86", "start", 2, 1, 30, "rec-int8", "t", "", NOW - 2 * H)
-        step, verdict = advance_rollout(
-            store,
-            "x86",
+        options = PublishOptions(
             key_path=GOLDEN / "test.key",
             out=tmp_path / "manifest.json",
             now=NOW,
             expires_in=timedelta(days=30),
+            who="t",
         )
+        step, verdict = advance_rollout(store, "x86", options)
     assert verdict.problems == [] and step is not None, verdict.problems
     assert "advanced to 100%" in step.summary
 
