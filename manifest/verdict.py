@@ -15,6 +15,9 @@ A cell is **stale** (nothing it measured can be judged as today's) when:
 * ``artifact_changed``: the artifact it measured under this name now has other bytes (a model
   re-exported in place): artifacts are their digests, never their names;
 * ``stale``: the class's runtime or provider settings differ from those it was measured under;
+* ``workload_changed``: the project's workload feeds or times something else than it was
+  measured under (``Workload.evidence_digest``; a cell recorded before it was kept is judged as
+  before);
 * ``parity_reference_mismatch``: a candidate's parity was measured against another baseline
   than the project's now;
 * ``budget_changed``: a gate's evidence was gathered against a budget it cannot be re-judged
@@ -22,8 +25,9 @@ A cell is **stale** (nothing it measured can be judged as today's) when:
   another budget answers only where the change cannot alter the outcome).
 
 Otherwise it is **re-judged**: parity against the project's tolerances now (merged field by
-field: ``Project.tolerance``, ``schemas.rules.resolve_tolerance``), every other gate of
-``manifest.gates`` against the class's budgets now. A cell that could not run stays ``error``.
+field: ``Project.tolerance``, ``schemas.rules.resolve_tolerance``), a soak's drift from its
+windows under the workload's ``soak_tolerance`` and ``soak_floor`` now (``Soak.under``), every
+other gate of ``manifest.gates`` against the class's budgets now. A cell that could not run stays ``error``.
 Emulation, a busy host and the rollback check are properties of the evidence that the decision
 policy (``manifest.policy``) weighs; they are not part of a cell's verdict.
 """
@@ -57,6 +61,7 @@ Now = Literal["pass", "fail", "insufficient", "error", "stale"]
 
 STALE_CODES: dict[str, str] = {
     "stale": "settings changed",
+    "workload_changed": "workload changed",
     "artifact_changed": "artifact re-exported",
     "parity_reference_mismatch": "parity against another baseline",
     "budget_changed": "budget changed",
@@ -193,6 +198,8 @@ class Judge:
         self._limits: dict[tuple[str, str], OutputTolerance] = {}
         self._found: dict[tuple[object, ...], OutputNow] = {}
         wl = project.workload
+        self.workload = wl.evidence_digest()
+        self._soak = (wl.soak_tolerance, wl.soak_floor)
         # Outputs the project says are not class scores today (a state fed back, or kind set):
         # top-1 agreement measured on them by an older run is not held against them.
         self._not_scores = {str(i.state_from) for i in wl.inputs.values() if i.state_from}
@@ -258,6 +265,14 @@ class Judge:
                 f"{label} was measured on {name} in run {cell.run_id} under runtime or provider "
                 f"settings {cell.settings_digest[:19]}, and the class's are now different",
             )
+        if cell.workload_digest is not None and cell.workload_digest != self.workload:
+            return _stale(
+                "workload_changed",
+                f"{label} was measured on {name} in run {cell.run_id} under workload "
+                f"{cell.workload_digest[:19]}, and the project's workload now feeds or times "
+                "something else (inputs, batch sizes, concurrency, dims, parity samples, "
+                "confidence or pipeline)",
+            )
         if cell.error is not None:
             return CurrentVerdict("error", tuple(cell.reasons) or _no_cause(cell))
         return self._rejudged(cell, cls, self.roles[label])
@@ -301,6 +316,11 @@ class Judge:
         budget = _rate_budget_changed(cell, cls)
         if budget is not None:
             return CurrentVerdict("stale", (budget,))
+        soak = cell.soak
+        if soak is not None and soak is not (now := soak.under(*self._soak)):
+            # The soak's windows are the evidence: drift is decided again under the project's
+            # soak_tolerance and soak_floor now (the budget is the class's now in any case).
+            cell = cell.model_copy(update={"soak": now})
         verdict, reasons = judge(cell, cls, skip=skip)
         if fails:  # the parity's failure first, then the gates' (failures before the undecided)
             return CurrentVerdict("fail", (*fails, *reasons), outputs)

@@ -295,6 +295,21 @@ def start_rollout(
         "step": 1,
         "steps": [int(s) for s in steps],
     }
+    # The entry's own reasons were those of the release before (why the class did not get the
+    # candidate then): now that it qualified and rolls out, they say so.
+    rest = (entry.get("artifact") or {}).get("name") or "what they run (held)"
+    going = f"rollout {rollout_id} of {ref.name} in progress"
+    entry["summary"] = (
+        f"{host_class} runs {rest} while rollout {rollout_id} of {ref.name} reaches its hosts "
+        "step by step"
+    )[:500]
+    entry["reasons"] = [
+        {
+            "code": "rollout_in_progress",
+            "message": f"{going}: the hosts of its cohort run {ref.name}, the rest {rest}"[:500],
+        },
+        *(r.model_dump(mode="json") for r in decision.reasons),
+    ]
     signed["entries"] = {**signed["entries"], host_class: entry}
     log = _log(rollout_id, host_class, "start", 1, int(steps[0]), ref.name, who(), why, now)
     version = _publish(

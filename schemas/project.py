@@ -536,6 +536,31 @@ class Workload(_ProjectDocument):
                 )
         return self
 
+    def evidence_digest(self) -> str:
+        """Digest of what a run feeds and times (`EVIDENCE_FIELDS`); a cell measured under
+        another is stale (``workload_changed``). Settings the current verdict re-applies (the
+        soak's tolerance and floor, what outputs are) or that only change how long sampling
+        goes on are left out, and so are fields at their defaults, so that a field added later
+        does not make every earlier cell stale."""
+        doc = self.model_dump(mode="json", include=set(EVIDENCE_FIELDS), exclude_defaults=True)
+        raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+EVIDENCE_FIELDS = (
+    "inputs",
+    "batch_sizes",
+    "concurrency",
+    "dims",
+    "parity_samples",
+    "confidence",
+    "postprocess",
+    "pipeline",
+)
+"""The workload fields a cell's evidence depends on: the inputs fed (shapes, data, seeds), the
+configs timed, the rows parity compares, the confidence of the p99 bounds and what is timed
+around the model."""
+
 
 _INHERITED = (
     " Left out: inherited (per output from its family's entry, a family's from the built-in "

@@ -45,6 +45,7 @@ def qualified_revisions(cells: Sequence[Cell], key: tuple[str, str, str]) -> set
 _REASONS: dict[str, StaleReason] = {
     "stale": "settings_changed",
     "artifact_changed": "artifact_changed",
+    "workload_changed": "workload_changed",
     "parity_reference_mismatch": "baseline_changed",
     "budget_changed": "budget_changed",
 }
