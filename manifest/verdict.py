@@ -40,6 +40,7 @@ Now = Literal["pass", "fail", "insufficient", "error", "stale"]
 
 STALE_CODES: dict[str, str] = {
     "stale": "settings changed",
+    "workload_changed": "workload changed",
     "artifact_changed": "artifact re-exported",
     "parity_reference_mismatch": "parity against another baseline",
     "budget_changed": "budget changed",
@@ -176,6 +177,8 @@ class Judge:
         self._limits: dict[tuple[str, str], OutputTolerance] = {}
         self._found: dict[tuple[object, ...], OutputNow] = {}
         wl = project.workload
+        self.workload = wl.evidence_digest()
+        self._soak = (wl.soak_tolerance, wl.soak_floor)
         # Outputs the project says are not class scores today (a state fed back, or kind set):
         # top-1 agreement measured on them by an older run is not held against them.
         self._not_scores = {str(i.state_from) for i in wl.inputs.values() if i.state_from}
@@ -241,6 +244,14 @@ class Judge:
                 f"{label} was measured on {name} in run {cell.run_id} under runtime or provider "
                 f"settings {cell.settings_digest[:19]}, and the class's are now different",
             )
+        if cell.workload_digest is not None and cell.workload_digest != self.workload:
+            return _stale(
+                "workload_changed",
+                f"{label} was measured on {name} in run {cell.run_id} under workload "
+                f"{cell.workload_digest[:19]}, and the project's workload now feeds or times "
+                "something else (inputs, batch sizes, concurrency, dims, parity samples, "
+                "confidence or pipeline)",
+            )
         if cell.error is not None:
             return CurrentVerdict("error", tuple(cell.reasons) or _no_cause(cell))
         return self._rejudged(cell, cls, self.roles[label])
@@ -284,6 +295,11 @@ class Judge:
         budget = _rate_budget_changed(cell, cls)
         if budget is not None:
             return CurrentVerdict("stale", (budget,))
+        soak = cell.soak
+        if soak is not None and soak is not (now := soak.under(*self._soak)):
+            # The soak's windows are the evidence: drift is decided again under the project's
+            # soak_tolerance and soak_floor now (the budget is the class's now in any case).
+            cell = cell.model_copy(update={"soak": now})
         verdict, reasons = judge(cell, cls, skip=skip)
         if fails:  # the parity's failure first, then the gates' (failures before the undecided)
             return CurrentVerdict("fail", (*fails, *reasons), outputs)

@@ -29,6 +29,7 @@ from qualify.release.publishing import PublishOptions
 from qualify.telemetry.canary import StepVerdict, judge_cohort
 from schemas.cell import Reason
 from schemas.manifest import (
+    ClassDecision,
     Manifest,
     ManifestArtifact,
     ManifestEntry,
@@ -164,10 +165,10 @@ def _qualified(
     host_class: str,
     artifact: str | None,
     artifact_base_uri: str | None,
-) -> tuple[str, ManifestArtifact]:
+) -> tuple[ClassDecision, ManifestArtifact]:
     """The candidate the matrix supports on ``host_class``, decided as ``manifest generate``
-    and the release gate decide (the same cells, runs and digests): its name, and where hosts
-    fetch it.
+    and the release gate decide (the same cells, runs and digests): its decision, and where
+    hosts fetch it.
 
     Raises:
         QualifyError: none qualified there, or not ``artifact``.
@@ -193,7 +194,7 @@ def _qualified(
     where = ManifestArtifact(
         name=ref.name, digest=decision.artifact_digest, length=ref.length, uri=ref.uri
     )
-    return str(decision.artifact_name), where
+    return decision, where
 
 
 def start_rollout(
@@ -221,13 +222,15 @@ def start_rollout(
                 f"{host_class} already has rollout {entry.rollout.id!r} in progress (step "
                 f"{entry.rollout.step}); abort it first"
             )
-        chosen, ref = _qualified(loaded, db, edit.manifest, host_class, artifact, artifact_base_uri)
+        decision, ref = _qualified(
+            loaded, db, edit.manifest, host_class, artifact, artifact_base_uri
+        )
         current = entry.artifact.digest if entry.artifact is not None else None
         if current == ref.digest:
-            raise QualifyError(f"{host_class} already runs {chosen} at 100%")
+            raise QualifyError(f"{host_class} already runs {ref.name} at 100%")
         rollout_id = _new_rollout_id(db, host_class, options.now)
         rollout = Rollout(id=rollout_id, artifact=ref, percent=steps[0], step=1, steps=list(steps))
-        edit.entries[host_class] = entry.model_copy(update={"rollout": rollout})
+        edit.entries[host_class] = _rolling(entry, host_class, rollout, decision.reasons)
         edit.record(
             rollout_id,
             host_class,
@@ -239,6 +242,24 @@ def start_rollout(
         )
     summary = f"rollout {rollout_id} of {ref.name} started at {steps[0]}% (v{edit.version})"
     return RolloutAction(host_class, edit.version, options.out, f"{host_class}: {summary}")
+
+
+def _rolling(
+    entry: ManifestEntry, host_class: str, rollout: Rollout, reasons: Sequence[Reason]
+) -> ManifestEntry:
+    """``entry`` rolling ``rollout`` out. Its own reasons were those of the release before (why
+    the class did not get the candidate then): now that it qualified and rolls out, they say
+    so, followed by the candidate's."""
+    name = rollout.artifact.name
+    rest = entry.artifact.name if entry.artifact is not None else "what they run (held)"
+    going = f"rollout {rollout.id} of {name} in progress"
+    note = Note(
+        "rollout_in_progress",
+        f"{going}: the hosts of its cohort run {name}, the rest {rest}",
+        f"{host_class} runs {rest} while rollout {rollout.id} of {name} reaches its hosts "
+        "step by step",
+    )
+    return note.on(entry, also=reasons, rollout=rollout)
 
 
 def _new_rollout_id(db: Store, host_class: str, now: datetime) -> str:

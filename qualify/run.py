@@ -843,6 +843,7 @@ def qualify_run(
                 numerics=record,
                 measured_at=now(),
                 settings_digest=settings,
+                workload_digest=wl.evidence_digest(),
                 runtime_version=outcome.result.get("runtime_version") or fp.runtime.version,
                 cold_init_ms=outcome.result.get("cold_init_ms"),
                 warm_init_ms=outcome.result.get("warm_init_ms"),

@@ -381,6 +381,7 @@ def _trial_cell(race: _Race, arm: _Arm, run_id: str, now: datetime) -> Cell:
         isa=race.fp.isa,
         measured_at=now,
         settings_digest=arm.host_class.settings_digest(),
+        workload_digest=race.loaded.project.workload.evidence_digest(),
         runtime_version=outcome.result.get("runtime_version") or race.fp.runtime.version,
         cold_init_ms=outcome.result.get("cold_init_ms"),
         warm_init_ms=outcome.result.get("warm_init_ms"),

@@ -7,7 +7,7 @@ over them. Missing measurements are ``null``, never a made-up number.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Literal, NamedTuple
 
@@ -44,6 +44,7 @@ __all__ = [
     "dims_text",
     "latest",
     "recency",
+    "soak_drifted",
     "worst_first",
 ]
 
@@ -384,6 +385,27 @@ class Soak(Document):
         """The config served."""
         return LatencyConfig(self.batch_size, self.concurrency, dims_text(self.dims))
 
+    def under(self, tolerance: float, floor: float) -> Soak:
+        """This soak judged with another ``workload.soak_tolerance`` and ``soak_floor`` (the
+        project's now): its windows are the evidence, the drift is decided again from their
+        bounds. Itself when both are the ones it was judged with."""
+        if tolerance == self.tolerance and floor == self.floor:
+            return self
+        drift = soak_drifted(self.windows, tolerance)
+        return self.model_copy(update={"tolerance": tolerance, "floor": floor, "drifted": drift})
+
+
+def soak_drifted(windows: Sequence[SoakWindow], tolerance: float) -> bool | None:
+    """Whether the last window is slower than the first beyond ``tolerance`` with confidence
+    (its p99 lower bound above the first's upper bound times 1 + tolerance); None when the
+    bounds needed are missing (too few samples in a window)."""
+    if len(windows) < 2:
+        return None
+    first, last = windows[0].p99_upper_ms, windows[-1].p99_lower_ms
+    if first is None or last is None:
+        return None
+    return last > first * (1.0 + tolerance)
+
 
 class RateProbe(Document):
     """One probed request rate of an open-loop search."""
@@ -577,6 +599,12 @@ class Cell(Document):
     )
     measured_at: datetime = Field(description="When the artifact's subprocess finished (UTC).")
     settings_digest: str = Field(description="Digest of the class's runtime and provider settings.")
+    workload_digest: str | None = Field(
+        default=None,
+        description="Digest of the workload it was measured under (what was fed and timed: "
+        "schemas.workload.EVIDENCE_FIELDS); a cell of another workload is stale. Null in cells "
+        "recorded before it was kept, which are judged as before.",
+    )
     runtime_version: str | None = Field(description="onnxruntime version that ran it.")
     cold_init_ms: float | None = Field(
         description="Fresh process: session creation + first inference."

@@ -71,6 +71,9 @@ REASONS: dict[str, str] = {
     "stale": "the class's runtime or provider settings changed since the cell was measured",
     "artifact_changed": "the artifact's file now has other bytes (another digest) than the cell "
     "measured under its name: the cell is stale and the new bytes were never run",
+    "workload_changed": "the project's workload feeds or times something else (inputs, batch "
+    "sizes, concurrency, dims, parity samples, confidence, pipeline) than the cell was measured "
+    "under: the cell is stale",
     "not_in_project": "the cell's key or artifact is not in the project file now: nothing it "
     "measured is judged as today's",
     "budget_changed": "a gate's evidence was gathered against a budget it cannot be re-judged "
@@ -102,6 +105,8 @@ REASONS: dict[str, str] = {
     "rolled_back": "a rollout was aborted: every host of the class runs what the rest of it ran "
     "(a held class: its rollback package), and releases keep it so until the class is cleared "
     "or a new rollout starts",
+    "rollout_in_progress": "a staged rollout of a candidate that qualified is in progress: the "
+    "hosts of its cohort run it, the rest of the class what the entry names until it completes",
     "rollout_completed": "a staged rollout reached every host of the class: it runs the "
     "rollout's artifact, and the one it replaced is its rollback",
     "no_rollback": "the class runs the baseline and was assigned no other artifact proven to load "

@@ -94,6 +94,9 @@ STALE_REASONS: dict[str, str] = {
     "differ from those the cell was measured under",
     "artifact_changed": "the artifact's file now has other bytes than the cell measured (a model "
     "re-exported in place): its bytes now were never run on the class",
+    "workload_changed": "the project's workload feeds or times something else (inputs, batch "
+    "sizes, concurrency, dims, parity samples, confidence, pipeline) than the cell was measured "
+    "under",
     "baseline_changed": "a candidate's parity was measured against another baseline than the "
     "project's now",
     "budget_changed": "a budget changed that the cell's stored evidence cannot be judged against "
@@ -106,6 +109,7 @@ STALE_REASONS: dict[str, str] = {
 StaleReason = Literal[
     "settings_changed",
     "artifact_changed",
+    "workload_changed",
     "baseline_changed",
     "budget_changed",
     "runtime_unqualified",

@@ -6,6 +6,8 @@ Owns the models of ``workload:`` and the base of every part of the project docum
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from typing import Annotated, Literal
@@ -17,6 +19,7 @@ from schemas.rules import batched_on, sample_at
 
 __all__ = [
     "DIM_RE",
+    "EVIDENCE_FIELDS",
     "HOOK_RE",
     "ITEMSIZE",
     "MAX_INPUT_BYTES",
@@ -414,3 +417,28 @@ class Workload(ProjectPart):
                     "shape or smaller batch_sizes"
                 )
         return self
+
+    def evidence_digest(self) -> str:
+        """Digest of what a run feeds and times (`EVIDENCE_FIELDS`); a cell measured under
+        another is stale (``workload_changed``). Settings the current verdict re-applies (the
+        soak's tolerance and floor, what outputs are) or that only change how long sampling
+        goes on are left out, and so are fields at their defaults, so that a field added later
+        does not make every earlier cell stale."""
+        doc = self.model_dump(mode="json", include=set(EVIDENCE_FIELDS), exclude_defaults=True)
+        raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+EVIDENCE_FIELDS = (
+    "inputs",
+    "batch_sizes",
+    "concurrency",
+    "dims",
+    "parity_samples",
+    "confidence",
+    "postprocess",
+    "pipeline",
+)
+"""The workload fields a cell's evidence depends on: the inputs fed (shapes, data, seeds), the
+configs timed, the rows parity compares, the confidence of the p99 bounds and what is timed
+around the model."""

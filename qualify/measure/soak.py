@@ -23,7 +23,7 @@ import numpy as np
 
 from qualify.measure.runner import RoundWorker
 from qualify.measure.stats import p99_bounds, percentiles
-from schemas.cell import LatencyConfig, Soak, SoakWindow
+from schemas.cell import LatencyConfig, Soak, SoakWindow, soak_drifted
 
 __all__ = ["CPUFREQ", "THERMAL", "WINDOWS", "drifted", "host_heat", "soak"]
 
@@ -89,13 +89,9 @@ def _window(
 
 def drifted(windows: Sequence[SoakWindow], tolerance: float) -> bool | None:
     """Whether the last window is slower than the first beyond ``tolerance`` with confidence;
-    None when the bounds needed are missing (too few samples in a window)."""
-    if len(windows) < 2:
-        return None
-    first, last = windows[0].p99_upper_ms, windows[-1].p99_lower_ms
-    if first is None or last is None:
-        return None
-    return last > first * (1.0 + tolerance)
+    None when the bounds needed are missing (too few samples in a window). The rule the current
+    verdict applies again under today's tolerance (`schemas.cell.soak_drifted`)."""
+    return soak_drifted(windows, tolerance)
 
 
 def _alive(worker: RoundWorker | None) -> bool:

@@ -25,7 +25,15 @@ from qualify.errors import QualifyError
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-__all__ = ["PAUSE_ENV", "Publication", "PublishOptions", "log_row", "publish", "recover"]
+__all__ = [
+    "PAUSE_ENV",
+    "Publication",
+    "PublishOptions",
+    "committed",
+    "log_row",
+    "publish",
+    "recover",
+]
 
 PAUSE_ENV = "QUALIFY_TEST_PAUSE_AT"
 """A test seam, inert in normal runs: when this variable names one of `publish`'s instants
@@ -218,6 +226,18 @@ def _holds(path: Path, data: bytes) -> bool:
         return read_bounded(path, len(data)) == data
     except OSError:
         return False
+
+
+def committed(db: Store) -> list[tuple[int, str]]:
+    """Interrupted publications past their commit point, oldest first: (version, document) of
+    each whose manifest file holds exactly the recorded bytes, so that hosts may have read it
+    and the next publishing command completes it (`recover`). Reads only: what a read command
+    (``telemetry check``) judges hosts against before anyone completed it."""
+    return [
+        (left.version, left.document)
+        for left in publications.pending(db)
+        if _holds(Path(str(left.intent.get("out", ""))), left.document.encode())
+    ]
 
 
 def recover(db: Store) -> list[str]:

@@ -45,6 +45,7 @@ def qualified_revisions(cells: Sequence[Cell], key: tuple[str, str, str]) -> set
 _REASONS: dict[str, StaleReason] = {
     "stale": "settings_changed",
     "artifact_changed": "artifact_changed",
+    "workload_changed": "workload_changed",
     "parity_reference_mismatch": "baseline_changed",
     "budget_changed": "budget_changed",
 }
@@ -61,9 +62,10 @@ def stale_items(
     """Cells and classes that must be re-run.
 
     A class x artifact of the project is listed when the cell it rests on is stale under the
-    project now (its class's runtime or provider settings changed, a candidate's parity was
-    measured against another baseline, a budget changed that its evidence cannot answer for),
-    or when its artifact's bytes now were never run on the key but earlier bytes of it were. A
+    project now (its class's runtime or provider settings changed, the workload feeds or times
+    something else, a candidate's parity was measured against another baseline, a budget
+    changed that its evidence cannot answer for), or when its artifact's bytes now were never
+    run on the key but earlier bytes of it were. A
     class is listed when telemetry shows its hosts on an onnxruntime revision no cell of its key
     ran on.
 

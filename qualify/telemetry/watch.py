@@ -163,7 +163,8 @@ def _window(now: datetime, since: str) -> tuple[datetime, datetime]:
 
 def load_current_manifest(store: Store, manifest_path: Path | None) -> Manifest:
     """The manifest a check compares with: ``manifest_path`` if given, else the latest stored in
-    the matrix, else ``manifest.json`` in the working directory.
+    the matrix (published, or a publication interrupted past its commit point:
+    ``qualify.release.publishing.committed``), else ``manifest.json`` in the working directory.
 
     Raises:
         QualifyError: none of them exists.
@@ -173,7 +174,13 @@ def load_current_manifest(store: Store, manifest_path: Path | None) -> Manifest:
 
     if manifest_path is not None:
         return load_manifest(manifest_path)
+    from qualify.release.publishing import committed
+
     latest = store.latest_manifest()
+    # A publication killed past its commit point is in the file hosts read: they may run it
+    # already, and the next publishing command completes it. Hosts are judged against it.
+    ahead = [c for c in committed(store) if latest is None or c[0] > latest[0]]
+    latest = ahead[-1] if ahead else latest
     if latest is not None:
         return load_manifest(
             latest[1].encode(), source=f"matrix {store.path} manifest v{latest[0]}"

@@ -196,6 +196,31 @@ def test_stale_evidence_only_falls_to_the_unknown_class_policy() -> None:
     assert {"stale", "baseline_unmeasured"} <= {r.code for r in d.reasons}
 
 
+def _workload(fleet: Fleet, **changes: object) -> None:
+    """Edit the fleet's project workload as a person edits the project file."""
+    workload = fleet.project.workload.model_copy(update=changes)
+    fleet.project = fleet.project.model_copy(update={"workload": workload})
+
+
+def test_a_cell_measured_under_another_workload_is_stale_until_measured_again() -> None:
+    fleet = one_class()
+    fleet.qualify("arm")
+    measured_under = fleet.project.workload.evidence_digest()
+    fleet.cells = [c.model_copy(update={"workload_digest": measured_under}) for c in fleet.cells]
+    assert fleet.decide()["arm"].decision == "candidate"
+    # What is judged, not what is fed: the verdict re-applies them, the evidence still answers.
+    _workload(fleet, soak_tolerance=0.5, soak_floor=0.3, warmup=7, time_cap_s=9.0)
+    assert fleet.decide()["arm"].decision == "candidate"
+    _workload(fleet, batch_sizes=[1, 8])  # what the cells timed is no longer what a run times
+    d = fleet.decide()["arm"]
+    assert d.decision == "hold"
+    assert {"workload_changed", "baseline_unmeasured"} <= {r.code for r in d.reasons}
+    [why] = [r.message for r in d.reasons if r.code == "workload_changed"][:1]
+    assert "workload" in why and fleet.cells[-1].run_id in why
+    fleet.qualify("arm")  # measured again (a cell of a qualify from before the digest was kept)
+    assert fleet.decide()["arm"].decision == "candidate"
+
+
 def test_emulated_cell_does_not_qualify_a_candidate() -> None:
     fleet = Fleet(make_project({"arm": class_spec(1)}, unknown_class="baseline"))
     fleet.qualify("arm", emulated=True)

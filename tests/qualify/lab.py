@@ -94,34 +94,7 @@ class Lab:
     def killed_at(self, instant: str, *args: str) -> str:
         """Run ``qualify ARGS`` in a real process, SIGKILL it at the named instant of its
         publication (``qualify.release.publishing.PAUSE_ENV``), and return what it said before."""
-        env = {**os.environ, PAUSE_ENV: instant, "PYTHONPATH": str(ROOT)}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "qualify", *self.args(*args)],
-            cwd=self.root,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert proc.stderr is not None
-        said = []
-        try:
-            for line in proc.stderr:
-                said.append(line)
-                if line.strip() == f"qualify: paused at {instant}":
-                    proc.send_signal(signal.SIGKILL)
-                    break
-            else:
-                raise AssertionError(f"never paused at {instant}: {''.join(said)}")
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=60)
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
-        assert proc.returncode == -signal.SIGKILL
-        return "".join(said)
+        return killed_at(instant, self.args(*args), cwd=self.root)
 
     def published(self) -> tuple[int, dict[str, Any]] | None:
         """The matrix's current manifest: (version, signed part)."""
@@ -157,3 +130,36 @@ def make_lab(root: Path, *, first: Script = FALLBACK) -> Lab:
     assert lab.entry()["decision"] == ("baseline" if first is FALLBACK else "candidate")
     lab.measure(Script())
     return lab
+
+
+def killed_at(instant: str, args: list[str], *, cwd: Path) -> str:
+    """Run ``qualify ARGS`` in a real process, SIGKILL it at the named instant of its
+    publication (``qualify.release.publishing.PAUSE_ENV``), and return what it said before."""
+    env = {**os.environ, PAUSE_ENV: instant, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "qualify", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    said = []
+    try:
+        for line in proc.stderr:
+            said.append(line)
+            if line.strip() == f"qualify: paused at {instant}":
+                proc.send_signal(signal.SIGKILL)
+                break
+        else:
+            raise AssertionError(f"never paused at {instant}: {''.join(said)}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=60)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert proc.returncode == -signal.SIGKILL
+    return "".join(said)

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from manifest.gates import judge
+from manifest.verdict import Judge
 from qualify.measure.soak import WINDOWS, host_heat, soak
 from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
 from schemas.cell import LatencyConfig, Soak, SoakWindow
-from tests.manifest.factories import Fleet, class_spec, make_project
+from tests.manifest.factories import Fleet, class_spec, digest_of, make_project
 from tests.qualify.projects import write_project
 
 
@@ -119,6 +120,37 @@ def test_a_real_drift_against_a_tight_budget_still_fails() -> None:
 def test_a_floor_of_zero_counts_every_drift_beyond_the_tolerance() -> None:
     verdict, reasons = judge(*soaked(0.02, 0.06, budget_ms=5.0, floor=0.0))
     assert verdict == "fail" and [r.code for r in reasons] == ["sustained_drift"]
+
+
+def _judged_now(cell: Any, budget_ms: float, **workload: float) -> tuple[str, list[str]]:
+    """The cell's current verdict (``manifest.verdict.Judge``) under a project whose class has
+    p99 budget ``budget_ms`` and whose workload sets ``workload`` (soak_tolerance, soak_floor)."""
+    project = make_project({"c": class_spec(0, p99_ms=budget_ms)})
+    project = project.model_copy(update={"workload": project.workload.model_copy(update=workload)})
+    labels = [project.artifacts.baseline.label, *(c.label for c in project.artifacts.candidates)]
+    found = Judge(project, {label: digest_of(label) for label in labels}).verdict(cell)
+    return found.verdict, found.codes
+
+
+def test_a_soak_is_judged_again_under_the_soak_tolerance_and_floor_of_the_project_now() -> None:
+    # 0.05 ms to 0.3 ms against a 1 ms budget: beyond 20%, and 0.24 ms is over 10% of 1 ms.
+    cell, _ = soaked(0.05, 0.3, budget_ms=1.0)
+    assert _judged_now(cell, 1.0) == ("fail", ["sustained_drift"])
+    # A tolerance loosened past the drift (x7 allowed, x5.8 measured): no drift.
+    assert _judged_now(cell, 1.0, soak_tolerance=6.0) == ("pass", [])
+    # A floor raised to half the budget: 0.24 ms does not matter against it.
+    assert _judged_now(cell, 1.0, soak_floor=0.5) == ("pass", [])
+    # And the other way: a soak that passed with its own floor fails under a floor of 0.
+    quiet, _ = soaked(0.02, 0.06, budget_ms=5.0)
+    assert _judged_now(quiet, 5.0) == ("pass", [])
+    assert _judged_now(quiet, 5.0, soak_floor=0.0) == ("fail", ["sustained_drift"])
+
+
+def test_a_drift_too_small_for_the_old_budget_fails_under_a_tightened_one() -> None:
+    cell, _ = soaked(0.02, 0.06, budget_ms=5.0)
+    # 0.2 ms now: 10% of it is 0.02 ms, and the soak added about 0.04 ms.
+    verdict, codes = _judged_now(cell, 0.2)
+    assert verdict == "fail" and "sustained_drift" in codes
 
 
 def test_host_heat_reads_frequency_and_the_hottest_zone_or_says_nothing(tmp_path: Path) -> None:
