@@ -4,6 +4,8 @@ and prints or writes its result. How errors become messages and exit codes: ``er
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from qualify import __version__
@@ -22,7 +24,7 @@ from qualify.cli import (
     telemetry,
     tune,
 )
-from qualify.cli.errors import _QualifyGroup
+from qualify.cli.errors import _QualifyGroup, end_on_closed_pipe
 
 __all__ = ["cli", "main"]
 
@@ -54,4 +56,12 @@ for _command in (
 
 def main() -> None:
     """Console-script entry point."""
-    cli(prog_name="qualify")
+    try:
+        cli(prog_name="qualify")
+    finally:
+        # What a command wrote without a flush is flushed here, not by the interpreter at exit,
+        # where a closed pipe would print "Exception ignored ... BrokenPipeError".
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            end_on_closed_pipe()

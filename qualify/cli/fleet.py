@@ -7,13 +7,19 @@ import contextlib
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from qualify.cli.ci import GATE_EXIT, _ci_options, _ci_outputs
 from qualify.cli.errors import _fail
 from qualify.cli.options import F, _db_option, _project_option
+from qualify.cli.output import echo_json, json_option, quiet_option
 from qualify.errors import QualifyError
+
+if TYPE_CHECKING:
+    from qualify.fleet.cluster import FleetStatus
+    from schemas.output import FleetStatusShown
 
 __all__ = ["fleet_group"]
 
@@ -96,7 +102,8 @@ def fleet_join(address: str, project_path: Path, node_ip: str | None, connect_ti
 @click.option("--address", required=True, help="The Ray cluster's head, HOST:PORT.")
 @_project_option
 @_connect_timeout_option
-def fleet_status_cmd(address: str, project_path: Path, connect_timeout: str) -> None:
+@json_option("fleet-status")
+def fleet_status_cmd(address: str, project_path: Path, connect_timeout: str, as_json: bool) -> None:
     """Per class, the live hosts that can serve it, the hosts that advertise it but disagree
     with this project file or qualify version (and why), and nodes that share a machine.
 
@@ -109,6 +116,9 @@ def fleet_status_cmd(address: str, project_path: Path, connect_timeout: str) -> 
     loaded = load_project(project_path)
     nodes = read_nodes(address, timeout_s=_seconds(connect_timeout, "--connect-timeout"))
     status = fleet_status(loaded, nodes)
+    if as_json:
+        echo_json(status_document(status))
+        sys.exit(1 if status.unserved else 0)
     for name, hosts in status.hosts.items():
         click.echo(f"{name}: " + (", ".join(hosts) if hosts else "no host (unserved)"))
         for line in status.mismatched.get(name, []):
@@ -118,6 +128,21 @@ def fleet_status_cmd(address: str, project_path: Path, connect_timeout: str) -> 
     if status.unknown:
         click.echo("advertised but not in the project: " + ", ".join(status.unknown))
     sys.exit(1 if status.unserved else 0)
+
+
+def status_document(status: FleetStatus) -> FleetStatusShown:
+    """``fleet status --json`` of a `qualify.fleet.cluster.FleetStatus`."""
+    from schemas.output import ClassHosts, FleetStatusShown
+
+    return FleetStatusShown(
+        classes=[
+            ClassHosts(host_class=name, hosts=hosts, not_used=status.mismatched.get(name, []))
+            for name, hosts in status.hosts.items()
+        ],
+        unserved=status.unserved,
+        shared=status.shared,
+        unknown=status.unknown,
+    )
 
 
 @fleet_group.command("run")
@@ -153,6 +178,7 @@ def fleet_status_cmd(address: str, project_path: Path, connect_timeout: str) -> 
 @_project_option
 @_db_option
 @_ci_options
+@quiet_option
 def fleet_run_cmd(
     address: str | None,
     classes: str | None,
@@ -167,6 +193,7 @@ def fleet_run_cmd(
     gate: bool,
     published_manifest: Path | None,
     published_pubkey: Path | None,
+    quiet: bool,
 ) -> None:
     """Qualify each class on a host of that class, in parallel across hosts, into this matrix.
 
@@ -217,7 +244,9 @@ def fleet_run_cmd(
                 loaded,
                 options,
                 classes=wanted,
-                on_event=lambda m: click.echo(f"fleet: {m}", err=True),
+                on_event=(lambda m: None)
+                if quiet
+                else (lambda m: click.echo(f"fleet: {m}", err=True)),
                 signals=True,
             )
     except QualifyError as exc:

@@ -10,6 +10,7 @@ import click
 
 from qualify.cli.errors import _fail
 from qualify.cli.options import F, _db_option, _project_option, _RegularFile, _require_db
+from qualify.cli.output import echo_json, json_option
 from qualify.cli.publish import _recover, _warn_if_hosts_refuse
 
 __all__ = ["manifest_group"]
@@ -243,7 +244,8 @@ def manifest_publish(
     type=_RegularFile(exists=True),
     help="Trusted public key (NAME.pub).",
 )
-def manifest_verify(path: Path, pubkey: Path) -> None:
+@json_option("manifest-verify")
+def manifest_verify(path: Path, pubkey: Path, as_json: bool) -> None:
     """Check a manifest's signature, format and expiry."""
     from datetime import UTC, datetime
 
@@ -253,6 +255,21 @@ def manifest_verify(path: Path, pubkey: Path) -> None:
     raw = read_manifest_file(path)
     verify(raw, load_public_key(pubkey), now=datetime.now(UTC), source=str(path))
     manifest = load_manifest(raw, source=str(path))
+    if as_json:
+        from schemas.output import ManifestVerified
+
+        signed = manifest.signed
+        echo_json(
+            ManifestVerified(
+                path=str(path),
+                valid=True,
+                release=signed.release,
+                version=signed.version,
+                classes=len(signed.entries),
+                expires=signed.expires,
+            )
+        )
+        return
     click.echo(
         f"{path}: OK — release {manifest.signed.release} version {manifest.signed.version}, "
         f"{len(manifest.signed.entries)} classes, expires {manifest.signed.expires}"
@@ -262,14 +279,21 @@ def manifest_verify(path: Path, pubkey: Path) -> None:
 @manifest_group.command("diff")
 @click.argument("old", type=_RegularFile(exists=True))
 @click.argument("new", type=_RegularFile(exists=True))
-def manifest_diff(old: Path, new: Path) -> None:
+@json_option("manifest-diff")
+def manifest_diff(old: Path, new: Path, as_json: bool) -> None:
     """Say which host class changes from what to what between two manifests, and why."""
     from manifest.diff import diff_manifests, render_changes
     from manifest.load import load_manifest, read_manifest_file
 
     a = load_manifest(read_manifest_file(old), source=str(old))
     b = load_manifest(read_manifest_file(new), source=str(new))
-    click.echo(render_changes(diff_manifests(a, b), a, b))
+    changes = diff_manifests(a, b)
+    if as_json:
+        from schemas.output import ManifestDiffShown
+
+        echo_json(ManifestDiffShown(old=str(old), new=str(new), changes=changes))
+        return
+    click.echo(render_changes(changes, a, b))
 
 
 @manifest_group.command("show")
@@ -278,9 +302,16 @@ def manifest_diff(old: Path, new: Path) -> None:
     type=_RegularFile(exists=True),
     default="manifest.json",
 )
-def manifest_show(path: Path) -> None:
-    """Print a manifest for people: per class, the decision, the artifact and why."""
+@json_option("manifest")
+def manifest_show(path: Path, as_json: bool) -> None:
+    """Print a manifest for people: per class, the decision, the artifact and why (with --json:
+    the document as read and validated; its signature is not checked: manifest verify)."""
     from manifest.load import load_manifest, read_manifest_file
+
+    manifest = load_manifest(read_manifest_file(path), source=str(path))
+    if as_json:
+        echo_json(manifest)
+        return
     from manifest.show import render_manifest
 
-    click.echo(render_manifest(load_manifest(read_manifest_file(path), source=str(path))))
+    click.echo(render_manifest(manifest))

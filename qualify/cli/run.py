@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import click
 from qualify.cli.ci import GATE_EXIT, _ci_options, _ci_outputs
 from qualify.cli.errors import _fail, _say
 from qualify.cli.options import _db_option, _project_option
+from qualify.cli.output import echo_json, json_option, quiet_option
 
 __all__ = ["run_cmd"]
 
@@ -55,7 +55,8 @@ __all__ = ["run_cmd"]
     help="How long to wait for another run measuring on this host (the host-wide lock) before "
     "giving up, e.g. 30s, 1h; who holds it is said every 10 s.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@json_option("run-summary")
+@quiet_option
 @_ci_options
 def run_cmd(
     host_class: str,
@@ -67,6 +68,7 @@ def run_cmd(
     open_loop: bool,
     lock_wait: str,
     as_json: bool,
+    quiet: bool,
     junit_xml: Path | None,
     summary_md: Path | None,
     gate: bool,
@@ -106,8 +108,9 @@ def run_cmd(
         soak_s=soak_s,
         open_loop=open_loop,
     )
-    with RunDisplay(enabled=not as_json) as display:
-        waits = display.event if display.console.is_terminal and not as_json else _say
+    with RunDisplay(quiet=quiet) as display:
+        # A wait for another run's host lock is said even with --quiet: it explains a pause.
+        waits = display.event if display.console.is_terminal and not quiet else _say
         outcome = qualify_run(
             loaded,
             host_class,
@@ -116,9 +119,8 @@ def run_cmd(
             on_wait=waits,
             on_progress=display.progress,
         )
-    summary = run_summary(outcome.bundle)
     if as_json:
-        click.echo(json.dumps(summary, indent=2))
+        echo_json(run_summary(outcome.bundle))
     else:
         display.print_cells(outcome.bundle, loaded.project)
     blocked = _ci_outputs(

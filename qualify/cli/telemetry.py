@@ -16,6 +16,7 @@ from qualify.cli.options import (
     _settings,
     _tolerance_option,
 )
+from qualify.cli.output import echo_json, json_option
 
 __all__ = ["telemetry_group"]
 
@@ -71,7 +72,7 @@ def telemetry_ingest(files: tuple[Path, ...], db_path: Path) -> None:
     type=_RegularFile(exists=True),
     help="Manifest to compare with; default: the newest in the matrix, else ./manifest.json.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the alerts as JSON.")
+@json_option("telemetry-check")
 @_db_option
 def telemetry_check(
     since: str,
@@ -117,5 +118,8 @@ def telemetry_check(
     check = run_check(
         db_path, now=datetime.now(UTC), settings=settings, manifest_path=manifest_path
     )
-    click.echo(check.model_dump_json(indent=2) if as_json else render_check(check))
+    if as_json:
+        echo_json(check)
+    else:
+        click.echo(render_check(check))
     sys.exit(1 if check.alerts else 0)

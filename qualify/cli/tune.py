@@ -9,6 +9,7 @@ import click
 
 from qualify.cli.errors import _fail
 from qualify.cli.options import _db_option, _project_option
+from qualify.cli.output import echo_json, json_option, quiet_option
 
 __all__ = ["tune_cmd"]
 
@@ -41,7 +42,8 @@ __all__ = ["tune_cmd"]
     help="Do not write the winner into the project file (still raced, qualified and stored).",
 )
 @click.option("--emulate", is_flag=True, help="Tune even if this host does not match the class.")
-@click.option("--json", "as_json", is_flag=True, help="Print the tune record as JSON.")
+@json_option("tune-record")
+@quiet_option
 def tune_cmd(
     host_class: str,
     project_path: Path,
@@ -52,6 +54,7 @@ def tune_cmd(
     no_write: bool,
     emulate: bool,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """Race session settings for one class and keep the fastest that passes every gate.
 
@@ -84,13 +87,13 @@ def tune_cmd(
     tune = TuneOptions(
         budget_s=budget_s, max_trials=max_trials, artifact=artifact, write=not no_write
     )
-    with RunDisplay(enabled=not as_json) as display:
+    with RunDisplay(quiet=quiet) as display:
         outcome = tune_class(
             loaded, host_class, options, tune, on_event=display.event, on_progress=display.progress
         )
     record = outcome.record
     if as_json:
-        click.echo(record.model_dump_json(indent=2))
+        echo_json(record)
     else:
         for trial in record.trials:
             r = trial.vs_current

@@ -29,12 +29,30 @@ def test_piped_progress_is_a_line_at_most_every_interval_so_a_ci_log_is_never_si
     assert "round 1 " in lines[0] and "round 61 " in lines[-1]
 
 
-def test_piped_progress_is_shown_with_json_too_on_stderr() -> None:
-    display = RunDisplay(enabled=False, clock=lambda: 0.0)
+def test_piped_steps_and_progress_are_shown_in_every_mode_and_quiet_silences_them() -> None:
+    display = RunDisplay(clock=lambda: 0.0)
     out = _piped(display)
     with display:
-        display.event("not shown with --json")
+        display.event("measuring identity_mlp")
         display.progress("round 3 \x1b[31m(at least 40)")
     said = out.getvalue()
-    assert "round 3" in said and "not shown" not in said
+    assert "measuring identity_mlp" in said and "round 3" in said
     assert "\x1b" not in said  # a control character in a label cannot recolour the log
+    quiet = RunDisplay(quiet=True, clock=lambda: 0.0)
+    silenced = _piped(quiet)
+    with quiet:
+        quiet.event("measuring identity_mlp")
+        quiet.progress("round 3")
+    assert silenced.getvalue() == ""
+
+
+def test_a_piped_step_is_one_line_whatever_its_length() -> None:
+    """Rich wraps at the 80 columns it assumes for a pipe: a step's line is written whole."""
+    display = RunDisplay(clock=lambda: 0.0)
+    out = io.StringIO()
+    display.console = Console(file=out, force_terminal=False, width=80, log_path=False)
+    step = "parity of int8-qdq-per-channel against the baseline " + "x" * 200
+    with display:
+        display.event(step)
+    (line,) = out.getvalue().splitlines()
+    assert line.endswith(step) and line.startswith("[")
