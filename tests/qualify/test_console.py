@@ -1,12 +1,19 @@
-"""The run's display when its output is a pipe or a log (qualify.console)."""
+"""The run's display (qualify.console): its steps on a pipe or in a log, and its table."""
 
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
+import pytest
 from rich.console import Console
 
-from qualify.console import PIPE_PROGRESS_S, RunDisplay
+from qualify.console import PIPE_PROGRESS_S, RunDisplay, run_summary
+from qualify.project.load import load_project
+from qualify.run import RunOptions, qualify_run
+from schemas.cell import Reason
+from tests.qualify.projects import write_project
+from tests.qualify.scripted import Script, ScriptedWorkers, digest_of
 
 
 def _piped(display: RunDisplay) -> io.StringIO:
@@ -56,3 +63,29 @@ def test_a_piped_step_is_one_line_whatever_its_length() -> None:
         display.event(step)
     (line,) = out.getvalue().splitlines()
     assert line.endswith(step) and line.startswith("[")
+
+
+def test_the_run_table_shows_each_artifact_on_one_line_its_reasons_cut_with_an_ellipsis(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Eight long reasons (a swept-dims run's) wrapped to six lines per candidate: now one line,
+    and the run's JSON keeps every sentence whole."""
+    project = write_project(tmp_path, ["classifier"])
+    scripts = {digest_of(p): Script() for p in (tmp_path / "models").glob("*.onnx")}
+    loaded = load_project(project)
+    outcome = qualify_run(
+        loaded,
+        "here-cpu",
+        RunOptions(db_path=tmp_path / "m.duckdb", measure_alone=False),
+        workers=ScriptedWorkers(scripts).seam(),
+    )
+    long = [
+        Reason(code="parity_failed", message=f"dims {k}: " + "max abs 0.5 " * 20) for k in range(8)
+    ]
+    cells = [c.model_copy(update={"reasons": long}) for c in outcome.bundle.cells]
+    bundle = outcome.bundle.model_copy(update={"cells": cells})
+    RunDisplay().print_cells(bundle, loaded.project)
+    rows = [line for line in capsys.readouterr().out.splitlines() if "identity_mlp" in line]
+    assert len(rows) == 1 and "dims 0: max abs" in rows[0] and "…" in rows[0]
+    summary = run_summary(bundle)
+    assert summary["cells"][0]["reasons"][7]["message"] == long[7].message
