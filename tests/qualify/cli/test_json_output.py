@@ -21,6 +21,7 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
+from matrix.store import Store
 from qualify.cli import cli
 from qualify.cli.errors import EXIT_CLOSED_PIPE
 from qualify.console import run_summary
@@ -76,6 +77,9 @@ def story(tmp_path_factory: pytest.TempPathFactory) -> Story:
     )
     run = _scripted_run(project, db)
     assert [c["verdict"] for c in run["cells"]] == ["pass", "pass"], run
+    with Store.open(db) as store:  # the fleet's last try at 'elsewhere' lost its host
+        elsewhere = load_project(project).project.host_classes["elsewhere"].key
+        store.note_fleet_gaps([("elsewhere", elsewhere, "node_lost", "its host left mid-run")])
     out = ["--out", str(tmp / "manifest.json")]
     _cli("rollout", "start", "here-cpu", "--steps", "50,100", "--why", "canary\nsecond line", *key, *out, *common)  # fmt: skip
     return Story(tmp, common, run)
@@ -116,6 +120,9 @@ def test_every_read_command_answers_json_its_published_schema_accepts(story: Sto
     shown = documents["matrix-show"]
     assert shown["basis"] == "project" and len(shown["rows"]) == 2
     assert {c["host_class"] for c in shown["coverage"]} == {"here-cpu", "lost-gpu", "elsewhere"}
+    assert shown["fleet_gaps"] == [
+        {"host_class": "elsewhere", "reason": "node_lost", "detail": "its host left mid-run"}
+    ]
     (action,) = documents["rollout-log"]["actions"]
     assert action["action"] == "start" and action["why"] == "canary\nsecond line"  # whole
     (rollout,) = documents["rollout-status"]["rollouts"]
