@@ -62,6 +62,8 @@ DOCUMENTS: list[tuple[str, str]] = [
     ("matrix-stale.schema.json", "schemas.output:MatrixStale"),
     ("matrix-gate.schema.json", "schemas.output:MatrixGateShown"),
     ("matrix-export.schema.json", "schemas.output:ExportedFiles"),
+    ("matrix-ingest.schema.json", "schemas.output:BundlesIngested"),
+    ("telemetry-ingest.schema.json", "schemas.output:TelemetryIngested"),
     ("run-summary.schema.json", "schemas.output:RunSummary"),
     ("manifest-verify.schema.json", "schemas.output:ManifestVerified"),
     ("manifest-diff.schema.json", "schemas.output:ManifestDiffShown"),

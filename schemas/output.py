@@ -20,6 +20,8 @@ from schemas.project import HostClassKey
 from schemas.telemetry import StaleItem
 
 __all__ = [
+    "BadLine",
+    "BundlesIngested",
     "CellSummary",
     "ClassCoverage",
     "ClassEmulation",
@@ -29,6 +31,8 @@ __all__ = [
     "ExportedFiles",
     "FleetGap",
     "FleetStatusShown",
+    "IngestedBundle",
+    "IngestedFile",
     "Interrupted",
     "ManifestDiffShown",
     "ManifestVerified",
@@ -45,6 +49,7 @@ __all__ = [
     "RunWarnings",
     "RuntimeFound",
     "Steered",
+    "TelemetryIngested",
 ]
 
 CurrentVerdict = Literal["pass", "fail", "insufficient", "error", "stale"]
@@ -184,6 +189,55 @@ class ExportedFiles(Document):
     """``qualify matrix export --json``."""
 
     files: list[str] = Field(description="The Parquet files written, one per table or view.")
+
+
+class IngestedBundle(Document):
+    """What ``matrix ingest`` did with one bundle."""
+
+    path: str = Field(description="The bundle directory.")
+    run_id: str = Field(description="Its run id.")
+    status: Literal["ingested", "present"] = Field(
+        description="ingested: written now; present: already in the matrix, nothing written."
+    )
+    cells: int = Field(description="Cells in the bundle.")
+    samples: int = Field(description="Raw latency samples in the bundle.")
+
+
+class BundlesIngested(Document):
+    """``qualify matrix ingest --json``."""
+
+    bundles: list[IngestedBundle] = Field(description="One per path, in the order given.")
+
+
+class BadLine(Document):
+    """A telemetry line that is not a valid event (skipped)."""
+
+    line: int = Field(description="1-based line number in the file.")
+    message: str = Field(description="What is wrong: the field and the rule.")
+    text: str = Field(description="The start of the line (at most 120 characters).")
+
+
+class IngestedFile(Document):
+    """What ``telemetry ingest`` did with one file."""
+
+    path: str = Field(description="The file.")
+    sha256: str = Field(description="Digest of the bytes ingested so far (to its last newline).")
+    status: Literal["ingested", "present"] = Field(
+        description="ingested: events written now (for a grown file, its new lines); present: "
+        "these bytes were ingested before, nothing written."
+    )
+    first_line: int = Field(description="First line read by this ingest (1-based).")
+    lines: int = Field(description="Lines read by this ingest (blank ones included).")
+    events: int = Field(description="Events written.")
+    bad_lines: int = Field(description="Lines skipped as invalid (all of them).")
+    bad: list[BadLine] = Field(description="The first bad lines, in file order.")
+    pending_bytes: int = Field(description="Bytes after the last newline, left for next time.")
+
+
+class TelemetryIngested(Document):
+    """``qualify telemetry ingest --json``."""
+
+    files: list[IngestedFile] = Field(description="One per path, in the order given.")
 
 
 class CellSummary(Document):

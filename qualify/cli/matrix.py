@@ -260,7 +260,8 @@ def _coverage_entry(item: CoverageItem) -> dict[str, Any]:
 @matrix_group.command("ingest")
 @click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
 @_db_option
-def matrix_ingest(bundles: tuple[Path, ...], db_path: Path) -> None:
+@json_option("matrix-ingest")
+def matrix_ingest(bundles: tuple[Path, ...], db_path: Path, as_json: bool) -> None:
     """Load run bundles (from other hosts) into the matrix; idempotent by run id."""
     from matrix.ingest import ingest_bundles
     from matrix.store import Store
@@ -268,6 +269,17 @@ def matrix_ingest(bundles: tuple[Path, ...], db_path: Path) -> None:
 
     with Store.open(db_path, on_wait=lock_wait_message()) as db:
         report = ingest_bundles(db, list(bundles))
+    if as_json:
+        from dataclasses import asdict
+
+        from schemas.output import BundlesIngested
+
+        echo_json(
+            BundlesIngested.model_validate(
+                {"bundles": [asdict(b) | {"path": str(b.path)} for b in report.bundles]}
+            )
+        )
+        return
     for item in report.bundles:
         state = "ingested" if item.status == "ingested" else "already present"
         click.echo(f"{item.run_id}: {state} ({item.cells} cells, {item.samples} samples)")

@@ -29,13 +29,25 @@ def telemetry_group() -> None:
 @telemetry_group.command("ingest")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @_db_option
-def telemetry_ingest(files: tuple[Path, ...], db_path: Path) -> None:
+@json_option("telemetry-ingest")
+def telemetry_ingest(files: tuple[Path, ...], db_path: Path, as_json: bool) -> None:
     """Load JSON-lines telemetry files; idempotent, bad lines reported and skipped."""
     from datetime import UTC, datetime
 
     from qualify.telemetry.watch import ingest_files
 
     report = ingest_files(db_path, list(files), now=datetime.now(UTC))
+    if as_json:
+        from dataclasses import asdict
+
+        from schemas.output import TelemetryIngested
+
+        echo_json(
+            TelemetryIngested.model_validate(
+                {"files": [asdict(f) | {"path": str(f.path)} for f in report.files]}
+            )
+        )
+        return
     for f in report.files:
         click.echo(
             f"{f.path}: {f.status}, {f.events} events, {f.bad_lines} bad lines"

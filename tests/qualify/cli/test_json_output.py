@@ -132,6 +132,20 @@ def test_every_read_command_answers_json_its_published_schema_accepts(story: Sto
     assert len(documents["matrix-export"]["files"]) >= 2
 
 
+def test_ingest_commands_answer_json_too(story: Story, tmp_path: Path) -> None:
+    bundle = story.tmp / "bundles" / story.run["run_id"]
+    other = ["--db", str(tmp_path / "other.duckdb")]
+    ingested = _json("matrix", "ingest", str(bundle), *other)
+    _valid(ingested, "matrix-ingest")
+    assert [b["status"] for b in ingested["bundles"]] == ["ingested"]
+    events = tmp_path / "events.jsonl"
+    events.write_text("not an event\n")
+    said = _json("telemetry", "ingest", str(events), *other)
+    _valid(said, "telemetry-ingest")
+    (file,) = said["files"]
+    assert (file["events"], file["bad_lines"], file["bad"][0]["line"]) == (0, 1, 1)
+
+
 def test_matrix_show_json_without_a_project_file_is_the_cells_as_measured(story: Story) -> None:
     shown = _json("matrix", "show", "--db", story.common[3], "--project", "none.yaml")
     _valid(shown, "matrix-show")
