@@ -1,8 +1,5 @@
-"""Terminal output: the run's progress display, result tables and machine-readable summaries.
-
-Owns how things look in a terminal (rich) and the JSON summary of a run. It computes nothing
-that is not already in the cells.
-"""
+"""The run's terminal output: its progress on stderr (`RunDisplay`), its result table (rich), and
+the ``run --json`` document (`run_summary`). Computes nothing that is not in the cells."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The matrix as text: the table ``qualify matrix show`` prints, its CSV, and the budgets it shows.
-
-Owns the layout of the latest-cells table for a terminal or a pipe: aligned plain-text columns
-that are never truncated or wrapped (a pipe gets every character, whatever the width), with the
-verdict coloured only on a terminal that allows colour. Computes nothing that is not in the
-rows (``Store.matrix_rows``). Imports the standard library only: ``matrix show`` starts fast
-(rich, which draws the run's live display, costs more to import than the whole table).
-"""
+"""The matrix as text: ``matrix show``'s table (aligned columns, never wrapped; colour only on a
+terminal), its CSV of plain values, and one-line reasons for every listing. Computes nothing
+that is not in the rows; imports the standard library only (``matrix show`` starts fast)."""
 
 from __future__ import annotations
 

@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,7 +20,7 @@ from qualify.cli.output import echo_json, json_option, quiet_option
 from qualify.errors import QualifyError
 
 if TYPE_CHECKING:
-    from qualify.fleet.cluster import FleetStatus
+    from qualify.fleet.cluster import FleetOptions, FleetStatus
     from schemas.output import FleetStatusShown
 
 __all__ = ["fleet_group"]
@@ -130,6 +132,34 @@ def fleet_status_cmd(address: str, project_path: Path, connect_timeout: str, as_
     sys.exit(1 if status.unserved else 0)
 
 
+def _fleet_options(
+    db_path: Path,
+    address: str | None,
+    timeout: str,
+    deadline: str,
+    host_wait: str,
+    connect_timeout: str,
+) -> FleetOptions:
+    """The fleet run's options, each duration refused by name when it is bad."""
+    from qualify.fleet.cluster import FleetOptions
+
+    return FleetOptions(
+        db_path=db_path,
+        address=address,
+        timeout_s=_seconds(timeout, "--timeout"),
+        deadline_s=_seconds(deadline, "--deadline", most="30d"),
+        host_wait_s=_seconds(host_wait, "--host-wait", most="1d"),
+        connect_timeout_s=_seconds(connect_timeout, "--connect-timeout", most="1d"),
+    )
+
+
+def _progress(quiet: bool) -> Callable[[str], None]:
+    """Where the fleet run's progress goes: stderr, or nowhere with --quiet."""
+    if quiet:
+        return lambda message: None
+    return lambda message: click.echo(f"fleet: {message}", err=True)
+
+
 def status_document(status: FleetStatus) -> FleetStatusShown:
     """``fleet status --json`` of a `qualify.fleet.cluster.FleetStatus`."""
     from schemas.output import ClassHosts, FleetStatusShown
@@ -207,55 +237,43 @@ def fleet_run_cmd(
     address or project error, 3 with --gate when every class came back but the release cannot
     proceed.
     """
-    from qualify.fleet.cluster import FleetOptions, fleet_run
+    from qualify.fleet.cluster import fleet_run
     from qualify.project.load import load_project
+    from qualify.table import shorten
 
-    options = FleetOptions(
-        db_path=db_path,
-        address=address,
-        timeout_s=_seconds(timeout, "--timeout"),
-        deadline_s=_seconds(deadline, "--deadline", most="30d"),
-        host_wait_s=_seconds(host_wait, "--host-wait", most="1d"),
-        connect_timeout_s=_seconds(connect_timeout, "--connect-timeout", most="1d"),
-    )
+    options = _fleet_options(db_path, address, timeout, deadline, host_wait, connect_timeout)
     loaded = load_project(project_path)
-    known = list(loaded.project.host_classes)
     wanted = [c.strip() for c in classes.split(",") if c.strip()] if classes else None
-    scope = [c for c in dict.fromkeys(wanted or known) if c in known]
-
-    def ci(gaps: dict[str, str]) -> bool:
-        return _ci_outputs(
-            loaded,
-            db_path,
-            scope,
-            junit=junit_xml,
-            summary=summary_md,
-            gate=gate,
-            published=(published_manifest, published_pubkey),
-            gaps=gaps,
-        )
-
+    scope = [
+        c
+        for c in dict.fromkeys(wanted or loaded.project.host_classes)
+        if c in loaded.project.host_classes
+    ]
+    ci = functools.partial(
+        _ci_outputs,
+        loaded,
+        db_path,
+        scope,
+        junit=junit_xml,
+        summary=summary_md,
+        gate=gate,
+        published=(published_manifest, published_pubkey),
+    )
     try:
         # Ray prints the cluster's error reports (a dead raylet's last log lines) to stdout from
         # a thread of its own: they go to stderr with the run's progress, and stdout keeps the
         # one line per class.
         with contextlib.redirect_stdout(sys.stderr):
             outcome = fleet_run(
-                loaded,
-                options,
-                classes=wanted,
-                on_event=(lambda m: None)
-                if quiet
-                else (lambda m: click.echo(f"fleet: {m}", err=True)),
-                signals=True,
+                loaded, options, classes=wanted, on_event=_progress(quiet), signals=True
             )
     except QualifyError as exc:
         from qualify.fleet.driver import unmeasured
 
-        ci(unmeasured(scope, exc))
+        ci(gaps=unmeasured(scope, exc))
         raise
-    for run in outcome.classes:
+    for run in outcome.classes:  # one line per class: the message cut, the report has it whole
         shown = run.message if run.state == "done" else f"{run.state} ({run.reason}): {run.message}"
-        click.echo(f"{run.host_class}: {shown}")
-    blocked = ci(outcome.gaps)
+        click.echo(f"{run.host_class}: {shorten(shown, 240)}")
+    blocked = ci(gaps=outcome.gaps)
     sys.exit(1 if not outcome.ok else GATE_EXIT if blocked else 0)

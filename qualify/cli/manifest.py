@@ -81,6 +81,39 @@ def _echo_published(result: Any, out: Path, per_class_dir: Path | None) -> None:
     _warn_if_hosts_refuse(out, per_class_dir)
 
 
+def _validity(
+    publish: bool, key_path: Path | None, unsigned: bool, expires: str, per_class_dir: Path | None
+) -> Any:
+    """How long the manifest is valid; signing options are refused for a draft."""
+    from qualify.release.generate import MAX_VALIDITY, parse_duration
+
+    if publish:
+        return _signing_choice(key_path, unsigned, expires)
+    if key_path is not None or unsigned or per_class_dir is not None:
+        _fail(
+            "a draft is not signed: add --publish to sign and publish now, or run "
+            "qualify manifest publish --key KEYFILE after reviewing the draft"
+        )
+    return parse_duration(expires, what="--expires", most=MAX_VALIDITY)
+
+
+def _echo_draft(draft: Any, target: Path, release: str) -> None:
+    """What ``manifest generate`` says of the draft it wrote, and what to run next."""
+    from qualify.text import one_line
+
+    click.echo(f"draft {target}: release {release} version {draft.version}, not published")
+    for name, entry in draft.signed["entries"].items():
+        kept = draft.kept.get(name)
+        click.echo(
+            f"  {one_line(name)}: {entry['decision']} — {one_line(entry['summary'])}"
+            + (f" [kept: {kept}]" if kept else "")
+        )
+    click.echo(
+        f"next: qualify manifest diff manifest.json {target}, then "
+        f"qualify manifest publish {target} --key KEYFILE"
+    )
+
+
 @manifest_group.command("generate")
 @click.option("--release", required=True, help="Release name, e.g. digits-2026.12.")
 @click.option(
@@ -129,22 +162,9 @@ def manifest_generate(
     from qualify.measure.hostlock import lock_wait_message
     from qualify.project.load import load_project
     from qualify.project.view import record_view
-    from qualify.release.generate import (
-        MAX_VALIDITY,
-        draft_manifest,
-        generate_manifest,
-        parse_duration,
-    )
+    from qualify.release.generate import draft_manifest, generate_manifest
 
-    if publish:
-        validity = _signing_choice(key_path, unsigned, expires)
-    else:
-        if key_path is not None or unsigned or per_class_dir is not None:
-            _fail(
-                "a draft is not signed: add --publish to sign and publish now, or run "
-                "qualify manifest publish --key KEYFILE after reviewing the draft"
-            )
-        validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
+    validity = _validity(publish, key_path, unsigned, expires, per_class_dir)
     target = out or Path("manifest.json" if publish else "manifest.draft.json")
     loaded = load_project(project_path)
     _require_db(db_path)
@@ -174,19 +194,7 @@ def manifest_generate(
             expires_in=validity,
             artifact_base_uri=artifact_base_uri,
         )
-    click.echo(f"draft {target}: release {release} version {draft.version}, not published")
-    from qualify.text import one_line
-
-    for name, entry in draft.signed["entries"].items():
-        kept = draft.kept.get(name)
-        click.echo(
-            f"  {one_line(name)}: {entry['decision']} — {one_line(entry['summary'])}"
-            + (f" [kept: {kept}]" if kept else "")
-        )
-    click.echo(
-        f"next: qualify manifest diff manifest.json {target}, then "
-        f"qualify manifest publish {target} --key KEYFILE"
-    )
+    _echo_draft(draft, target, release)
 
 
 @manifest_group.command("publish")

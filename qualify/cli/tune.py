@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -95,23 +96,31 @@ def tune_cmd(
     if as_json:
         echo_json(record)
     else:
-        for trial in record.trials:
-            r = trial.vs_current
-            ratio = (
-                f"p50 x{r.p50_ratio:.3f} [{_bound(r.p50_lower)}, {_bound(r.p50_upper)}]  "
-                f"p99 x{r.p99_ratio:.3f} [{_bound(r.p99_lower)}, {_bound(r.p99_upper)}]"
-                if r is not None and r.p50_ratio is not None and r.p99_ratio is not None
-                else "no paired rounds"
-                if trial.trial
-                else "reference"
-            )
-            click.echo(f"  {trial.trial:>2} {trial.status:<9} {trial.label:<40} {ratio}")
-        if outcome.measured:
-            click.echo(f"winner: {record.winner_label}: {record.outcome}")
-        else:
-            click.echo(f"no winner: {record.outcome}")
+        _echo_trials(record, measured=outcome.measured)
     failed = record.winner != 0 and record.qualification_verdict != "pass"
     sys.exit(1 if failed or not outcome.measured else 0)
+
+
+def _echo_trials(record: Any, *, measured: bool) -> None:
+    """The tune's text: one line per trial with its ratios to the current settings, then the
+    winner (``--json`` prints the record)."""
+    from qualify.table import shorten
+
+    for trial in record.trials:
+        r = trial.vs_current
+        ratio = (
+            f"p50 x{r.p50_ratio:.3f} [{_bound(r.p50_lower)}, {_bound(r.p50_upper)}]  "
+            f"p99 x{r.p99_ratio:.3f} [{_bound(r.p99_lower)}, {_bound(r.p99_upper)}]"
+            if r is not None and r.p50_ratio is not None and r.p99_ratio is not None
+            else "no paired rounds"
+            if trial.trial
+            else "reference"
+        )
+        click.echo(f"  {trial.trial:>2} {trial.status:<9} {shorten(trial.label):<40} {ratio}")
+    if measured:
+        click.echo(f"winner: {record.winner_label}: {record.outcome}")
+    else:
+        click.echo(f"no winner: {record.outcome}")
 
 
 def _bound(value: float | None) -> str:

@@ -198,3 +198,40 @@ def _closed_pipe(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]
 def test_a_closed_pipe_ends_the_command_quietly(story: Story, args: list[str]) -> None:
     done = _closed_pipe(args, story.tmp)
     assert (done.returncode, done.stderr) == (EXIT_CLOSED_PIPE, "")
+
+
+READ_COMMANDS = (
+    "matrix show",
+    "matrix stale",
+    "matrix gate",
+    "matrix export",
+    "matrix ingest",
+    "run",
+    "tune",
+    "manifest show",
+    "manifest verify",
+    "manifest diff",
+    "rollout status",
+    "rollout log",
+    "telemetry check",
+    "telemetry ingest",
+    "emulators show",
+    "fleet status",
+)
+"""Every command that reads or reports: the ones that answer ``--json``."""
+
+
+def test_every_read_command_has_the_same_json_flag_naming_a_published_schema() -> None:
+    import re
+
+    import click
+
+    for path in READ_COMMANDS:
+        command: click.Command = cli
+        for name in path.split():
+            assert isinstance(command, click.Group)
+            command = command.commands[name]
+        (option,) = [p for p in command.params if "--json" in getattr(p, "opts", ())]
+        assert isinstance(option, click.Option) and option.is_flag, path
+        found = re.search(r"schemas/([\w-]+)\.schema\.json", option.help or "")
+        assert found and (SCHEMA_DIR / f"{found.group(1)}.schema.json").is_file(), path
