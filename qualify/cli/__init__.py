@@ -4,8 +4,6 @@ and prints or writes its result. How errors become messages and exit codes: ``er
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from qualify import __version__
@@ -24,7 +22,7 @@ from qualify.cli import (
     telemetry,
     tune,
 )
-from qualify.cli.errors import _QualifyGroup, end_on_closed_pipe
+from qualify.cli.errors import _QualifyGroup, flushed_at_exit
 
 __all__ = ["cli", "main"]
 
@@ -56,12 +54,5 @@ for _command in (
 
 def main() -> None:
     """Console-script entry point."""
-    try:
+    with flushed_at_exit():
         cli(prog_name="qualify")
-    finally:
-        # What a command wrote without a flush is flushed here, not by the interpreter at exit,
-        # where a closed pipe would print "Exception ignored ... BrokenPipeError".
-        try:
-            sys.stdout.flush()
-        except BrokenPipeError:
-            end_on_closed_pipe()

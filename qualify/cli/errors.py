@@ -5,16 +5,18 @@ and exit 70, never a bare traceback, and a reader that closed the pipe ends the 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any, NoReturn
 
 import click
 
 from qualify.errors import QualifyError
 
-__all__ = ["EXIT_CLOSED_PIPE", "EXIT_INTERNAL"]
+__all__ = ["EXIT_CLOSED_PIPE", "EXIT_INTERNAL", "end_on_closed_pipe", "flushed_at_exit"]
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
@@ -97,6 +99,19 @@ def end_on_closed_pipe() -> NoReturn:
     except (OSError, ValueError):  # no real stdout (a test's captured one): nothing to flush
         pass
     sys.exit(EXIT_CLOSED_PIPE)
+
+
+@contextlib.contextmanager
+def flushed_at_exit() -> Iterator[None]:
+    """Flush stdout when the command ends, here and not by the interpreter at exit, where a
+    closed pipe would print "Exception ignored ... BrokenPipeError" (`end_on_closed_pipe`)."""
+    try:
+        yield
+    finally:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            end_on_closed_pipe()
 
 
 def _say(message: str) -> None:

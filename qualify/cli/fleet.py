@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from qualify.fleet.cluster import FleetOptions, FleetStatus
     from schemas.output import FleetStatusShown
 
-__all__ = ["fleet_group"]
+__all__ = ["fleet_group", "status_document"]
 
 
 @click.group("fleet")

@@ -127,7 +127,8 @@ def _echo_show(
 ) -> None:
     """``matrix show``'s text: the table, the warnings, each gap and the coverage line."""
     from qualify.release.coverage import coverage_line
-    from qualify.table import print_matrix, shorten, warning_lines
+    from qualify.table import print_matrix, warning_lines
+    from qualify.text import one_line
 
     print_matrix(rows, sys.stdout, title=title)
     for line in warning_lines(warned):
@@ -135,7 +136,8 @@ def _echo_show(
     for item in items or ():
         if item.gap is not None:
             click.echo(
-                f"gap: {shorten(item.host_class)} x {shorten(item.artifact)}: " + shorten(item.note)
+                f"gap: {one_line(item.host_class)} x {one_line(item.artifact)}: "
+                + one_line(item.note)
             )
     if items is not None:
         click.echo(coverage_line(items))
