@@ -1,8 +1,5 @@
-"""Terminal output: the run's progress display, result tables and machine-readable summaries.
-
-Owns how things look in a terminal (rich) and the JSON summary of a run. It computes nothing
-that is not already in the cells.
-"""
+"""The run's terminal output: its progress on stderr (`RunDisplay`), its result table (rich), and
+the ``run --json`` document (`run_summary`). Computes nothing that is not in the cells."""
 
 from __future__ import annotations
 
@@ -18,7 +15,7 @@ from rich.status import Status
 from rich.table import Table
 from rich.text import Text
 
-from qualify.table import VERDICT_COLOR
+from qualify.table import VERDICT_COLOR, shorten
 from qualify.text import one_line
 
 if TYPE_CHECKING:
@@ -110,22 +107,21 @@ shows where sampling stands without a line per round of a fast model."""
 
 
 class RunDisplay:
-    """A live status line while a run works; silent when disabled (``--json``), but for the
-    progress lines a pipe gets (see `progress`)."""
+    """Progress on stderr in every mode (``--json`` too, beside the JSON on stdout): a live status
+    line on a terminal; on a pipe or in a log, one plain line per step, never wrapped or padded
+    by the renderer (a CI log gets each step whole, whatever its width), and sampling progress at
+    most once per `PIPE_PROGRESS_S`; nothing at all with ``quiet`` (``--quiet``)."""
 
-    def __init__(
-        self, enabled: bool = True, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.enabled = enabled
-        # Event lines wrap at the width rich finds (80 in a pipe) rather than being padded to a
-        # wide one; no source location on each line (qualify's own file:line tells a user nothing).
+    def __init__(self, quiet: bool = False, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.quiet = quiet
+        # No source location on each line (qualify's own file:line tells a user nothing).
         self.console = Console(stderr=True, log_path=False)
         self._status: Status | None = None
         self._clock = clock
         self._last_progress: float | None = None
 
     def __enter__(self) -> RunDisplay:
-        if self.enabled:
+        if not self.quiet and self.console.is_terminal:
             self._status = self.console.status("starting", spinner="dots")
             self._status.start()
         return self
@@ -141,7 +137,10 @@ class RunDisplay:
 
     def event(self, message: str) -> None:
         """Show one step: the line is kept and the spinner names the step."""
-        if not self.enabled:
+        if self.quiet:
+            return
+        if not self.console.is_terminal:
+            self._line(message)
             return
         text = Text(one_line(message))  # a Text is never parsed as markup
         self.console.log(text, highlight=False)
@@ -151,8 +150,9 @@ class RunDisplay:
     def progress(self, message: str) -> None:
         """Where a step stands: in place of the spinner's text on a terminal (not kept); as a
         line on a pipe or in a log, at most one per `PIPE_PROGRESS_S` (the first at once), so
-        that a CI log is never silent for minutes while the rounds sample, with ``--json``
-        too (on stderr, beside the JSON on stdout)."""
+        that a CI log is never silent for minutes while the rounds sample."""
+        if self.quiet:
+            return
         if self.console.is_terminal:
             if self._status is not None:
                 self._status.update(Text(one_line(message)))
@@ -161,7 +161,14 @@ class RunDisplay:
         if self._last_progress is not None and now - self._last_progress < PIPE_PROGRESS_S:
             return
         self._last_progress = now
-        self.console.log(Text(one_line(message)), highlight=False)
+        self._line(message)
+
+    def _line(self, message: str) -> None:
+        """One line on a pipe or in a log, as it is: rich would wrap it at the 80 columns it
+        assumes for a pipe (and pad it to them)."""
+        stream = self.console.file
+        stream.write(f"[{time.strftime('%H:%M:%S')}] {one_line(message)}\n")
+        stream.flush()
 
     def print_cells(self, bundle: RunBundle, project: Project) -> None:
         """The result table of one run."""
@@ -180,9 +187,11 @@ class RunDisplay:
             "fallback",
             "peak MB",
             "cold ms",
-            "reasons",
         ):
             table.add_column(col)
+        # One line per artifact, however many reasons: cut with an ellipsis where the width
+        # ends (the JSON and the report have every sentence whole).
+        table.add_column("reasons", no_wrap=True, overflow="ellipsis")
         for cell in bundle.cells:
             gate = cell.gate_latency
             style = VERDICT_COLOR[cell.verdict]
@@ -198,6 +207,6 @@ class RunDisplay:
                 "—" if cell.placement is None else str(cell.placement.fallback_nodes),
                 "—" if cell.peak_rss_mb is None else f"{cell.peak_rss_mb:.0f}",
                 _ms(cell.cold_init_ms),
-                plain("; ".join(r.message for r in cell.reasons)),
+                escape(shorten("; ".join(r.message for r in cell.reasons))),
             )
         _console().print(table)

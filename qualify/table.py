@@ -1,27 +1,26 @@
-"""The matrix as text: the table ``qualify matrix show`` prints, its CSV, and the budgets it shows.
-
-Owns the layout of the latest-cells table for a terminal or a pipe: aligned plain-text columns
-that are never truncated or wrapped (a pipe gets every character, whatever the width), with the
-verdict coloured only on a terminal that allows colour. Computes nothing that is not in the
-rows (``Store.matrix_rows``). Imports the standard library only: ``matrix show`` starts fast
-(rich, which draws the run's live display, costs more to import than the whole table).
-"""
+"""The matrix as text: ``matrix show``'s table (aligned columns, never wrapped; colour only on a
+terminal), its CSV of plain values, and one-line reasons for every listing. Computes nothing
+that is not in the rows; imports the standard library only (``matrix show`` starts fast)."""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 from collections.abc import Mapping
+from datetime import date, datetime
 from typing import IO, Any
 
 from qualify.text import one_line
 
 __all__ = [
     "VERDICT_COLOR",
+    "csv_value",
     "matrix_table",
     "print_matrix",
     "rows_to_csv",
+    "shorten",
     "use_color",
     "warning_lines",
     "with_budgets",
@@ -44,6 +43,17 @@ VERDICT_COLOR = {
 
 _SGR = {"green": "32", "red": "31", "yellow": "33", "magenta": "35"}
 """The terminal's code for each colour of `VERDICT_COLOR`."""
+
+
+REASON_WIDTH = 120
+"""Characters a reason (a why, a message) may take in a line of a table or a listing: the rest
+is cut with an ellipsis; ``--json`` and the report have the whole text."""
+
+
+def shorten(value: object, width: int = REASON_WIDTH) -> str:
+    """``value`` on one line (`one_line`), cut to ``width`` characters with an ellipsis."""
+    text = one_line(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def with_budgets(
@@ -176,13 +186,29 @@ def print_matrix(rows: list[dict[str, Any]], stream: IO[str], *, title: str = TI
     stream.write(matrix_table(rows, color=use_color(stream), title=title))
 
 
+def csv_value(value: object) -> object:
+    """One CSV cell as a plain value, never a Python repr: empty for null, ``true``/``false``,
+    ISO 8601 for a timestamp, JSON text for a list or a mapping (``["avx512f", "vnni"]``: a
+    spreadsheet shows it, and any JSON parser reads it back whole, where a "; " join could not
+    tell an item holding "; " from two items)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, list | tuple | dict):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return value
+
+
 def rows_to_csv(rows: list[dict[str, Any]]) -> str:
-    """The matrix rows as CSV with a header line."""
+    """The matrix rows as CSV with a header line, every cell a plain value (`csv_value`)."""
     if not rows:
         return ""
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=list(rows[0].keys()), lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+        writer.writerow({k: csv_value(v) for k, v in row.items()})
     return out.getvalue()

@@ -56,6 +56,21 @@ DOCUMENTS: list[tuple[str, str]] = [
     ("telemetry-event.schema.json", "schemas.telemetry:TelemetryEvent"),
     ("telemetry-check.schema.json", "schemas.telemetry:TelemetryCheck"),
     ("emulator-runtime.schema.json", "schemas.emulation:PreparedRuntime"),
+    ("tune-record.schema.json", "schemas.tune:TuneRecord"),
+    # What the read commands print with --json (schemas.output).
+    ("matrix-show.schema.json", "schemas.output:MatrixShown"),
+    ("matrix-stale.schema.json", "schemas.output:MatrixStale"),
+    ("matrix-gate.schema.json", "schemas.output:MatrixGateShown"),
+    ("matrix-export.schema.json", "schemas.output:ExportedFiles"),
+    ("matrix-ingest.schema.json", "schemas.output:BundlesIngested"),
+    ("telemetry-ingest.schema.json", "schemas.output:TelemetryIngested"),
+    ("run-summary.schema.json", "schemas.output:RunSummary"),
+    ("manifest-verify.schema.json", "schemas.output:ManifestVerified"),
+    ("manifest-diff.schema.json", "schemas.output:ManifestDiffShown"),
+    ("rollout-status.schema.json", "schemas.output:RolloutStatusShown"),
+    ("rollout-log.schema.json", "schemas.output:RolloutLog"),
+    ("emulators-show.schema.json", "schemas.output:EmulatorsShow"),
+    ("fleet-status.schema.json", "schemas.output:FleetStatusShown"),
 ]
 """The published documents: (file name, ``module:Model``). Models are imported only when needed,
 so a line may be added before other code imports its module."""

@@ -22,7 +22,7 @@ from qualify.cli import (
     telemetry,
     tune,
 )
-from qualify.cli.errors import _QualifyGroup
+from qualify.cli.errors import _QualifyGroup, flushed_at_exit
 
 __all__ = ["cli", "main"]
 
@@ -54,4 +54,5 @@ for _command in (
 
 def main() -> None:
     """Console-script entry point."""
-    cli(prog_name="qualify")
+    with flushed_at_exit():
+        cli(prog_name="qualify")

@@ -4,6 +4,7 @@ manifest (``--manifest``, ``--pubkey``)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,13 +69,15 @@ def _ci_outputs(
     unserved: list[str] | None = None,
     published: tuple[Path | None, Path | None] = (None, None),
     gaps: dict[str, str] | None = None,
+    on_check: Callable[[Any], None] | None = None,
 ) -> bool:
     """Write the CI files asked for; True when ``gate`` is on and the release is blocked.
     ``published``: --manifest and --pubkey, the published manifest to compare with.
 
     ``gaps``: classes this very command ended without a measurement, and why (a fleet run's;
     they count whatever older cells the matrix holds). Without a matrix file the files say that
-    nothing was measured."""
+    nothing was measured. ``on_check`` is given the `qualify.release.generate.ReleaseCheck`
+    (``matrix gate --json`` prints it)."""
     if junit is None and summary is None and not gate:
         return False
     from datetime import UTC, datetime
@@ -96,6 +99,8 @@ def _ci_outputs(
         check = release_check(
             loaded, db, scope=scope, unserved=unserved or [], current=current, gaps=gaps
         )
+    if on_check is not None:
+        on_check(check)
     if junit is not None:
         write_atomic(junit, junit_xml(check.items, check.gate))
     if summary is not None:

@@ -9,6 +9,7 @@ import click
 
 from qualify.cli.errors import _fail
 from qualify.cli.options import _db_option, _project_option
+from qualify.cli.output import echo_json, json_option, quiet_option
 
 __all__ = ["emulators_group"]
 
@@ -40,6 +41,7 @@ def emulators_group() -> None:
     "takes it.",
 )
 @click.option("--force", is_flag=True, help="Download and assemble it again even if prepared.")
+@quiet_option
 def emulators_prepare(
     class_name: str | None,
     arch: str | None,
@@ -47,6 +49,7 @@ def emulators_prepare(
     into: Path | None,
     onnxruntime: str | None,
     force: bool,
+    quiet: bool,
 ) -> None:
     """Download and assemble the runtime a class's emulated CPU needs (the only command that
     downloads: Debian's packages of the architecture's Python, onnxruntime and numpy wheels
@@ -62,7 +65,8 @@ def emulators_prepare(
         _fail("pass --class NAME (from the project file) or --arch aarch64, one of them")
 
     def say(message: str) -> None:
-        click.echo(f"  {message}", err=True)
+        if not quiet:
+            click.echo(f"  {message}", err=True)
 
     folder = into or user_emulator_dir()
     host_version = str(probe_runtime()["version"])
@@ -95,13 +99,17 @@ def emulators_prepare(
 @emulators_group.command("show")
 @_project_option
 @_db_option
-def emulators_show(project_path: Path, db_path: Path) -> None:
+@json_option("emulators-show")
+def emulators_show(project_path: Path, db_path: Path, as_json: bool) -> None:
     """QEMU, the prepared runtimes, and each class's emulated CPU (each runtime verified)."""
-    from qualify.measure.emulators import Emulators, status_lines
+    from qualify.measure.emulators import Emulators, emulator_status, status_lines
     from qualify.measure.sysroot import emulator_dirs
     from qualify.project.load import load_project
 
     classes = load_project(project_path, check_models=False).project.host_classes
     dirs = emulator_dirs(db_path.resolve().parent)
+    if as_json:
+        echo_json(emulator_status(classes, Emulators(runtime_dirs=dirs)))
+        return
     for line in status_lines(classes, Emulators(runtime_dirs=dirs)):
         click.echo(line)

@@ -4,18 +4,26 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from qualify.cli.ci import GATE_EXIT, _ci_options, _ci_outputs
 from qualify.cli.errors import _fail
 from qualify.cli.options import F, _db_option, _project_option
+from qualify.cli.output import echo_json, json_option, quiet_option
 from qualify.errors import QualifyError
 
-__all__ = ["fleet_group"]
+if TYPE_CHECKING:
+    from qualify.fleet.cluster import FleetOptions, FleetStatus
+    from schemas.output import FleetStatusShown
+
+__all__ = ["fleet_group", "status_document"]
 
 
 @click.group("fleet")
@@ -96,7 +104,8 @@ def fleet_join(address: str, project_path: Path, node_ip: str | None, connect_ti
 @click.option("--address", required=True, help="The Ray cluster's head, HOST:PORT.")
 @_project_option
 @_connect_timeout_option
-def fleet_status_cmd(address: str, project_path: Path, connect_timeout: str) -> None:
+@json_option("fleet-status")
+def fleet_status_cmd(address: str, project_path: Path, connect_timeout: str, as_json: bool) -> None:
     """Per class, the live hosts that can serve it, the hosts that advertise it but disagree
     with this project file or qualify version (and why), and nodes that share a machine.
 
@@ -109,6 +118,9 @@ def fleet_status_cmd(address: str, project_path: Path, connect_timeout: str) -> 
     loaded = load_project(project_path)
     nodes = read_nodes(address, timeout_s=_seconds(connect_timeout, "--connect-timeout"))
     status = fleet_status(loaded, nodes)
+    if as_json:
+        echo_json(status_document(status))
+        sys.exit(1 if status.unserved else 0)
     for name, hosts in status.hosts.items():
         click.echo(f"{name}: " + (", ".join(hosts) if hosts else "no host (unserved)"))
         for line in status.mismatched.get(name, []):
@@ -118,6 +130,49 @@ def fleet_status_cmd(address: str, project_path: Path, connect_timeout: str) -> 
     if status.unknown:
         click.echo("advertised but not in the project: " + ", ".join(status.unknown))
     sys.exit(1 if status.unserved else 0)
+
+
+def _fleet_options(
+    db_path: Path,
+    address: str | None,
+    timeout: str,
+    deadline: str,
+    host_wait: str,
+    connect_timeout: str,
+) -> FleetOptions:
+    """The fleet run's options, each duration refused by name when it is bad."""
+    from qualify.fleet.cluster import FleetOptions
+
+    return FleetOptions(
+        db_path=db_path,
+        address=address,
+        timeout_s=_seconds(timeout, "--timeout"),
+        deadline_s=_seconds(deadline, "--deadline", most="30d"),
+        host_wait_s=_seconds(host_wait, "--host-wait", most="1d"),
+        connect_timeout_s=_seconds(connect_timeout, "--connect-timeout", most="1d"),
+    )
+
+
+def _progress(quiet: bool) -> Callable[[str], None]:
+    """Where the fleet run's progress goes: stderr, or nowhere with --quiet."""
+    if quiet:
+        return lambda message: None
+    return lambda message: click.echo(f"fleet: {message}", err=True)
+
+
+def status_document(status: FleetStatus) -> FleetStatusShown:
+    """``fleet status --json`` of a `qualify.fleet.cluster.FleetStatus`."""
+    from schemas.output import ClassHosts, FleetStatusShown
+
+    return FleetStatusShown(
+        classes=[
+            ClassHosts(host_class=name, hosts=hosts, not_used=status.mismatched.get(name, []))
+            for name, hosts in status.hosts.items()
+        ],
+        unserved=status.unserved,
+        shared=status.shared,
+        unknown=status.unknown,
+    )
 
 
 @fleet_group.command("run")
@@ -153,6 +208,7 @@ def fleet_status_cmd(address: str, project_path: Path, connect_timeout: str) -> 
 @_project_option
 @_db_option
 @_ci_options
+@quiet_option
 def fleet_run_cmd(
     address: str | None,
     classes: str | None,
@@ -167,6 +223,7 @@ def fleet_run_cmd(
     gate: bool,
     published_manifest: Path | None,
     published_pubkey: Path | None,
+    quiet: bool,
 ) -> None:
     """Qualify each class on a host of that class, in parallel across hosts, into this matrix.
 
@@ -180,53 +237,43 @@ def fleet_run_cmd(
     address or project error, 3 with --gate when every class came back but the release cannot
     proceed.
     """
-    from qualify.fleet.cluster import FleetOptions, fleet_run
+    from qualify.fleet.cluster import fleet_run
     from qualify.project.load import load_project
+    from qualify.table import shorten
 
-    options = FleetOptions(
-        db_path=db_path,
-        address=address,
-        timeout_s=_seconds(timeout, "--timeout"),
-        deadline_s=_seconds(deadline, "--deadline", most="30d"),
-        host_wait_s=_seconds(host_wait, "--host-wait", most="1d"),
-        connect_timeout_s=_seconds(connect_timeout, "--connect-timeout", most="1d"),
-    )
+    options = _fleet_options(db_path, address, timeout, deadline, host_wait, connect_timeout)
     loaded = load_project(project_path)
-    known = list(loaded.project.host_classes)
     wanted = [c.strip() for c in classes.split(",") if c.strip()] if classes else None
-    scope = [c for c in dict.fromkeys(wanted or known) if c in known]
-
-    def ci(gaps: dict[str, str]) -> bool:
-        return _ci_outputs(
-            loaded,
-            db_path,
-            scope,
-            junit=junit_xml,
-            summary=summary_md,
-            gate=gate,
-            published=(published_manifest, published_pubkey),
-            gaps=gaps,
-        )
-
+    scope = [
+        c
+        for c in dict.fromkeys(wanted or loaded.project.host_classes)
+        if c in loaded.project.host_classes
+    ]
+    ci = functools.partial(
+        _ci_outputs,
+        loaded,
+        db_path,
+        scope,
+        junit=junit_xml,
+        summary=summary_md,
+        gate=gate,
+        published=(published_manifest, published_pubkey),
+    )
     try:
         # Ray prints the cluster's error reports (a dead raylet's last log lines) to stdout from
         # a thread of its own: they go to stderr with the run's progress, and stdout keeps the
         # one line per class.
         with contextlib.redirect_stdout(sys.stderr):
             outcome = fleet_run(
-                loaded,
-                options,
-                classes=wanted,
-                on_event=lambda m: click.echo(f"fleet: {m}", err=True),
-                signals=True,
+                loaded, options, classes=wanted, on_event=_progress(quiet), signals=True
             )
     except QualifyError as exc:
         from qualify.fleet.driver import unmeasured
 
-        ci(unmeasured(scope, exc))
+        ci(gaps=unmeasured(scope, exc))
         raise
-    for run in outcome.classes:
+    for run in outcome.classes:  # one line per class: the message cut, the report has it whole
         shown = run.message if run.state == "done" else f"{run.state} ({run.reason}): {run.message}"
-        click.echo(f"{run.host_class}: {shown}")
-    blocked = ci(outcome.gaps)
+        click.echo(f"{run.host_class}: {shorten(shown, 240)}")
+    blocked = ci(gaps=outcome.gaps)
     sys.exit(1 if not outcome.ok else GATE_EXIT if blocked else 0)

@@ -10,6 +10,7 @@ import click
 
 from qualify.cli.errors import _fail
 from qualify.cli.options import F, _db_option, _project_option, _RegularFile, _require_db
+from qualify.cli.output import echo_json, json_option
 from qualify.cli.publish import _recover, _warn_if_hosts_refuse
 
 __all__ = ["manifest_group"]
@@ -80,6 +81,39 @@ def _echo_published(result: Any, out: Path, per_class_dir: Path | None) -> None:
     _warn_if_hosts_refuse(out, per_class_dir)
 
 
+def _validity(
+    publish: bool, key_path: Path | None, unsigned: bool, expires: str, per_class_dir: Path | None
+) -> Any:
+    """How long the manifest is valid; signing options are refused for a draft."""
+    from qualify.release.generate import MAX_VALIDITY, parse_duration
+
+    if publish:
+        return _signing_choice(key_path, unsigned, expires)
+    if key_path is not None or unsigned or per_class_dir is not None:
+        _fail(
+            "a draft is not signed: add --publish to sign and publish now, or run "
+            "qualify manifest publish --key KEYFILE after reviewing the draft"
+        )
+    return parse_duration(expires, what="--expires", most=MAX_VALIDITY)
+
+
+def _echo_draft(draft: Any, target: Path, release: str) -> None:
+    """What ``manifest generate`` says of the draft it wrote, and what to run next."""
+    from qualify.text import one_line
+
+    click.echo(f"draft {target}: release {release} version {draft.version}, not published")
+    for name, entry in draft.signed["entries"].items():
+        kept = draft.kept.get(name)
+        click.echo(
+            f"  {one_line(name)}: {entry['decision']} — {one_line(entry['summary'])}"
+            + (f" [kept: {kept}]" if kept else "")
+        )
+    click.echo(
+        f"next: qualify manifest diff manifest.json {target}, then "
+        f"qualify manifest publish {target} --key KEYFILE"
+    )
+
+
 @manifest_group.command("generate")
 @click.option("--release", required=True, help="Release name, e.g. digits-2026.12.")
 @click.option(
@@ -128,22 +162,9 @@ def manifest_generate(
     from qualify.measure.hostlock import lock_wait_message
     from qualify.project.load import load_project
     from qualify.project.view import record_view
-    from qualify.release.generate import (
-        MAX_VALIDITY,
-        draft_manifest,
-        generate_manifest,
-        parse_duration,
-    )
+    from qualify.release.generate import draft_manifest, generate_manifest
 
-    if publish:
-        validity = _signing_choice(key_path, unsigned, expires)
-    else:
-        if key_path is not None or unsigned or per_class_dir is not None:
-            _fail(
-                "a draft is not signed: add --publish to sign and publish now, or run "
-                "qualify manifest publish --key KEYFILE after reviewing the draft"
-            )
-        validity = parse_duration(expires, what="--expires", most=MAX_VALIDITY)
+    validity = _validity(publish, key_path, unsigned, expires, per_class_dir)
     target = out or Path("manifest.json" if publish else "manifest.draft.json")
     loaded = load_project(project_path)
     _require_db(db_path)
@@ -173,19 +194,7 @@ def manifest_generate(
             expires_in=validity,
             artifact_base_uri=artifact_base_uri,
         )
-    click.echo(f"draft {target}: release {release} version {draft.version}, not published")
-    from qualify.text import one_line
-
-    for name, entry in draft.signed["entries"].items():
-        kept = draft.kept.get(name)
-        click.echo(
-            f"  {one_line(name)}: {entry['decision']} — {one_line(entry['summary'])}"
-            + (f" [kept: {kept}]" if kept else "")
-        )
-    click.echo(
-        f"next: qualify manifest diff manifest.json {target}, then "
-        f"qualify manifest publish {target} --key KEYFILE"
-    )
+    _echo_draft(draft, target, release)
 
 
 @manifest_group.command("publish")
@@ -243,7 +252,8 @@ def manifest_publish(
     type=_RegularFile(exists=True),
     help="Trusted public key (NAME.pub).",
 )
-def manifest_verify(path: Path, pubkey: Path) -> None:
+@json_option("manifest-verify")
+def manifest_verify(path: Path, pubkey: Path, as_json: bool) -> None:
     """Check a manifest's signature, format and expiry."""
     from datetime import UTC, datetime
 
@@ -253,6 +263,21 @@ def manifest_verify(path: Path, pubkey: Path) -> None:
     raw = read_manifest_file(path)
     verify(raw, load_public_key(pubkey), now=datetime.now(UTC), source=str(path))
     manifest = load_manifest(raw, source=str(path))
+    if as_json:
+        from schemas.output import ManifestVerified
+
+        signed = manifest.signed
+        echo_json(
+            ManifestVerified(
+                path=str(path),
+                valid=True,
+                release=signed.release,
+                version=signed.version,
+                classes=len(signed.entries),
+                expires=signed.expires,
+            )
+        )
+        return
     click.echo(
         f"{path}: OK — release {manifest.signed.release} version {manifest.signed.version}, "
         f"{len(manifest.signed.entries)} classes, expires {manifest.signed.expires}"
@@ -262,14 +287,21 @@ def manifest_verify(path: Path, pubkey: Path) -> None:
 @manifest_group.command("diff")
 @click.argument("old", type=_RegularFile(exists=True))
 @click.argument("new", type=_RegularFile(exists=True))
-def manifest_diff(old: Path, new: Path) -> None:
+@json_option("manifest-diff")
+def manifest_diff(old: Path, new: Path, as_json: bool) -> None:
     """Say which host class changes from what to what between two manifests, and why."""
     from manifest.diff import diff_manifests, render_changes
     from manifest.load import load_manifest, read_manifest_file
 
     a = load_manifest(read_manifest_file(old), source=str(old))
     b = load_manifest(read_manifest_file(new), source=str(new))
-    click.echo(render_changes(diff_manifests(a, b), a, b))
+    changes = diff_manifests(a, b)
+    if as_json:
+        from schemas.output import ManifestDiffShown
+
+        echo_json(ManifestDiffShown(old=str(old), new=str(new), changes=changes))
+        return
+    click.echo(render_changes(changes, a, b))
 
 
 @manifest_group.command("show")
@@ -278,9 +310,16 @@ def manifest_diff(old: Path, new: Path) -> None:
     type=_RegularFile(exists=True),
     default="manifest.json",
 )
-def manifest_show(path: Path) -> None:
-    """Print a manifest for people: per class, the decision, the artifact and why."""
+@json_option("manifest")
+def manifest_show(path: Path, as_json: bool) -> None:
+    """Print a manifest for people: per class, the decision, the artifact and why (with --json:
+    the document as read and validated; its signature is not checked: manifest verify)."""
     from manifest.load import load_manifest, read_manifest_file
+
+    manifest = load_manifest(read_manifest_file(path), source=str(path))
+    if as_json:
+        echo_json(manifest)
+        return
     from manifest.show import render_manifest
 
-    click.echo(render_manifest(load_manifest(read_manifest_file(path), source=str(path))))
+    click.echo(render_manifest(manifest))

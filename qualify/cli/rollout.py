@@ -23,6 +23,7 @@ from qualify.cli.options import (
     _settings,
     _tolerance_option,
 )
+from qualify.cli.output import echo_json, json_option
 from qualify.cli.publish import _recover, _warn_if_hosts_refuse
 
 if TYPE_CHECKING:
@@ -309,13 +310,13 @@ def rollout_clear(host_class: str, why: str, db_path: Path) -> None:
 
 @rollout_group.command("status")
 @_db_option
-def rollout_status(db_path: Path) -> None:
+@json_option("rollout-status")
+def rollout_status(db_path: Path, as_json: bool) -> None:
     """The rollouts in progress (or halted) in the current manifest, the classes held, pinned
     or whose rollout was aborted (each in force until 'qualify rollout clear'), and a
     publication a kill interrupted."""
     from matrix.publications import pending, steering
     from matrix.store import Store
-    from qualify.console import plain
     from qualify.release.generate import previous_manifest
 
     _require_db(db_path)
@@ -324,49 +325,108 @@ def rollout_status(db_path: Path) -> None:
         steered = steering(db)
         last = {str(r["rollout_id"]): r for r in db.rollout_log()}
         left = pending(db)
-    for p in left:
-        click.echo(
-            f"v{p.version} ({plain(str(p.intent.get('what', 'a publish')))}) was interrupted: "
-            "the next publishing command completes or discards it"
-        )
     if current is None:
+        from qualify.console import plain
+
+        for p in left:
+            click.echo(
+                f"v{p.version} ({plain(str(p.intent.get('what', 'a publish')))}) was interrupted: "
+                "the next publishing command completes or discards it"
+            )
         _fail("no manifest has been published from this matrix", 1)
-    for name, row in sorted(steered.items()):
-        what = {
-            "hold": "held",
-            "pin": f"pinned to {row['artifact']}",
-            "abort": f"rollout {row['rollout_id']} aborted (its hosts stay on the rollback)",
-        }[str(row["action"])]
-        click.echo(
-            f"{plain(name)}: {plain(what)} by {plain(row['actor'])} since "
-            f"{row['acted_at']:%Y-%m-%d %H:%M:%SZ} (v{row['version']}): {plain(row['why'])}"
-        )
-    found = bool(steered)
+    shown = _status_document(current, steered, last, left)
+    if as_json:
+        echo_json(shown)
+    else:
+        _echo_status(shown)
+
+
+def _status_document(
+    current: Any, steered: dict[str, Any], last: dict[str, Any], left: list[Any]
+) -> Any:
+    """What ``rollout status`` says, as its document (``schemas.output.RolloutStatusShown``)."""
+    from schemas.output import (
+        Interrupted,
+        RolloutInProgress,
+        RolloutStatusShown,
+        Steered,
+    )
+
+    rollouts = []
     for name, entry in current.signed.entries.items():
         if entry.rollout is None:
             continue
-        found = True
         r = entry.rollout
-        rest = entry.artifact.name if entry.artifact is not None else "nothing (hold)"
         halted = last.get(r.id)
-        state = (
-            f"HALTED ({plain(str(halted['why']))[:200]})"
-            if halted is not None and halted["action"] == "halt"
-            else "in progress"
+        stopped = halted is not None and halted["action"] == "halt"
+        rollouts.append(
+            RolloutInProgress(
+                host_class=name,
+                rollout_id=r.id,
+                artifact=r.artifact.name,
+                percent=r.percent,
+                step=r.step,
+                steps=list(r.steps),
+                halted=stopped,
+                halted_why=str(halted["why"]) if stopped and halted is not None else None,
+                rest=entry.artifact.name if entry.artifact is not None else None,
+            )
         )
+    return RolloutStatusShown(
+        manifest_version=current.signed.version,
+        interrupted=[
+            Interrupted(version=p.version, what=str(p.intent.get("what", "a publish")))
+            for p in left
+        ],
+        steered=[
+            Steered(host_class=name, **{k: row[k] for k in _STEERED_FIELDS})
+            for name, row in sorted(steered.items())
+        ],
+        rollouts=rollouts,
+    )
+
+
+_STEERED_FIELDS = ("action", "artifact", "rollout_id", "actor", "acted_at", "version", "why")
+
+
+def _echo_status(shown: Any) -> None:
+    """``rollout status``'s text: one line each, reasons cut to one line (``--json`` has them
+    whole)."""
+    from qualify.console import plain
+    from qualify.table import shorten
+
+    for p in shown.interrupted:
         click.echo(
-            f"{plain(name)}: rollout {plain(r.id)} of {plain(r.artifact.name)} at {r.percent}% "
-            f"(step {r.step} of {len(r.steps)}: {', '.join(map(str, r.steps))}), {state}; the "
-            f"rest run {plain(rest)} (v{current.signed.version})"
+            f"v{p.version} ({plain(p.what)}) was interrupted: "
+            "the next publishing command completes or discards it"
         )
-    if not found:
-        click.echo(f"no rollout, hold, pin or abort in force (manifest v{current.signed.version})")
+    for row in shown.steered:
+        what = {
+            "hold": "held",
+            "pin": f"pinned to {row.artifact}",
+            "abort": f"rollout {row.rollout_id} aborted (its hosts stay on the rollback)",
+        }[row.action]
+        click.echo(
+            f"{plain(row.host_class)}: {plain(what)} by {plain(row.actor)} since "
+            f"{row.acted_at:%Y-%m-%d %H:%M:%SZ} (v{row.version}): {plain(shorten(row.why))}"
+        )
+    for r in shown.rollouts:
+        state = f"HALTED ({plain(shorten(r.halted_why or ''))})" if r.halted else "in progress"
+        click.echo(
+            f"{plain(r.host_class)}: rollout {plain(r.rollout_id)} of {plain(r.artifact)} at "
+            f"{r.percent}% (step {r.step} of {len(r.steps)}: {', '.join(map(str, r.steps))}), "
+            f"{state}; the rest run {plain(r.rest or 'nothing (hold)')} "
+            f"(v{shown.manifest_version})"
+        )
+    if not shown.steered and not shown.rollouts:
+        click.echo(f"no rollout, hold, pin or abort in force (manifest v{shown.manifest_version})")
 
 
 @rollout_group.command("log")
 @click.option("--host-class", "host_class", help="Only this class.")
 @_db_option
-def rollout_log(host_class: str | None, db_path: Path) -> None:
+@json_option("rollout-log")
+def rollout_log(host_class: str | None, db_path: Path, as_json: bool) -> None:
     """Every rollout action: when, the version it published, who and why."""
     from matrix.store import Store
     from qualify.console import plain
@@ -374,6 +434,11 @@ def rollout_log(host_class: str | None, db_path: Path) -> None:
     _require_db(db_path)
     with Store.open(db_path, read_only=True) as db:
         rows = db.rollout_log(host_class)
+    if as_json:
+        from schemas.output import RolloutAction, RolloutLog
+
+        echo_json(RolloutLog(actions=[RolloutAction(**r) for r in rows]))
+        return
     if not rows:
         click.echo("no rollout recorded")
     for r in rows:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from qualify.cli.ci import GATE_EXIT, _ci_options, _ci_outputs
 from qualify.cli.errors import _fail, _say
 from qualify.cli.options import _db_option, _project_option
+from qualify.cli.output import echo_json, json_option, quiet_option
 
 __all__ = ["run_cmd"]
 
@@ -55,7 +56,8 @@ __all__ = ["run_cmd"]
     help="How long to wait for another run measuring on this host (the host-wide lock) before "
     "giving up, e.g. 30s, 1h; who holds it is said every 10 s.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the run summary as JSON.")
+@json_option("run-summary")
+@quiet_option
 @_ci_options
 def run_cmd(
     host_class: str,
@@ -67,6 +69,7 @@ def run_cmd(
     open_loop: bool,
     lock_wait: str,
     as_json: bool,
+    quiet: bool,
     junit_xml: Path | None,
     summary_md: Path | None,
     gate: bool,
@@ -79,35 +82,18 @@ def run_cmd(
     in error, 2 for a usage or project-file error or a host that does not match the class, 3
     with --gate when the release cannot proceed for this class.
     """
-    from datetime import timedelta
-
     from qualify.measure.runner import start_probe
 
     start_probe()  # its interpreter starts while this one loads the run and the project
     from qualify.console import RunDisplay, run_summary
     from qualify.project.load import load_project
-    from qualify.release.generate import parse_duration
-    from qualify.run import RunOptions, qualify_run
+    from qualify.run import qualify_run
 
-    soak_s = None
-    if soak is not None:
-        soak_s = parse_duration(soak, what="--soak", most=timedelta(days=7)).total_seconds()
-        if soak_s < 10:
-            _fail(f"--soak {soak!r}: a soak needs at least 10s to have windows worth comparing")
-    lock_wait_s = parse_duration(
-        lock_wait, what="--lock-wait", most=timedelta(days=1)
-    ).total_seconds()
+    options = _run_options(db_path, emulate, shared_host, soak, open_loop, lock_wait)
     loaded = load_project(project_path)
-    options = RunOptions(
-        db_path=db_path,
-        emulate=emulate,
-        measure_alone=not shared_host,
-        host_lock_wait_s=lock_wait_s,
-        soak_s=soak_s,
-        open_loop=open_loop,
-    )
-    with RunDisplay(enabled=not as_json) as display:
-        waits = display.event if display.console.is_terminal and not as_json else _say
+    with RunDisplay(quiet=quiet) as display:
+        # A wait for another run's host lock is said even with --quiet: it explains a pause.
+        waits = display.event if display.console.is_terminal and not quiet else _say
         outcome = qualify_run(
             loaded,
             host_class,
@@ -116,9 +102,8 @@ def run_cmd(
             on_wait=waits,
             on_progress=display.progress,
         )
-    summary = run_summary(outcome.bundle)
     if as_json:
-        click.echo(json.dumps(summary, indent=2))
+        echo_json(run_summary(outcome.bundle))
     else:
         display.print_cells(outcome.bundle, loaded.project)
     blocked = _ci_outputs(
@@ -131,3 +116,35 @@ def run_cmd(
         published=(published_manifest, published_pubkey),
     )
     sys.exit(1 if not outcome.ok else GATE_EXIT if blocked else 0)
+
+
+def _run_options(
+    db_path: Path,
+    emulate: bool,
+    shared_host: bool,
+    soak: str | None,
+    open_loop: bool,
+    lock_wait: str,
+) -> Any:
+    """The run's `qualify.run.RunOptions` from its options, each bad value refused by name."""
+    from datetime import timedelta
+
+    from qualify.release.generate import parse_duration
+    from qualify.run import RunOptions
+
+    soak_s = None
+    if soak is not None:
+        soak_s = parse_duration(soak, what="--soak", most=timedelta(days=7)).total_seconds()
+        if soak_s < 10:
+            _fail(f"--soak {soak!r}: a soak needs at least 10s to have windows worth comparing")
+    lock_wait_s = parse_duration(
+        lock_wait, what="--lock-wait", most=timedelta(days=1)
+    ).total_seconds()
+    return RunOptions(
+        db_path=db_path,
+        emulate=emulate,
+        measure_alone=not shared_host,
+        host_lock_wait_s=lock_wait_s,
+        soak_s=soak_s,
+        open_loop=open_loop,
+    )

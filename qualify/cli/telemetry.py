@@ -16,6 +16,7 @@ from qualify.cli.options import (
     _settings,
     _tolerance_option,
 )
+from qualify.cli.output import echo_json, json_option
 
 __all__ = ["telemetry_group"]
 
@@ -28,13 +29,25 @@ def telemetry_group() -> None:
 @telemetry_group.command("ingest")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @_db_option
-def telemetry_ingest(files: tuple[Path, ...], db_path: Path) -> None:
+@json_option("telemetry-ingest")
+def telemetry_ingest(files: tuple[Path, ...], db_path: Path, as_json: bool) -> None:
     """Load JSON-lines telemetry files; idempotent, bad lines reported and skipped."""
     from datetime import UTC, datetime
 
     from qualify.telemetry.watch import ingest_files
 
     report = ingest_files(db_path, list(files), now=datetime.now(UTC))
+    if as_json:
+        from dataclasses import asdict
+
+        from schemas.output import TelemetryIngested
+
+        echo_json(
+            TelemetryIngested.model_validate(
+                {"files": [asdict(f) | {"path": str(f.path)} for f in report.files]}
+            )
+        )
+        return
     for f in report.files:
         click.echo(
             f"{f.path}: {f.status}, {f.events} events, {f.bad_lines} bad lines"
@@ -71,7 +84,7 @@ def telemetry_ingest(files: tuple[Path, ...], db_path: Path) -> None:
     type=_RegularFile(exists=True),
     help="Manifest to compare with; default: the newest in the matrix, else ./manifest.json.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the alerts as JSON.")
+@json_option("telemetry-check")
 @_db_option
 def telemetry_check(
     since: str,
@@ -117,5 +130,8 @@ def telemetry_check(
     check = run_check(
         db_path, now=datetime.now(UTC), settings=settings, manifest_path=manifest_path
     )
-    click.echo(check.model_dump_json(indent=2) if as_json else render_check(check))
+    if as_json:
+        echo_json(check)
+    else:
+        click.echo(render_check(check))
     sys.exit(1 if check.alerts else 0)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from qualify.cli.errors import _fail
 from qualify.cli.options import _db_option, _project_option
+from qualify.cli.output import echo_json, json_option, quiet_option
 
 __all__ = ["tune_cmd"]
 
@@ -41,7 +43,8 @@ __all__ = ["tune_cmd"]
     help="Do not write the winner into the project file (still raced, qualified and stored).",
 )
 @click.option("--emulate", is_flag=True, help="Tune even if this host does not match the class.")
-@click.option("--json", "as_json", is_flag=True, help="Print the tune record as JSON.")
+@json_option("tune-record")
+@quiet_option
 def tune_cmd(
     host_class: str,
     project_path: Path,
@@ -52,6 +55,7 @@ def tune_cmd(
     no_write: bool,
     emulate: bool,
     as_json: bool,
+    quiet: bool,
 ) -> None:
     """Race session settings for one class and keep the fastest that passes every gate.
 
@@ -84,31 +88,39 @@ def tune_cmd(
     tune = TuneOptions(
         budget_s=budget_s, max_trials=max_trials, artifact=artifact, write=not no_write
     )
-    with RunDisplay(enabled=not as_json) as display:
+    with RunDisplay(quiet=quiet) as display:
         outcome = tune_class(
             loaded, host_class, options, tune, on_event=display.event, on_progress=display.progress
         )
     record = outcome.record
     if as_json:
-        click.echo(record.model_dump_json(indent=2))
+        echo_json(record)
     else:
-        for trial in record.trials:
-            r = trial.vs_current
-            ratio = (
-                f"p50 x{r.p50_ratio:.3f} [{_bound(r.p50_lower)}, {_bound(r.p50_upper)}]  "
-                f"p99 x{r.p99_ratio:.3f} [{_bound(r.p99_lower)}, {_bound(r.p99_upper)}]"
-                if r is not None and r.p50_ratio is not None and r.p99_ratio is not None
-                else "no paired rounds"
-                if trial.trial
-                else "reference"
-            )
-            click.echo(f"  {trial.trial:>2} {trial.status:<9} {trial.label:<40} {ratio}")
-        if outcome.measured:
-            click.echo(f"winner: {record.winner_label}: {record.outcome}")
-        else:
-            click.echo(f"no winner: {record.outcome}")
+        _echo_trials(record, measured=outcome.measured)
     failed = record.winner != 0 and record.qualification_verdict != "pass"
     sys.exit(1 if failed or not outcome.measured else 0)
+
+
+def _echo_trials(record: Any, *, measured: bool) -> None:
+    """The tune's text: one line per trial with its ratios to the current settings, then the
+    winner (``--json`` prints the record)."""
+    from qualify.table import shorten
+
+    for trial in record.trials:
+        r = trial.vs_current
+        ratio = (
+            f"p50 x{r.p50_ratio:.3f} [{_bound(r.p50_lower)}, {_bound(r.p50_upper)}]  "
+            f"p99 x{r.p99_ratio:.3f} [{_bound(r.p99_lower)}, {_bound(r.p99_upper)}]"
+            if r is not None and r.p50_ratio is not None and r.p99_ratio is not None
+            else "no paired rounds"
+            if trial.trial
+            else "reference"
+        )
+        click.echo(f"  {trial.trial:>2} {trial.status:<9} {shorten(trial.label):<40} {ratio}")
+    if measured:
+        click.echo(f"winner: {record.winner_label}: {record.outcome}")
+    else:
+        click.echo(f"no winner: {record.outcome}")
 
 
 def _bound(value: float | None) -> str:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qualify.measure.fingerprint import isa_mismatch
 from qualify.measure.job import WorkerJob
@@ -51,11 +52,15 @@ from schemas.emulation import (
 from schemas.host import Fingerprint
 from schemas.project import HostClass
 
+if TYPE_CHECKING:
+    from schemas.output import ClassEmulation, EmulatorsShow
+
 __all__ = [
     "Emulators",
     "NumericsPlan",
     "class_cpu",
     "emulated_passes",
+    "emulator_status",
     "plan_numerics",
     "prepare_for_class",
     "prepared_runtimes",
@@ -371,38 +376,87 @@ def prepare_for_class(
     return prepare(arch, version, numpy_version, into, on_event=on_event, force=force)
 
 
-def status_lines(classes: Mapping[str, HostClass], emulators: Emulators) -> list[str]:
-    """What ``qualify emulators show`` prints: QEMU per architecture, each prepared runtime,
-    and per class its emulated CPU and whether ``--emulate`` has what it needs here."""
-    lines = []
+def emulator_status(classes: Mapping[str, HostClass], emulators: Emulators) -> EmulatorsShow:
+    """What ``qualify emulators show`` says (``--json`` prints it): QEMU per architecture, each
+    prepared runtime, and per class its emulated CPU and whether ``--emulate`` has what it needs
+    here (a prepared runtime is verified against its recorded digest).
+
+    Raises:
+        SysrootError: a prepared runtime cannot be read or fails its verification.
+    """
+    from schemas.output import EmulatorsShow, QemuFound, RuntimeFound
+
+    qemu = []
     for arch in sorted({m.arch for m in CPU_MODELS.values()}):
-        qemu = emulators.find_qemu(arch)
-        where = f"{qemu} (QEMU {emulators.version(qemu) or 'unknown'})" if qemu else "not found"
-        lines.append(f"qemu {arch}: {where}")
-    for folder in emulators.runtime_dirs:
-        lines.append(f"runtimes in {folder}:")
-        for path, doc in prepared_runtimes(folder):
-            lines.append(
-                f"  {path.name}: Python {doc.python} (Debian {doc.debian_suite}), onnxruntime "
-                f"{doc.onnxruntime}, numpy {doc.numpy}, prepared {doc.prepared_at}"
-            )
-    for name, host_class in classes.items():
-        cpu, why = class_cpu(host_class)
-        if cpu is None:
-            lines.append(f"{name}: no emulated CPU ({why})")
-            continue
-        model = CPU_MODELS[cpu]
-        head = f"{name}: {cpu}, {model.level} ({why})"
-        if model.arch == emulators.host_arch:
-            lines.append(f"{head}: this host's Python under QEMU")
-            continue
+        found = emulators.find_qemu(arch)
+        qemu.append(
+            QemuFound(arch=arch, path=found, version=emulators.version(found) if found else None)
+        )
+    runtimes = [
+        RuntimeFound(folder=str(folder), name=path.name, runtime=doc)
+        for folder in emulators.runtime_dirs
+        for path, doc in prepared_runtimes(folder)
+    ]
+    shown = [_class_emulation(name, c, emulators) for name, c in classes.items()]
+    return EmulatorsShow(qemu=qemu, runtimes=runtimes, classes=shown)
+
+
+def _class_emulation(name: str, host_class: HostClass, emulators: Emulators) -> ClassEmulation:
+    """One class's emulated CPU and whether ``--emulate`` has what it needs here."""
+    from schemas.output import ClassEmulation
+
+    cpu, why = class_cpu(host_class)
+    if cpu is None:
+        return ClassEmulation(
+            host_class=name, cpu=None, level=None, why=why, runtime=None, ready=False, fix=None
+        )
+    model = CPU_MODELS[cpu]
+    runtime, fix = None, None
+    if model.arch != emulators.host_arch:  # else: this host's Python under QEMU
         fix = f"qualify emulators prepare --class {name}"
         found = find_runtime(emulators.runtime_dirs, model.arch, host_class.runtime, prefer=None)
-        if found is None:
-            lines.append(f"{head}: no {model.arch} runtime prepared; Fix: {fix}")
+        if found is not None:
+            verify_runtime(found[0], found[1], fix)
+            runtime, fix = str(found[0]), None
+    return ClassEmulation(
+        host_class=name,
+        cpu=cpu,
+        level=model.level,
+        why=why,
+        runtime=runtime,
+        ready=fix is None,
+        fix=fix,
+    )
+
+
+def status_lines(classes: Mapping[str, HostClass], emulators: Emulators) -> list[str]:
+    """What ``qualify emulators show`` prints: `emulator_status` in words."""
+    status = emulator_status(classes, emulators)
+    lines = []
+    for q in status.qemu:
+        where = f"{q.path} (QEMU {q.version or 'unknown'})" if q.path else "not found"
+        lines.append(f"qemu {q.arch}: {where}")
+    folder = None
+    for found in status.runtimes:
+        if found.folder != folder:
+            folder = found.folder
+            lines.append(f"runtimes in {folder}:")
+        doc = found.runtime
+        lines.append(
+            f"  {found.name}: Python {doc.python} (Debian {doc.debian_suite}), onnxruntime "
+            f"{doc.onnxruntime}, numpy {doc.numpy}, prepared {doc.prepared_at}"
+        )
+    for c in status.classes:
+        if c.cpu is None:
+            lines.append(f"{c.host_class}: no emulated CPU ({c.why})")
             continue
-        verify_runtime(found[0], found[1], fix)
-        lines.append(f"{head}: runtime {found[0]} (verified)")
+        head = f"{c.host_class}: {c.cpu}, {c.level} ({c.why})"
+        if c.runtime is not None:
+            lines.append(f"{head}: runtime {c.runtime} (verified)")
+        elif c.ready:
+            lines.append(f"{head}: this host's Python under QEMU")
+        else:
+            lines.append(f"{head}: no {CPU_MODELS[c.cpu].arch} runtime prepared; Fix: {c.fix}")
     return lines
 
 

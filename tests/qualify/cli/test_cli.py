@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import duckdb
+import jsonschema
 import pytest
 from click.testing import CliRunner
 
@@ -28,6 +29,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, objec
     write_project(tmp, ["identity_mlp_perturbed"])
     proc = run_qualify("run", "--host-class", "here-cpu", "--json", cwd=tmp)
     assert proc.returncode == 0, proc.stderr
+    (tmp / "run.stderr").write_text(proc.stderr)  # what the run said beside its JSON
     return tmp, json.loads(proc.stdout)
 
 
@@ -54,6 +56,20 @@ def test_run_json_summary_has_every_promised_field(ran: tuple[Path, dict[str, ob
             assert field in cell, field
     assert [c["verdict"] for c in cells] == ["pass", "fail"]
     assert cells[1]["reasons"][0]["code"] == "parity_failed"
+    published = json.loads((ROOT / "schemas" / "run-summary.schema.json").read_text())
+    jsonschema.Draft202012Validator(published).validate(summary)
+
+
+def test_run_json_still_says_each_step_on_stderr_one_unwrapped_line_each(
+    ran: tuple[Path, dict[str, object]],
+) -> None:
+    tmp, _ = ran
+    lines = (tmp / "run.stderr").read_text().splitlines()
+    # Each step a line of its own ("[12:00:01] ..."); besides them only what qualify says of a
+    # wait ("qualify: ..."): a line wrapped by the renderer would start with neither.
+    steps = [line for line in lines if line.startswith("[")]
+    assert all(line.startswith(("[", "qualify: ")) for line in lines), lines
+    assert len(steps) >= 3 and any(len(line) > 80 for line in steps), steps
 
 
 def test_matrix_show_formats(ran: tuple[Path, dict[str, object]]) -> None:

@@ -144,6 +144,25 @@ def test_status_names_hosts_that_disagree_with_this_project_or_version_and_share
     assert [[h.split(" ")[0] for h in group] for group in status.shared] == [["good", "twin"]]
 
 
+def test_status_json_is_what_the_published_schema_accepts(tmp_path: Path) -> None:
+    import json
+
+    import jsonschema
+
+    from qualify.cli.fleet import status_document
+    from schemas.generate import SCHEMA_DIR
+
+    loaded = load_project(write_project(tmp_path, []))
+    good = {VERSION_LABEL: __version__, PROJECT_LABEL: project_label(loaded), MACHINE_LABEL: "m1"}
+    nodes = [_node("good", ["here-cpu", "gone"], good), _node("skewed", ["lost-gpu"], {})]
+    document = json.loads(status_document(fleet_status(loaded, nodes)).model_dump_json())
+    schema = json.loads((SCHEMA_DIR / "fleet-status.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(document)
+    assert document["unserved"] == ["lost-gpu", "elsewhere"] and document["unknown"] == ["gone"]
+    assert [c["host_class"] for c in document["classes"]] == ["here-cpu", "lost-gpu", "elsewhere"]
+    assert "skewed" in document["classes"][1]["not_used"][0]
+
+
 def test_a_class_goes_only_to_a_live_node_that_advertises_it_and_satisfies_the_selector() -> None:
     labels = {VERSION_LABEL: "1", PROJECT_LABEL: "p"}
     node = _node("a", ["x"], labels)
