@@ -115,12 +115,13 @@ def _adoptable(entry: os.DirEntry[str]) -> bool:
         return entry.is_file(follow_symlinks=False)
     if not (_SET.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False)):
         return False
-    return all(
-        f.is_file(follow_symlinks=False)
-        and f.name.endswith(".json")
-        and _is_class_document(Path(f.path))
-        for f in os.scandir(entry.path)
-    )
+    with os.scandir(entry.path) as files:  # closed also when all() stops at the first miss
+        return all(
+            f.is_file(follow_symlinks=False)
+            and f.name.endswith(".json")
+            and _is_class_document(Path(f.path))
+            for f in files
+        )
 
 
 def _refuse(directory: Path, strangers: list[str], model: str | None = None) -> BuildError:
