@@ -560,32 +560,24 @@ def _error_cells(
     digests: Sequence[str],
     now: datetime,
 ) -> list[Cell]:
+    from qualify.measure.cells import Artifact, CellSite, cell_of
+
     host_class = loaded.project.host_classes[class_name]
+    site = CellSite(
+        run_id=run_id,
+        host_class=class_name,
+        key=host_class.key,
+        settings_digest=host_class.settings_digest(),
+        fingerprint=fp,
+        fleet_node=f"{placed['node']} ({placed['hostname']})",
+    )
     specs = [loaded.project.artifacts.baseline, *loaded.project.artifacts.candidates]
     return [
-        Cell(
-            run_id=run_id,
-            host_class=class_name,
-            key=host_class.key,
-            artifact_digest=digest,
-            artifact_name=spec.label,
-            role="baseline" if index == 0 else "candidate",
-            precision=spec.precision,
-            verdict="error",
-            reasons=[reason],
-            emulated=False,
-            isa=fp.isa,
-            measured_at=now,
-            settings_digest=host_class.settings_digest(),
-            runtime_version=fp.runtime.version,
-            cold_init_ms=None,
-            warm_init_ms=None,
-            peak_rss_mb=None,
-            peak_rss_source=None,
-            placement=None,
-            parity=None,
-            error=reason.message,
-            fleet_node=f"{placed['node']} ({placed['hostname']})",
+        cell_of(
+            site,
+            Artifact(digest, spec.label, "baseline" if index == 0 else "candidate", spec.precision),
+            reason,
+            now,
         )
         for index, (spec, digest) in enumerate(zip(specs, digests, strict=True))
     ]
