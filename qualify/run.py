@@ -331,16 +331,27 @@ class _Run:
 
     loaded: LoadedProject
     class_name: str
+    options: RunOptions
     host_class: HostClass
     fp: Fingerprint
-    inputs_path: Path
-    """The shared input pool every artifact is fed from."""
+    mismatches: list[str]
+    """How this host differs from the class (non-empty: an emulated run)."""
+    run_id: str
+    started: datetime
+    load_before: list[float]
     work_root: Path
     """The run's private folder (``a<i>`` per artifact, ``control``, ``rollback``)."""
     workers: Workers
     on_event: EventSink
-    on_worker_start: Callable[[str, int], None] | None = None
-    on_progress: EventSink | None = None
+    on_wait: EventSink
+    on_worker_start: Callable[[str, int], None] | None
+    on_progress: EventSink | None
+    now: Callable[[], datetime]
+
+    @property
+    def inputs_path(self) -> Path:
+        """The shared input pool every artifact is fed from."""
+        return self.work_root / "inputs.npz"
 
     @property
     def workload(self) -> Workload:
@@ -771,6 +782,36 @@ def qualify_run(
         HostMismatchError: the host is not of the class and emulation was not asked for.
         ArtifactError: an artifact file is missing.
     """
+    run, stored, store, pool = _begin(
+        loaded,
+        class_name,
+        options,
+        workers,
+        (on_event, on_wait or on_event, on_worker_start, on_progress, now),
+    )
+    try:
+        cells, samples, host_busy, rollback = _measure_all(run, stored, store, pool)
+    finally:
+        shutil.rmtree(run.work_root, ignore_errors=True)
+    return _record(run, cells, samples, host_busy, rollback)
+
+
+def _begin(
+    loaded: LoadedProject,
+    class_name: str,
+    options: RunOptions,
+    workers: Workers,
+    sinks: tuple[
+        EventSink,
+        EventSink,
+        Callable[[str, int], None] | None,
+        EventSink | None,
+        Callable[[], datetime],
+    ],
+) -> tuple[_Run, list[tuple[ArtifactSpec, str, Path]], ArtifactStore, dict[str, np.ndarray]]:
+    """Everything before measuring: the host checked against the class, the artifacts in the
+    store, what killed runs left cleaned up, the run's private folder made."""
+    on_event, on_wait, on_worker_start, on_progress, now = sinks
     _check_durations(loaded, class_name, options)
     host_class, fp, mismatches = check_host(loaded, class_name, options.emulate, workers.probe)
     db_dir = options.db_path.resolve().parent
@@ -783,15 +824,13 @@ def qualify_run(
         on_event("emulated: " + "; ".join(mismatches))
     stored = _store_artifacts(loaded, store)
     pool = build_pool(loaded.project.workload, loaded.resolve)
-    bundles_dir = options.bundle_dir or db_dir / "bundles"
-    waits = on_wait or on_event
     _clean_after_kills(
         options.db_path,
         db_dir,
-        bundles_dir,
+        _bundles_dir(options),
         options.lock_wait_s,
         on_event,
-        waits,
+        on_wait,
         loaded.project.model,
     )
     # Beside the matrix, not in a shared temp dir that a cleaner (or another run) may empty
@@ -800,58 +839,55 @@ def qualify_run(
         tempfile.mkdtemp(prefix=temp_prefix(f"work-{run_id}"), suffix=".tmp", dir=db_dir)
     )
     run = _Run(
-        loaded, class_name, host_class, fp, work_root / "inputs.npz", work_root, workers,
-        on_event, on_worker_start, on_progress,
+        loaded, class_name, options, host_class, fp, mismatches, run_id, started, load_before,
+        work_root, workers, on_event, on_wait, on_worker_start, on_progress, now,
     )  # fmt: skip
-    held = contextlib.ExitStack()
-    try:
+    return run, stored, store, pool
+
+
+def _bundles_dir(options: RunOptions) -> Path:
+    return options.bundle_dir or options.db_path.resolve().parent / "bundles"
+
+
+def _measure_all(
+    run: _Run,
+    stored: list[tuple[ArtifactSpec, str, Path]],
+    store: ArtifactStore,
+    pool: dict[str, np.ndarray],
+) -> tuple[list[Cell], pa.Table, bool, RollbackCheck | None]:
+    """Measure and judge every artifact, holding the host's measurement lock, then check the
+    class's rollback artifact: ``(cells, raw samples, host busy, rollback check)``."""
+    options, db_dir = run.options, run.options.db_path.resolve().parent
+    with contextlib.ExitStack() as held:
         plan = plan_numerics(
-            fp,
-            host_class,
-            class_name,
+            run.fp,
+            run.host_class,
+            run.class_name,
             options.emulate,
             options.emulators or Emulators(runtime_dirs=emulator_dirs(db_dir)),
-            work_root,
+            run.work_root,
         )
         if plan.source != "native" or plan.note:
-            on_event(plan.line)
+            run.on_event(plan.line)
         if options.measure_alone:  # the workers' whole lives: init, rounds, profile, rollback
-            held.enter_context(measuring_alone(wait_s=options.host_lock_wait_s, on_wait=waits))
+            held.enter_context(
+                measuring_alone(wait_s=options.host_lock_wait_s, on_wait=run.on_wait)
+            )
         np.savez(run.inputs_path, allow_pickle=False, **pool)
         site = CellSite(
-            run_id=run_id,
-            host_class=class_name,
-            key=host_class.key,
-            settings_digest=host_class.settings_digest(),
-            fingerprint=fp,
-            emulated=bool(mismatches),
+            run_id=run.run_id,
+            host_class=run.class_name,
+            key=run.host_class.key,
+            settings_digest=run.host_class.settings_digest(),
+            fingerprint=run.fp,
+            emulated=bool(run.mismatches),
             isa_mismatch=tuple(plan.isa_mismatch),
             measured_alone=options.measure_alone,
             fleet_node=options.fleet_node,
         )
-        cells, samples, host_busy = _measure_cells(run, site, stored, plan, options, now)
-        target = _rollback_target(options.db_path, class_name, host_class, stored[0])
-        rollback = _rollback_check(run, target, cells, store)
-    finally:
-        held.close()
-        shutil.rmtree(work_root, ignore_errors=True)
-    record = RunRecord(
-        run_id=run_id,
-        host_class=class_name,
-        key=host_class.key,
-        model=loaded.project.model,
-        started_at=started,
-        finished_at=now(),
-        emulated=bool(mismatches),
-        mismatches=mismatches,
-        settings_digest=site.settings_digest,
-        fingerprint=fp,
-        load_avg_before=load_before,
-        load_avg_after=list(os.getloadavg()),
-        rollback=rollback,
-        host_busy=host_busy,
-    )
-    return _record(run, RunBundle(run=record, cells=cells), samples, options, bundles_dir, waits)
+        cells, samples, host_busy = _measure_cells(run, site, stored, plan)
+        target = _rollback_target(options.db_path, run.class_name, run.host_class, stored[0])
+        return cells, samples, host_busy, _rollback_check(run, target, cells, store)
 
 
 def _measure_cells(
@@ -859,8 +895,6 @@ def _measure_cells(
     site: CellSite,
     stored: list[tuple[ArtifactSpec, str, Path]],
     plan: NumericsPlan,
-    options: RunOptions,
-    now: Callable[[], datetime],
 ) -> tuple[list[Cell], pa.Table, bool]:
     """Measure every artifact and judge its cell: ``(cells, raw samples, host busy)``."""
     wl = run.workload
@@ -874,8 +908,8 @@ def _measure_cells(
         run,
         stored,
         configs,
-        soak_seconds=options.soak_s,
-        open_loop_spec=wl.open_loop or (OpenLoop() if options.open_loop else None),
+        soak_seconds=run.options.soak_s,
+        open_loop_spec=wl.open_loop or (OpenLoop() if run.options.open_loop else None),
     )
     numerics = RunNumerics(plan, load=_load_outputs)
     numerics.run_passes(
@@ -895,7 +929,7 @@ def _measure_cells(
     cells: list[Cell] = []
     tables: list[pa.Table] = []
     for index, (_, digest, _) in enumerate(stored):
-        cells.append(_artifact_cell(run, judging, stored, index, now()))
+        cells.append(_artifact_cell(run, judging, stored, index, run.now()))
         tables.extend(_sample_tables(digest, measured.evidence[index]))
     samples = pa.concat_tables(tables) if tables else empty_samples()
     return cells, samples, measured.host_busy
@@ -958,22 +992,39 @@ def _artifact_cell(
 
 def _record(
     run: _Run,
-    bundle: RunBundle,
+    cells: list[Cell],
     samples: pa.Table,
-    options: RunOptions,
-    bundles_dir: Path,
-    waits: EventSink,
+    host_busy: bool,
+    rollback: RollbackCheck | None,
 ) -> RunOutcome:
-    """Write the run's bundle, then the matrix (one transaction)."""
-    if bundle.run.host_busy:
+    """The run's record; its bundle written, then the matrix (one transaction)."""
+    record = RunRecord(
+        run_id=run.run_id,
+        host_class=run.class_name,
+        key=run.host_class.key,
+        model=run.loaded.project.model,
+        started_at=run.started,
+        finished_at=run.now(),
+        emulated=bool(run.mismatches),
+        mismatches=run.mismatches,
+        settings_digest=run.host_class.settings_digest(),
+        fingerprint=run.fp,
+        load_avg_before=run.load_before,
+        load_avg_after=list(os.getloadavg()),
+        rollback=rollback,
+        host_busy=host_busy,
+    )
+    if host_busy:
         run.on_event(
             "host busy: the load average exceeded the usable cores while measuring; the "
             "interleaved rounds share the load, but the absolute figures are pessimistic"
         )
-    bundle_path = write_bundle(bundle, samples, bundles_dir)
+    bundle = RunBundle(run=record, cells=cells)
+    bundle_path = write_bundle(bundle, samples, _bundles_dir(run.options))
     run.on_event(f"bundle: {bundle_path}")
+    options = run.options
     with Store.open(
-        options.db_path, wait_s=options.lock_wait_s, on_wait=lock_wait_message(waits)
+        options.db_path, wait_s=options.lock_wait_s, on_wait=lock_wait_message(run.on_wait)
     ) as db:
         written = db.write_run(bundle, samples)
         record_view(db, run.loaded.project, run.loaded.sha256)
