@@ -496,8 +496,7 @@ def tune_class(
     """Race session settings for one class, prove the winner, store every trial.
 
     Returns:
-        The stored record and, when a configuration beat the current settings, the
-        qualification run under it.
+        The stored record and the winner's qualification run, if one beat the current settings.
 
     Raises:
         ProjectError: unknown class or artifact, or an edit of the project file that failed.
@@ -508,7 +507,7 @@ def tune_class(
     digest, stored = _stored(loaded, spec, options)
     started = now()
     run_id = new_run_id(class_name, started)
-    db_dir = options.db_path.resolve().parent
+    db_dir = options.db_path.resolve().parent  # beside the matrix, as a run's
     work_root = Path(tempfile.mkdtemp(prefix=temp_prefix(f"tune-{run_id}"), dir=db_dir))
     try:
         race = _Race(
@@ -518,10 +517,8 @@ def tune_class(
         arms, config = _race_settings(race, tune)
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
-    winner = _winner(arms)
-    measured = now()
+    winner, measured = _winner(arms), now()
     trials = [_trial(race, arm, run_id, measured, winner.index) for arm in arms]
-    compared = _compared(arms)
     qualification, verdict, applied, why = _prove_winner(race, arms, winner, options, tune)
     record = TuneRecord(
         tune_id=run_id,
@@ -544,7 +541,7 @@ def tune_class(
     )
     with Store.open(options.db_path, wait_s=options.lock_wait_s, model=loaded.project.model) as db:
         db.write_tune(record)
-    return TuneOutcome(record=record, qualification=qualification, measured=compared)
+    return TuneOutcome(record=record, qualification=qualification, measured=_compared(arms))
 
 
 def _race_settings(race: _Race, tune: TuneOptions) -> tuple[list[_Arm], LatencyConfig]:

@@ -98,6 +98,13 @@ def _kib_to_mb(kib: int | None) -> float | None:
     return kib / 1024.0 if kib is not None and kib > 0 else None
 
 
+def _own_reason(outcome: WorkerOutcome) -> list[Reason]:
+    """Why the child did not measure, as the cell's first reason; none when it did."""
+    if outcome.error_code is None:
+        return []
+    return [Reason(code=outcome.error_code, message=outcome.error_message or "")]
+
+
 def cell_of(
     site: CellSite,
     artifact: Artifact,
@@ -105,25 +112,20 @@ def cell_of(
     measured_at: datetime,
     measured: Measured = Measured(),
 ) -> Cell:
-    """The unjudged cell of one artifact: verdict ``error`` when it could not be measured,
-    else ``insufficient`` until ``manifest.gates.judge`` decides.
+    """The unjudged cell of one artifact: ``error`` when it was not measured, else
+    ``insufficient`` until ``manifest.gates.judge`` decides.
 
     Args:
         site: what the run's cells share.
         artifact: the artifact measured.
-        ended: the child's outcome (a result, its error, a timeout, a crash), or the reason
-            there is none (a fleet host lost or out of time: nothing was measured).
+        ended: the child's outcome (a result, an error, a timeout, a crash), or why there is
+            none (a fleet host lost or out of time).
         measured_at: when its process finished.
         measured: the run's own evidence about it.
     """
     outcome = ended if isinstance(ended, WorkerOutcome) else None
     result = outcome.result if outcome is not None else WorkerResult()
-    if outcome is None:
-        own = [ended] if isinstance(ended, Reason) else []
-    elif outcome.error_code is not None:
-        own = [Reason(code=outcome.error_code, message=outcome.error_message or "")]
-    else:
-        own = []
+    own = [ended] if isinstance(ended, Reason) else _own_reason(ended)
     return Cell(
         run_id=site.run_id,
         host_class=site.host_class,

@@ -474,6 +474,79 @@ class _Stages:
         }
 
 
+@dataclass
+class _Loop:
+    """What the timed loop's threads share: the session and feeds, where each records its
+    samples, and how they stop together (the first error stops all)."""
+
+    session: Any
+    feeds: list[dict[str, Any]]
+    concurrency: int
+    post: Callable[[list[Any]], Any]
+    should_stop: Callable[[list[list[int]]], bool]
+    check_every: int
+    per_thread: list[list[int]]
+    stop: threading.Event = field(default_factory=threading.Event)
+    errors: list[BaseException] = field(default_factory=list)
+
+    def plain(self, slot: int) -> None:
+        """One thread: time run() + post around each inference."""
+        out, session, feeds, post = self.per_thread[slot], self.session, self.feeds, self.post
+        stop, i = self.stop, slot
+        clock = time.perf_counter_ns
+        try:
+            while not stop.is_set():
+                feed = feeds[i % len(feeds)]
+                t0 = clock()
+                post(session.run(None, feed))
+                out.append(clock() - t0)
+                i += self.concurrency
+                if (
+                    slot == 0
+                    and len(out) % self.check_every == 0
+                    and self.should_stop(self.per_thread)
+                ):
+                    stop.set()
+        except BaseException as exc:
+            self.errors.append(exc)
+            stop.set()
+
+    def staged(self, stages: _Stages) -> Callable[[int], None]:
+        """One thread with a pipeline: pre + run() + post timed, inference alone as well."""
+
+        def loop(slot: int) -> None:
+            out, inference = self.per_thread[slot], stages.inference_ns[slot]
+            pre, session, post = stages.pre, self.session, self.post
+            stop, i = self.stop, slot
+            clock = time.perf_counter_ns
+            try:
+                while not stop.is_set():
+                    raw = stages.raw[i % len(stages.raw)]
+                    t0 = clock()
+                    feed = pre(raw) if pre is not None else raw
+                    t1 = clock()
+                    outs = session.run(None, feed)
+                    t2 = clock()
+                    stages.post(post(outs))
+                    t3 = clock()
+                    out.append(t3 - t0)
+                    inference.append(t2 - t1)
+                    stages.pre_ns[slot] += t1 - t0
+                    stages.post_ns[slot] += t3 - t2
+                    i += self.concurrency
+                    if (
+                        slot == 0
+                        and len(out) % self.check_every == 0
+                        and self.should_stop(self.per_thread)
+                    ):
+                        stop.set()
+            except BaseException as exc:
+                self.errors.append(exc)
+                stop.set()
+
+        return loop
+
+
 def _timed_loop(
     session: Any,
     feeds: list[dict[str, Any]],
@@ -491,61 +564,14 @@ def _timed_loop(
     competes with onnxruntime's for the cores while timing.
     """
     per_thread: list[list[int]] = [[] for _ in range(concurrency)]
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def work(slot: int) -> None:
-        out = per_thread[slot]
-        i = slot
-        clock = time.perf_counter_ns
-        try:
-            while not stop.is_set():
-                feed = feeds[i % len(feeds)]
-                t0 = clock()
-                post(session.run(None, feed))
-                out.append(clock() - t0)
-                i += concurrency
-                if slot == 0 and len(out) % check_every == 0 and should_stop(per_thread):
-                    stop.set()
-        except BaseException as exc:
-            errors.append(exc)
-            stop.set()
-
-    def staged(slot: int) -> None:
-        assert stages is not None
-        out, inference = per_thread[slot], stages.inference_ns[slot]
-        pre = stages.pre
-        i = slot
-        clock = time.perf_counter_ns
-        try:
-            while not stop.is_set():
-                raw = stages.raw[i % len(stages.raw)]
-                t0 = clock()
-                feed = pre(raw) if pre is not None else raw
-                t1 = clock()
-                outs = session.run(None, feed)
-                t2 = clock()
-                stages.post(post(outs))
-                t3 = clock()
-                out.append(t3 - t0)
-                inference.append(t2 - t1)
-                stages.pre_ns[slot] += t1 - t0
-                stages.post_ns[slot] += t3 - t2
-                i += concurrency
-                if slot == 0 and len(out) % check_every == 0 and should_stop(per_thread):
-                    stop.set()
-        except BaseException as exc:
-            errors.append(exc)
-            stop.set()
-
-    loop = work
+    shared = _Loop(session, feeds, concurrency, post, should_stop, check_every, per_thread)
+    loop: Callable[[int], None] = shared.plain
     if stages is not None:
         stages.reset(concurrency)
-        loop = staged
-
+        loop = shared.staged(stages)
     _on_threads(loop, concurrency)
-    if errors:
-        raise errors[0]
+    if shared.errors:
+        raise shared.errors[0]
     return per_thread
 
 
@@ -565,6 +591,19 @@ def _wait_until(due_ns: int, sleep: bool) -> None:
             time.sleep((left - _SPIN_NS) / 1e9)
 
 
+def _arrivals(rate: float, count: int, seed: int) -> Any:
+    """When each of ``count`` Poisson arrivals at ``rate``/s is due, ns from the start."""
+    import random  # numpy.random would add 6.5 MB of modules to the process
+    from array import array
+
+    draw = random.Random(seed).expovariate
+    due, at = array("q", bytes(8 * count)), 0.0
+    for k in range(count):
+        at += draw(rate)
+        due[k] = int(at * 1e9)
+    return due
+
+
 def _open_loop(
     session: Any,
     feeds: list[dict[str, Any]],
@@ -576,16 +615,11 @@ def _open_loop(
     from one queue in arrival order, each waits for its request's scheduled arrival if it is
     early, and a request's latency runs from that scheduled arrival to its answer, so that time
     spent queued behind earlier requests counts (a closed loop never sees it)."""
-    import random  # numpy.random would add 6.5 MB of modules to the process
     from array import array
 
-    rate, count, servers = float(cmd["rate"]), int(cmd["arrivals"]), int(cmd["servers"])
+    count, servers = int(cmd["arrivals"]), int(cmd["servers"])
     sleep = cmd.get("wait") == "sleep"
-    draw = random.Random(int(cmd["seed"])).expovariate
-    due, at = array("q", bytes(8 * count)), 0.0
-    for k in range(count):
-        at += draw(rate)
-        due[k] = int(at * 1e9)
+    due = _arrivals(float(cmd["rate"]), count, int(cmd["seed"]))
     latency, service = array("q", bytes(8 * count)), array("q", bytes(8 * count))
     taken = iter(range(count))
     lock = threading.Lock()
@@ -681,6 +715,18 @@ def _throughput(
     return sum(counts) / elapsed
 
 
+def _warm_up(
+    session: Any, feeds: list[dict[str, Any]], warmup: int, concurrency: int
+) -> float | None:
+    """Run the warm-up inferences; one thread's rate times the threads (the adaptive time cap
+    needs only its order), None without a warm-up."""
+    t0 = time.perf_counter()
+    for k in range(warmup):
+        session.run(None, feeds[k % len(feeds)])
+    warm_s = time.perf_counter() - t0
+    return warmup * concurrency / warm_s if warmup and warm_s > 0 else None
+
+
 def _latency_config(
     session: Any,
     feeds: list[dict[str, Any]],
@@ -693,15 +739,8 @@ def _latency_config(
 
     from qualify.measure.stats import AdaptiveP99, look_schedule, time_cap
 
-    warmup = job.warmup
-    t0 = time.perf_counter()
-    for k in range(warmup):
-        session.run(None, feeds[k % len(feeds)])
-    warm_s = time.perf_counter() - t0
     min_n, max_n = job.min_samples, job.max_samples
-    # One thread's warm-up rate, times the threads: the adaptive cap needs only its order.
-    rate = warmup * concurrency / warm_s if warmup and warm_s > 0 else None
-    cap = time_cap(job.time_cap_s, min_n, rate)
+    cap = time_cap(job.time_cap_s, min_n, _warm_up(session, feeds, job.warmup, concurrency))
     tracker = AdaptiveP99(
         budget_ms=job.budget_p99_ms,
         confidence=job.confidence,
@@ -933,6 +972,58 @@ def _save_parity_outputs(
     np.savez(job.outputs_path, allow_pickle=False, **packed)
 
 
+def _cold_init(
+    ort: Any,
+    model: str,
+    job: WorkerJob,
+    model_feed: Callable[[int], dict[str, Any]],
+    result: dict[str, Any],
+) -> tuple[Any, dict[str, Any]]:
+    """Cold init: session creation plus first inference in this fresh process, the bytes
+    verified again after the load, then where the nodes were placed."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t0 = time.perf_counter_ns()
+        try:
+            session = _create(ort, model, job, record_placement=True)
+        except Exception as exc:
+            raise _Failure(classify_exception(exc, "load"), f"{type(exc).__name__}: {exc}") from exc
+        t1 = time.perf_counter_ns()
+    result["warnings"] = [str(w.message) for w in caught]
+    first_feed = model_feed(0)
+    try:
+        session.run(None, first_feed)
+    except Exception as exc:
+        raise _Failure(classify_exception(exc, "run"), f"{type(exc).__name__}: {exc}") from exc
+    t2 = time.perf_counter_ns()
+    _verify(job, "after loading")
+    result["session_create_ms"] = (t1 - t0) / 1e6
+    result["cold_init_ms"] = (t2 - t0) / 1e6
+    result["placement"] = _placement(session, job.provider.expected)
+    if result["placement"] is None:
+        try:
+            result["placement"] = _placement_from_profile(ort, model, job, first_feed, session)
+        except Exception as exc:  # then placement stays unknown, and the verdict says so
+            result["warnings"].append(f"placement from the profiler failed: {exc}")
+    return session, first_feed
+
+
+def _warm_init(
+    ort: Any, model: str, job: WorkerJob, first_feed: dict[str, Any], result: dict[str, Any]
+) -> None:
+    """Warm init: a second session in the same process. A host never holds two, so the peak
+    reported is that of serving one: the high-water mark so far, then a fresh one from here."""
+    before_warm = hwm_kb()
+    t0 = time.perf_counter_ns()
+    second = _create(ort, model, job, record_placement=False)
+    second.run(None, first_feed)
+    result["warm_init_ms"] = (time.perf_counter_ns() - t0) / 1e6
+    del second
+    _trim_heap()
+    if before_warm is not None and reset_hwm():
+        result["hwm_before_warm_kb"] = before_warm
+
+
 def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
     """Digest check, cold init, placement, warm init and parity outputs; None in check mode
     and in parity mode (which saves the parity outputs and nothing more)."""
@@ -957,7 +1048,6 @@ def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
     model = job.artifact_path
     _verify(job, "before loading")
     pool = dict(np.load(job.inputs_path))
-    expected = job.provider.expected
     pre = _Hook("pre", job.pre_hook, job.hook_root) if job.pre_hook else None
     post = _Hook("post", job.post_hook, job.hook_root) if job.post_hook else None
 
@@ -965,49 +1055,14 @@ def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
         raw = _batch(pool, job, start, 1)
         return pre(raw) if pre is not None else raw
 
-    # Cold init: session creation plus first inference in this fresh process.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        t0 = time.perf_counter_ns()
-        try:
-            session = _create(ort, model, job, record_placement=True)
-        except Exception as exc:
-            raise _Failure(classify_exception(exc, "load"), f"{type(exc).__name__}: {exc}") from exc
-        t1 = time.perf_counter_ns()
-    result["warnings"] = [str(w.message) for w in caught]
-    first_feed = model_feed(0)
-    try:
-        session.run(None, first_feed)
-    except Exception as exc:
-        raise _Failure(classify_exception(exc, "run"), f"{type(exc).__name__}: {exc}") from exc
-    t2 = time.perf_counter_ns()
-    _verify(job, "after loading")
-    result["session_create_ms"] = (t1 - t0) / 1e6
-    result["cold_init_ms"] = (t2 - t0) / 1e6
-    result["placement"] = _placement(session, expected)
-    if result["placement"] is None:
-        try:
-            result["placement"] = _placement_from_profile(ort, model, job, first_feed, session)
-        except Exception as exc:  # then placement stays unknown, and the verdict says so
-            result["warnings"].append(f"placement from the profiler failed: {exc}")
+    session, first_feed = _cold_init(ort, model, job, model_feed, result)
     if job.mode == "check":
         return None
     if job.mode == "parity":  # under an emulated CPU: its timings are QEMU's, not the class's
         _save_parity_outputs(_recurrent(session, job), job, model_feed, post)
         return None
 
-    # Warm init: a second session in the same process. A host never holds two, so the peak
-    # reported is that of serving one: the high-water mark so far, then a fresh one from here.
-    before_warm = hwm_kb()
-    t0 = time.perf_counter_ns()
-    second = _create(ort, model, job, record_placement=False)
-    second.run(None, first_feed)
-    result["warm_init_ms"] = (time.perf_counter_ns() - t0) / 1e6
-    del second
-    _trim_heap()
-    if before_warm is not None and reset_hwm():
-        result["hwm_before_warm_kb"] = before_warm
-
+    _warm_init(ort, model, job, first_feed, result)
     # A recurrent model is compared, and timed, over sequences of steps, each from its start.
     session = _recurrent(session, job)
     _save_parity_outputs(session, job, model_feed, post)
