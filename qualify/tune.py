@@ -1,18 +1,9 @@
 """``qualify tune``: a bounded, raced search over one class's session settings.
 
-Owns the search: which settings to try (`search_space`: threads, execution mode, graph level,
-thread spinning, CPU affinity, integer precision, the options of the class's provider), the
-race (every configuration in its own measuring process, latency rounds interleaved in
-alternating order so that machine load hits all alike, successive halving: after each stage the
-configurations that are clearly slower than the class's current settings, or in the slower
-half, stop), the choice (the fastest at p99 whose paired ratio to the current settings has an
-upper confidence bound of at most 1 at p50 and at p99: at least as fast, with confidence; else
-the current settings stay), and the proof (a full qualification run under the winner, every
-gate, parity included, before the winner becomes the class's settings in the project file).
-
-Every trial is stored in the matrix as a cell of its own (`schemas.tune.Trial`, table ``tunes``),
-apart from the cells decisions rest on: a trial measures one configuration briefly, without
-parity, and must never qualify anything by itself.
+Owns the search space, the race (each configuration in its own process, interleaved rounds,
+successive halving), the choice (fastest at p99 with a paired ratio confidently <= 1, else the
+current settings) and the proof (a full qualification run before the winner is written). Each
+trial is stored as a cell of its own (table ``tunes``), never one a decision rests on.
 """
 
 from __future__ import annotations

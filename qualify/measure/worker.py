@@ -1,14 +1,10 @@
-"""The runner's child process: one artifact, one fresh interpreter, real onnxruntime.
+"""The measuring child: one artifact, one fresh interpreter, real onnxruntime.
 
-Owns everything that happens inside the measured subprocess: verifying the artifact's digest on
-the exact bytes it loads, cold and warm init, actual node placement, parity outputs, the latency
-protocol with adaptive p99 sampling, and the separate throughput pass. It is the only module that
-imports onnxruntime. It speaks plain JSON files with the parent (``qualify.measure.runner``): a job in (the
-typed contract of ``qualify.measure.job``), a result out, latency samples and parity outputs as ``.npz``. It does not judge anything; verdicts
-are the parent's business.
-
-Run as ``python -m qualify.measure.worker JOB.json`` or ``python -m qualify.measure.worker --probe``.
-Kept lean on purpose (no pydantic, no pandas): its imports count towards the measured memory.
+Owns what happens inside the measured subprocess: the digest on the exact bytes it loads, cold and
+warm init, node placement, parity outputs, latency with adaptive p99 sampling, throughput. It is the
+only module (with conversion) that imports onnxruntime; it reads a `qualify.measure.job.WorkerJob`
+and writes the result `qualify.measure.job.WorkerResult` reads. It judges nothing. Kept lean (no
+pydantic, no pandas): its imports count towards the measured memory.
 """
 
 from __future__ import annotations
