@@ -20,6 +20,7 @@ from schemas.cell import (
     LatencyResult,
     LoggedWarning,
     Numerics,
+    OffProviderNode,
     OpenLoopResult,
     ParityResult,
     Placement,
@@ -89,6 +90,10 @@ def placement_from(outcome: WorkerOutcome) -> Placement | None:
         fallback_nodes=report.fallback_nodes,
         session_providers=list(report.session_providers),
         source=report.source,  # type: ignore[arg-type]  # validated by the model
+        off_provider_nodes=[
+            OffProviderNode(name=n.name, op_type=n.op_type, domain=n.domain, provider=n.provider)
+            for n in report.off_provider_nodes
+        ],
         warnings=warnings,
         kernel_ms_per_provider=outcome.result.kernel_ms_per_provider,
     )

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from schemas.rules import OFF_PROVIDER_KEPT
+
 if TYPE_CHECKING:
     from pathlib import Path
 
@@ -23,6 +25,7 @@ __all__ = [
     "FeedJob",
     "JobError",
     "JobMode",
+    "OffNode",
     "PlacementReport",
     "ProviderJob",
     "ResultError",
@@ -273,6 +276,17 @@ class WorkerError:
 
 
 @dataclass(frozen=True)
+class OffNode:
+    """A node onnxruntime placed on another provider than the expected one."""
+
+    name: str
+    op_type: str
+    domain: str
+    provider: str
+    """The provider it was placed on."""
+
+
+@dataclass(frozen=True)
 class PlacementReport:
     """Where onnxruntime put the graph's nodes, as the child counted them."""
 
@@ -283,6 +297,9 @@ class PlacementReport:
     session_providers: tuple[str, ...]
     source: str
     """``graph_assignment`` (onnxruntime's own record) or ``profiler`` (older builds)."""
+    off_provider_nodes: tuple[OffNode, ...] = ()
+    """The first `schemas.rules.OFF_PROVIDER_KEPT` nodes off the expected provider;
+    ``fallback_nodes`` counts them all."""
 
 
 @dataclass(frozen=True)
@@ -438,6 +455,21 @@ def _error(value: object, where: str) -> WorkerError:
     )
 
 
+def _off_node(value: object, where: str) -> OffNode:
+    fields = _known(OffNode, value, where)
+    return OffNode(**{k: _str(fields.get(k), f"{where}.{k}") for k in _OFF_NODE_FIELDS})
+
+
+_OFF_NODE_FIELDS = ("name", "op_type", "domain", "provider")
+
+
+def _off_nodes(value: object, where: str) -> tuple[OffNode, ...]:
+    found = _tuple_of(_off_node)(value, where)
+    if len(found) > OFF_PROVIDER_KEPT:
+        raise ResultError(f"{where} names {len(found)} nodes, over {OFF_PROVIDER_KEPT}")
+    return found  # type: ignore[no-any-return]
+
+
 _PLACEMENT_FIELDS: dict[str, Any] = {
     "nodes_per_provider": _map_of(_int),
     "total_nodes": _int,
@@ -446,6 +478,7 @@ _PLACEMENT_FIELDS: dict[str, Any] = {
     "session_providers": _tuple_of(_str),
     "source": _str,
 }
+_PLACEMENT_OPTIONAL: dict[str, Any] = {"off_provider_nodes": _off_nodes}
 
 
 def _placement(value: object, where: str) -> PlacementReport:
@@ -453,9 +486,11 @@ def _placement(value: object, where: str) -> PlacementReport:
     missing = sorted(_PLACEMENT_FIELDS.keys() - fields.keys())
     if missing:
         raise ResultError(f"{where} lacks {missing}")
-    return PlacementReport(
-        **{k: read(fields[k], f"{where}.{k}") for k, read in _PLACEMENT_FIELDS.items()}
-    )
+    given = {k: read(fields[k], f"{where}.{k}") for k, read in _PLACEMENT_FIELDS.items()}
+    for k, read in _PLACEMENT_OPTIONAL.items():
+        if k in fields:
+            given[k] = read(fields[k], f"{where}.{k}")
+    return PlacementReport(**given)
 
 
 _RESULT_FIELDS: dict[str, Any] = {

@@ -25,7 +25,7 @@ from typing import Any
 from qualify.measure import contain, cpus, energy
 from qualify.measure.job import FeedJob, JobError, WorkerJob
 from qualify.measure.procfs import hwm_kb, reset_hwm
-from schemas.rules import batched_on, fallback_count, sample_at, swept_axes
+from schemas.rules import OFF_PROVIDER_KEPT, batched_on, fallback_count, sample_at, swept_axes
 from schemas.settings import option_text
 
 __all__ = ["classify_exception", "main", "probe"]
@@ -224,7 +224,11 @@ def _create(
 
 
 def _placement_doc(
-    counts: dict[str, int], expected: str, session: Any, source: str
+    counts: dict[str, int],
+    expected: str,
+    session: Any,
+    source: str,
+    off: list[dict[str, str]],
 ) -> dict[str, Any]:
     total = sum(counts.values())
     return {
@@ -234,18 +238,36 @@ def _placement_doc(
         "fallback_nodes": fallback_count(counts, expected),
         "session_providers": list(session.get_providers()),
         "source": source,
+        "off_provider_nodes": off,
+    }
+
+
+def _off_node(name: str, op_type: str, domain: str, provider: str) -> dict[str, str]:
+    """A node that ran off the expected provider, its texts cut to what the cell keeps."""
+    return {
+        "name": str(name)[:512],
+        "op_type": str(op_type)[:256],
+        "domain": str(domain)[:256],
+        "provider": str(provider)[:256],
     }
 
 
 def _placement(session: Any, expected: str) -> dict[str, Any] | None:
-    """Nodes per provider from ``get_provider_graph_assignment_info()``; None on older builds."""
+    """Nodes per provider from ``get_provider_graph_assignment_info()``, and the first
+    `OFF_PROVIDER_KEPT` nodes off ``expected`` by name; None on older builds."""
     getter = getattr(session, "get_provider_graph_assignment_info", None)
     if getter is None:
         return None
     counts: dict[str, int] = {}
+    off: list[dict[str, str]] = []
     for subgraph in getter():
-        counts[subgraph.ep_name] = counts.get(subgraph.ep_name, 0) + len(subgraph.get_nodes())
-    return _placement_doc(counts, expected, session, "graph_assignment")
+        nodes = subgraph.get_nodes()
+        counts[subgraph.ep_name] = counts.get(subgraph.ep_name, 0) + len(nodes)
+        if subgraph.ep_name == expected:
+            continue
+        for node in nodes[: max(0, OFF_PROVIDER_KEPT - len(off))]:
+            off.append(_off_node(node.name, node.op_type, node.domain, subgraph.ep_name))
+    return _placement_doc(counts, expected, session, "graph_assignment", off)
 
 
 def _profile_events(
@@ -264,14 +286,16 @@ def _profile_events(
     return events
 
 
-def _node_events(events: list[dict[str, Any]]) -> Iterator[tuple[str, str, float]]:
-    """(node name, provider, duration us) of each kernel the profiler saw run."""
+def _node_events(events: list[dict[str, Any]]) -> Iterator[tuple[str, str, float, str]]:
+    """(node name, provider, duration us, op type) of each kernel the profiler saw run."""
     suffix = "_kernel_time"
     for event in events:
         name = str(event.get("name", ""))
         if event.get("cat") == "Node" and name.endswith(suffix):
-            provider = str(event.get("args", {}).get("provider", "unknown"))
-            yield name[: -len(suffix)], provider, float(event.get("dur", 0))
+            args = event.get("args", {})
+            provider = str(args.get("provider", "unknown"))
+            op = str(args.get("op_name", ""))
+            yield name[: -len(suffix)], provider, float(event.get("dur", 0)), op
 
 
 def _placement_from_profile(
@@ -285,13 +309,18 @@ def _placement_from_profile(
     it counts kernels after fusion, so a QDQ graph shows fewer nodes than the graph assignment
     reports (measured on the bench CNN's int8 QDQ build: 10 against 28; fp32: 7 against 9).
     """
-    first: dict[str, str] = {}
-    for node, provider, _ in _node_events(_profile_events(ort, model, job, [feed], 1, "place")):
-        first.setdefault(node, provider)
+    first: dict[str, tuple[str, str]] = {}
+    events = _profile_events(ort, model, job, [feed], 1, "place")
+    for node, provider, _, op in _node_events(events):
+        first.setdefault(node, (provider, op))
     counts: dict[str, int] = {}
-    for provider in first.values():
+    off: list[dict[str, str]] = []
+    expected = job.provider.expected
+    for node, (provider, op) in first.items():
         counts[provider] = counts.get(provider, 0) + 1
-    return _placement_doc(counts, job.provider.expected, session, "profiler")
+        if provider != expected and len(off) < OFF_PROVIDER_KEPT:
+            off.append(_off_node(node, op, "", provider))
+    return _placement_doc(counts, expected, session, "profiler", off)
 
 
 def _batch(pool: dict[str, Any], job: WorkerJob, start: int, size: int) -> dict[str, Any]:
@@ -791,7 +820,7 @@ def _kernel_time_per_provider(
     if runs <= 0:
         return None
     totals: dict[str, float] = {}
-    for _, name, dur in _node_events(_profile_events(ort, model, job, feeds, runs, "profile")):
+    for _, name, dur, _ in _node_events(_profile_events(ort, model, job, feeds, runs, "profile")):
         totals[name] = totals.get(name, 0.0) + dur
     # The first run (session warm-up inside the profiler) counts too; over `runs` it averages out.
     return {name: us / 1000.0 / runs for name, us in sorted(totals.items())}
