@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from qualify.measure.job import PlacementReport, WorkerJob, WorkerResult
+from qualify.measure.job import OffNode, PlacementReport, WorkerJob, WorkerResult
 from qualify.measure.runner import Launch, WorkerOutcome, Workers
-from schemas.rules import fallback_count
+from schemas.rules import OFF_PROVIDER_KEPT, fallback_count
 
 CPU = "CPUExecutionProvider"
 
@@ -26,6 +26,9 @@ class Script:
     latency_s: float = 0.002
     """Every inference takes this long (with 1% seeded jitter)."""
     placement: Mapping[str, int] = field(default_factory=lambda: {CPU: 10})
+    off_provider: tuple[tuple[str, str], ...] | None = None
+    """(name, op type) of the nodes its session places off the expected provider, in order;
+    None: ``node<i>``/``Op`` for as many as ``placement`` puts there (the first 20 named)."""
     outputs: Mapping[str, np.ndarray] = field(
         default_factory=lambda: {"y": np.linspace(0.0, 1.0, 64, dtype=np.float32).reshape(4, 16)}
     )
@@ -66,8 +69,19 @@ def _result(job: WorkerJob, script: Script) -> WorkerResult:
             fallback_nodes=fallback_count(nodes, expected),
             session_providers=tuple(job.provider.execution_providers),
             source="graph_assignment",
+            off_provider_nodes=_off_nodes(nodes, expected, script),
         ),
     )
+
+
+def _off_nodes(nodes: Mapping[str, int], expected: str, script: Script) -> tuple[OffNode, ...]:
+    """The nodes the script places off ``expected``, as the worker names them."""
+    elsewhere = [p for p, n in nodes.items() if p != expected for _ in range(n)]
+    named = script.off_provider or tuple((f"node{i}", "Op") for i in range(len(elsewhere)))
+    return tuple(
+        OffNode(name=name, op_type=op, domain="", provider=provider)
+        for (name, op), provider in zip(named, elsewhere, strict=False)
+    )[:OFF_PROVIDER_KEPT]
 
 
 def queue_reply(rate: float, arrivals: int, seed: int, service_s: float) -> dict[str, Any]:

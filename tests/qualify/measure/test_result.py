@@ -14,12 +14,14 @@ from hypothesis import strategies as st
 
 from qualify.measure.job import (
     RESULT_MOST_BYTES,
+    OffNode,
     PlacementReport,
     ResultError,
     WorkerError,
     WorkerResult,
 )
 from qualify.measure.runner import Launch, run_worker
+from schemas.rules import OFF_PROVIDER_KEPT
 from tests.models import build
 from tests.qualify.jobs import make_job
 
@@ -44,6 +46,9 @@ FULL = WorkerResult(
         fallback_nodes=3,
         session_providers=("CUDAExecutionProvider", "CPUExecutionProvider"),
         source="graph_assignment",
+        off_provider_nodes=(
+            OffNode(name="relu", op_type="Relu", domain="", provider="CPUExecutionProvider"),
+        ),
     ),
     hwm_before_warm_kb=60000,
     hwm_before_profile_kb=61000,
@@ -82,6 +87,14 @@ def test_a_result_that_says_little_takes_the_defaults() -> None:
 )
 def test_a_damaged_result_is_refused_naming_the_field(doc: object, named: str) -> None:
     with pytest.raises(ResultError, match=named):
+        WorkerResult.from_json(json.dumps(doc))
+
+
+def test_a_result_naming_more_off_provider_nodes_than_a_cell_keeps_is_refused() -> None:
+    doc = dataclasses.asdict(FULL)
+    node = doc["placement"]["off_provider_nodes"][0]
+    doc["placement"]["off_provider_nodes"] = [node] * (OFF_PROVIDER_KEPT + 1)
+    with pytest.raises(ResultError, match=r"result\.placement\.off_provider_nodes names 21"):
         WorkerResult.from_json(json.dumps(doc))
 
 
