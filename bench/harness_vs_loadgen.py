@@ -327,7 +327,7 @@ def _measure_qualify(case: Case, work: Path, workdir: Path, queries: int, rnd: i
     with np.load(job.samples_path) as npz:
         raw = npz[f"b{case.batch}_c1"].astype(np.float64) / 1e3  # ns -> us
     pct = percentiles(raw)
-    cfg = outcome.result["configs"][0]
+    cfg = outcome.result.configs[0]
     notes = [] if raw.size == queries else [f"timed {raw.size} queries, not {queries}"]
     if cfg["stopped"] not in ("decided", "max_samples"):
         notes.append(f"worker stopped by {cfg['stopped']}")

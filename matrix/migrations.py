@@ -353,6 +353,11 @@ SELECT model, now() FROM (
 """
 """A matrix from before the stamp is stamped with the lines its runs and manifests name."""
 
+_MATRIX_VIEW_16 = _MATRIX_VIEW.replace(
+    "emulated, measured_at", "emulated, isa_mismatch, numerics, numerics_cpu, measured_at"
+)
+_OFF_PROVIDER_NODES = "STRUCT(name VARCHAR, op_type VARCHAR, domain VARCHAR, provider VARCHAR)[]"
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         version=1,
@@ -475,9 +480,22 @@ MIGRATIONS: tuple[Migration, ...] = (
             "UPDATE cells SET numerics = coalesce(json_extract_string(cell, '$.numerics.source'), "
             "CASE WHEN len(isa_mismatch) > 0 THEN 'other_isa' ELSE 'native' END), "
             "numerics_cpu = json_extract_string(cell, '$.numerics.cpu')",
-            _MATRIX_VIEW.replace(
-                "emulated, measured_at",
-                "emulated, isa_mismatch, numerics, numerics_cpu, measured_at",
+            _MATRIX_VIEW_16,
+        ),
+    ),
+    Migration(
+        version=17,
+        name="cells.off_provider_nodes: the nodes (name, op type) that ran off the expected "
+        "provider, the first 20, and the matrix view showing them",
+        statements=(
+            "DROP VIEW matrix",
+            f"ALTER TABLE cells ADD COLUMN off_provider_nodes {_OFF_PROVIDER_NODES}",
+            # What the cell document names; null for a cell recorded before nodes were named.
+            "UPDATE cells SET off_provider_nodes = from_json(json_extract(cell, "
+            '\'$.placement.off_provider_nodes\'), \'[{"name": "VARCHAR", "op_type": '
+            '"VARCHAR", "domain": "VARCHAR", "provider": "VARCHAR"}]\')',
+            _MATRIX_VIEW_16.replace(
+                "total_nodes, peak_rss_mb", "total_nodes, off_provider_nodes, peak_rss_mb"
             ),
         ),
     ),

@@ -187,6 +187,7 @@ def _cell_row(cell: Cell) -> dict[str, Any]:
         "nodes_per_provider": (
             json.dumps(placement.nodes_per_provider, sort_keys=True) if placement else None
         ),
+        "off_provider_nodes": _off_provider_nodes(cell),
         "parity_passed": cell.parity.passed if cell.parity else None,
         "gate_batch_size": gate.batch_size if gate else None,
         "gate_concurrency": gate.concurrency if gate else None,
@@ -203,6 +204,13 @@ def _cell_row(cell: Cell) -> dict[str, Any]:
         "isa_mismatch": list(cell.isa_mismatch),
         **_numerics_columns(cell),
     }
+
+
+def _off_provider_nodes(cell: Cell) -> list[dict[str, str]] | None:
+    """The nodes that ran off the expected provider, as the column holds them; None where
+    the cell does not name them."""
+    nodes = cell.placement.off_provider_nodes if cell.placement is not None else None
+    return None if nodes is None else [n.model_dump() for n in nodes]
 
 
 def _numerics_columns(cell: Cell) -> dict[str, str | None]:

@@ -42,15 +42,15 @@ from qualify.measure.ab import (
     interleave,
     slowdowns,
 )
-from qualify.measure.emulators import Emulators, plan_numerics
+from qualify.measure.cells import Artifact, CellSite, Measured, cell_of
+from qualify.measure.emulators import Emulators, NumericsPlan, plan_numerics
 from qualify.measure.fingerprint import class_cpus, class_mismatches, take_fingerprint
 from qualify.measure.hostlock import DEFAULT_WAIT_S, lock_wait_message, measuring_alone
-from qualify.measure.job import WorkerJob, job_for
+from qualify.measure.job import JobMode, WorkerJob, job_for
 from qualify.measure.numerics import Outputs, RunNumerics
 from qualify.measure.openloop import open_loop
 from qualify.measure.parity import OutputRole, compare_outputs, output_roles, unpack
 from qualify.measure.runner import SUBPROCESSES, RoundWorker, WorkerOutcome, Workers
-from qualify.measure.runtime_log import merge
 from qualify.measure.soak import soak
 from qualify.measure.stats import percentiles
 from qualify.measure.sysroot import emulator_dirs
@@ -66,11 +66,8 @@ from schemas.cell import (
     Cell,
     LatencyConfig,
     LatencyResult,
-    LoggedWarning,
     OpenLoopResult,
     ParityResult,
-    Placement,
-    Reason,
     RollbackCheck,
     RunBundle,
     RunRecord,
@@ -95,7 +92,6 @@ __all__ = [
     "check_host",
     "latency_results",
     "new_run_id",
-    "placement_from",
     "qualify_run",
     "roles_of",
     "warning_lines",
@@ -161,7 +157,7 @@ def latency_results(
 ) -> list[LatencyResult]:
     """One artifact's latency results; the baseline's carry the A/A control's rounds
     (``control``) and its ratio to the baseline (``aa``)."""
-    throughput = outcome.result.get("throughput_ips") or {}
+    throughput = outcome.result.throughput_ips
     results = []
     for config, ev in evidence.items():
         ns = ev.samples_ns
@@ -318,112 +314,134 @@ def _soak_config(evidence: list[dict[LatencyConfig, ConfigEvidence]]) -> Latency
     return None
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What every step of one run works with: the project, the class, this host, where the
+    run's files go, where its processes come from and where it says what it does."""
+
+    loaded: LoadedProject
+    class_name: str
+    options: RunOptions
+    host_class: HostClass
+    fp: Fingerprint
+    mismatches: list[str]
+    """How this host differs from the class (non-empty: an emulated run)."""
+    run_id: str
+    started: datetime
+    load_before: list[float]
+    work_root: Path
+    """The run's private folder (``a<i>`` per artifact, ``control``, ``rollback``)."""
+    workers: Workers
+    on_event: EventSink
+    on_wait: EventSink
+    on_worker_start: Callable[[str, int], None] | None
+    on_progress: EventSink | None
+    now: Callable[[], datetime]
+
+    @property
+    def inputs_path(self) -> Path:
+        """The shared input pool every artifact is fed from."""
+        return self.work_root / "inputs.npz"
+
+    @property
+    def workload(self) -> Workload:
+        return self.loaded.project.workload
+
+    @property
+    def cores(self) -> int:
+        """The cores the run may use (its affinity, else all)."""
+        return len(self.fp.affinity) or self.fp.cores
+
+    def job(self, path: Path, digest: str, work: Path, mode: JobMode) -> WorkerJob:
+        """The job of one artifact in this run (pinned as the class says, the same CPUs for
+        every artifact of the class)."""
+        return job_for(
+            artifact_path=path,
+            digest=digest,
+            host_class=self.host_class,
+            workload=self.workload,
+            root=self.loaded.root,
+            cpus=class_cpus(self.fp, self.host_class)[0],
+            inputs_path=self.inputs_path,
+            work=work,
+            mode=mode,
+        )
+
+    def serve(self, job: WorkerJob, work: Path, label: str) -> RoundWorker:
+        """A live measuring process for ``job``."""
+        return self.workers.serve(
+            job,
+            work,
+            timeout_s=self.host_class.budgets.timeout_s,
+            on_start=_bind_label(self.on_worker_start, label),
+        )
+
+
+@dataclass
+class _Live:
+    """The artifacts' processes while they are measured in rounds."""
+
+    live: list[RoundWorker | None] = field(default_factory=list)
+    """Per artifact, its process, or None once it ended (its outcome is then in ``ended``)."""
+    ended: dict[int, WorkerOutcome] = field(default_factory=dict)
+    opened: list[RoundWorker] = field(default_factory=list)
+    """Every process started, to close whatever happens."""
+    jobs: list[WorkerJob] = field(default_factory=list)
+
+
+def _prepare_all(run: _Run, stored: list[tuple[ArtifactSpec, str, Path]], into: _Live) -> None:
+    """Start and prepare every artifact's process, one at a time (cold init, placement and
+    parity alone on the machine)."""
+    for index, (spec, digest, stored_path) in enumerate(stored):
+        role = "baseline" if index == 0 else "candidate"
+        run.on_event(f"{spec.label} ({role}, {digest[:19]}): preparing")
+        work = run.work_root / f"a{index}"
+        work.mkdir()
+        # No re-hash here: ``store.add`` just hashed the copy, and the worker re-hashes the
+        # exact bytes it hands to onnxruntime before loading them.
+        job = run.job(stored_path, digest, work, "serve")
+        into.jobs.append(job)
+        worker = run.serve(job, work, spec.label)
+        into.opened.append(worker)
+        if worker.ready():
+            into.live.append(worker)
+        else:
+            into.ended[index] = worker.finish([])
+            into.live.append(None)
+
+
 def _interleaved_outcomes(
+    run: _Run,
     stored: list[tuple[ArtifactSpec, str, Path]],
     configs: list[LatencyConfig],
-    host_class: HostClass,
-    loaded: LoadedProject,
-    inputs_path: Path,
-    work_root: Path,
-    fp: Fingerprint,
-    on_event: EventSink,
-    on_worker_start: Callable[[str, int], None] | None,
-    workers: Workers,
-    on_progress: EventSink | None,
+    *,
     soak_seconds: float | None,
     open_loop_spec: OpenLoop | None,
 ) -> _Measured:
-    """Prepare every artifact in its own process, one at a time (cold init, placement and
-    parity alone on the machine), then interleave their latency rounds, then let each finish
-    alone (throughput and profile)."""
-    live: list[RoundWorker | None] = []
-    outcomes: dict[int, WorkerOutcome] = {}
-    opened: list[RoundWorker] = []
-    jobs: list[WorkerJob] = []
-    cpus = class_cpus(fp, host_class)[0]  # the same for every artifact of the class
+    """Prepare every artifact in its own process, one at a time, then interleave their latency
+    rounds (and the soak and the open-loop search, if asked), then let each finish alone
+    (throughput and profile)."""
+    procs = _Live()
     try:
-        for index, (spec, digest, stored_path) in enumerate(stored):
-            role = "baseline" if index == 0 else "candidate"
-            on_event(f"{spec.label} ({role}, {digest[:19]}): preparing")
-            work = work_root / f"a{index}"
-            work.mkdir()
-            job = job_for(
-                # No re-hash here: ``store.add`` just hashed the copy, and the worker re-hashes
-                # the exact bytes it hands to onnxruntime before loading them.
-                artifact_path=stored_path,
-                digest=digest,
-                host_class=host_class,
-                workload=loaded.project.workload,
-                root=loaded.root,
-                cpus=cpus,
-                inputs_path=inputs_path,
-                work=work,
-                mode="serve",
-            )
-            jobs.append(job)
-            worker = workers.serve(
-                job,
-                work,
-                timeout_s=host_class.budgets.timeout_s,
-                on_start=_bind_label(on_worker_start, spec.label),
-            )
-            opened.append(worker)
-            if worker.ready():
-                live.append(worker)
-            else:
-                outcomes[index] = worker.finish([])
-                live.append(None)
+        _prepare_all(run, stored, procs)
         labels = [spec.label for spec, _, _ in stored]
-        wl = loaded.project.workload
         control = None
-        if wl.aa_control and len(stored) > 1 and live[0] is not None:
-            control = _start_control(
-                jobs[0], work_root, host_class, workers, on_event, on_worker_start, labels[0]
-            )
-            opened.extend([control] if control is not None else [])
+        if run.workload.aa_control and len(stored) > 1 and procs.live[0] is not None:
+            control = _start_control(run, procs.jobs[0], labels[0])
+            procs.opened.extend([control] if control is not None else [])
         measured = interleave(
-            [*live, *([control] if control is not None else [])],
+            [*procs.live, *([control] if control is not None else [])],
             configs,
-            wl,
-            host_class.budgets.p99_ms,
-            cores=len(fp.affinity) or fp.cores,
-            on_event=on_event,
-            on_progress=on_progress,
+            run.workload,
+            run.host_class.budgets.p99_ms,
+            cores=run.cores,
+            on_event=run.on_event,
+            on_progress=run.on_progress,
             labels=[*labels, f"{labels[0]} (A/A control)"],
         )
         control_evidence = _control_evidence(measured, control)
-        soaks: list[Soak | None] = [None] * len(stored)
-        soak_s = soak_seconds if soak_seconds is not None else loaded.project.workload.soak_s
-        config = _soak_config(measured.evidence)
-        if soak_s and config is not None:
-            on_event(f"soak: {soak_s:.0f} s at {config.label}")
-            soaks = soak(
-                live,
-                config,
-                soak_s,
-                confidence=loaded.project.workload.confidence,
-                tolerance=loaded.project.workload.soak_tolerance,
-                floor=loaded.project.workload.soak_floor,
-                max_samples=loaded.project.workload.max_samples,
-                on_progress=on_progress,
-            )
-        rates: list[OpenLoopResult | None] = [None] * len(stored)
-        if open_loop_spec is not None:
-            on_event(
-                f"open loop: Poisson arrivals on {open_loop_spec.servers} server(s), "
-                f"the highest rate with p99 <= {host_class.budgets.p99_ms:g} ms"
-            )
-            rates = open_loop(
-                live,
-                open_loop_spec,
-                host_class.budgets.p99_ms,
-                confidence=loaded.project.workload.confidence,
-                max_samples=loaded.project.workload.max_samples,
-                on_progress=on_progress,
-            )
-            for (spec, _, _), found in zip(stored, rates, strict=True):
-                if found is not None:
-                    on_event(f"{spec.label}: open loop: {open_loop_text(found)}")
+        soaks = _soaks(run, procs.live, measured.evidence, soak_seconds)
+        rates = _open_loops(run, stored, procs.live, open_loop_spec)
         wanted = [
             {
                 "key": c.short,
@@ -433,20 +451,74 @@ def _interleaved_outcomes(
             }
             for c in configs
         ]
-        for index, each in enumerate(live):
+        for index, each in enumerate(procs.live):
             if each is not None:
-                outcomes[index] = each.finish(wanted)
+                procs.ended[index] = each.finish(wanted)
     finally:
-        for worker in opened:
+        for worker in procs.opened:
             worker.close()
     return _Measured(
-        outcomes=[outcomes[i] for i in range(len(stored))],
+        outcomes=[procs.ended[i] for i in range(len(stored))],
         evidence=measured.evidence,
         host_busy=measured.host_busy,
         soaks=soaks,
         open_loops=rates,
         control=control_evidence,
     )
+
+
+def _soaks(
+    run: _Run,
+    live: list[RoundWorker | None],
+    evidence: list[dict[LatencyConfig, ConfigEvidence]],
+    soak_seconds: float | None,
+) -> list[Soak | None]:
+    """Each artifact's soak at the gate config, when the run soaks (``--soak`` or the
+    workload's ``soak_s``); Nones otherwise."""
+    wl = run.workload
+    soak_s = soak_seconds if soak_seconds is not None else wl.soak_s
+    config = _soak_config(evidence)
+    if not soak_s or config is None:
+        return [None] * len(live)
+    run.on_event(f"soak: {soak_s:.0f} s at {config.label}")
+    return soak(
+        live,
+        config,
+        soak_s,
+        confidence=wl.confidence,
+        tolerance=wl.soak_tolerance,
+        floor=wl.soak_floor,
+        max_samples=wl.max_samples,
+        on_progress=run.on_progress,
+    )
+
+
+def _open_loops(
+    run: _Run,
+    stored: list[tuple[ArtifactSpec, str, Path]],
+    live: list[RoundWorker | None],
+    spec: OpenLoop | None,
+) -> list[OpenLoopResult | None]:
+    """Each artifact's highest rate within the p99 budget, when asked; Nones otherwise."""
+    if spec is None:
+        return [None] * len(stored)
+    budget = run.host_class.budgets.p99_ms
+    run.on_event(
+        f"open loop: Poisson arrivals on {spec.servers} server(s), "
+        f"the highest rate with p99 <= {budget:g} ms"
+    )
+    rates = open_loop(
+        live,
+        spec,
+        budget,
+        confidence=run.workload.confidence,
+        max_samples=run.workload.max_samples,
+        on_progress=run.on_progress,
+    )
+    for (artifact, _, _), found in zip(stored, rates, strict=True):
+        if found is not None:
+            run.on_event(f"{artifact.label}: open loop: {open_loop_text(found)}")
+    return rates
 
 
 def _latency_of(
@@ -477,19 +549,11 @@ def _control_evidence(
     return evidence
 
 
-def _start_control(
-    job: WorkerJob,
-    work_root: Path,
-    host_class: HostClass,
-    workers: Workers,
-    on_event: EventSink,
-    on_worker_start: Callable[[str, int], None] | None,
-    label: str,
-) -> RoundWorker | None:
+def _start_control(run: _Run, job: WorkerJob, label: str) -> RoundWorker | None:
     """The A/A control: the baseline's bytes in a second fresh process, prepared like the
     first; None (said) when it ends before it is ready, and the slowdown is then judged
     without the between-process spread. It computes no parity and runs no profile."""
-    work = work_root / "control"
+    work = run.work_root / "control"
     work.mkdir()
     job = dataclasses.replace(
         job,
@@ -497,25 +561,16 @@ def _start_control(
         samples_path=str(work / "samples.npz"),
         profile_runs=0,
     )
-    on_event(f"{label} (A/A control: the baseline in a second process): preparing")
-    worker = workers.serve(
-        job,
-        work,
-        timeout_s=host_class.budgets.timeout_s,
-        on_start=_bind_label(on_worker_start, f"{label} (A/A control)"),
-    )
+    run.on_event(f"{label} (A/A control: the baseline in a second process): preparing")
+    worker = run.serve(job, work, f"{label} (A/A control)")
     if worker.ready():
         return worker
     ended = worker.finish([])
-    on_event(
+    run.on_event(
         f"{label} (A/A control): ended before measuring ({ended.error_code}: "
         f"{ended.error_message}); slowdowns are judged without the between-process spread"
     )
     return None
-
-
-def _mb(kib: object) -> float | None:
-    return kib / 1024.0 if isinstance(kib, int) and kib > 0 else None
 
 
 def _bind_label(
@@ -528,19 +583,6 @@ def _bind_label(
         hook(label, pid)
 
     return on_start
-
-
-def placement_from(outcome: WorkerOutcome) -> Placement | None:
-    doc = outcome.result.get("placement")
-    if not doc:
-        return None
-    said = [str(w) for w in outcome.result.get("warnings") or []]
-    warnings = [
-        LoggedWarning(message=text, count=count)
-        for text, count in merge(said, outcome.provider_log)
-    ]
-    kernel = outcome.result.get("kernel_ms_per_provider")
-    return Placement(**doc, warnings=warnings, kernel_ms_per_provider=kernel)
 
 
 def roles_of(baseline: Path, workload: Workload) -> dict[str, OutputRole]:
@@ -730,195 +772,254 @@ def qualify_run(
         HostMismatchError: the host is not of the class and emulation was not asked for.
         ArtifactError: an artifact file is missing.
     """
-    project = loaded.project
+    run, stored, store, pool = _begin(
+        loaded,
+        class_name,
+        options,
+        workers,
+        (on_event, on_wait or on_event, on_worker_start, on_progress, now),
+    )
+    try:
+        cells, samples, host_busy, rollback = _measure_all(run, stored, store, pool)
+    finally:
+        shutil.rmtree(run.work_root, ignore_errors=True)
+    return _record(run, cells, samples, host_busy, rollback)
+
+
+def _begin(
+    loaded: LoadedProject,
+    class_name: str,
+    options: RunOptions,
+    workers: Workers,
+    sinks: tuple[
+        EventSink,
+        EventSink,
+        Callable[[str, int], None] | None,
+        EventSink | None,
+        Callable[[], datetime],
+    ],
+) -> tuple[_Run, list[tuple[ArtifactSpec, str, Path]], ArtifactStore, dict[str, np.ndarray]]:
+    """Everything before measuring: the host checked against the class, the artifacts in the
+    store, what killed runs left cleaned up, the run's private folder made."""
+    on_event, on_wait, on_worker_start, on_progress, now = sinks
     _check_durations(loaded, class_name, options)
     host_class, fp, mismatches = check_host(loaded, class_name, options.emulate, workers.probe)
-    emulated = bool(mismatches)
     db_dir = options.db_path.resolve().parent
     store = ArtifactStore(options.store_dir or db_dir / "artifacts")
     started = now()
     run_id = new_run_id(class_name, started)
     load_before = list(os.getloadavg())
-    settings = host_class.settings_digest()
-    wl = project.workload
     on_event(f"fingerprint: {fp.arch}, {fp.cpu_model}, onnxruntime {fp.runtime.version}")
-    if emulated:
+    if mismatches:
         on_event("emulated: " + "; ".join(mismatches))
-
     stored = _store_artifacts(loaded, store)
-
-    pool = build_pool(wl, loaded.resolve)
-    cells: list[Cell] = []
-    sample_tables: list[pa.Table] = []
-    bundles_dir = options.bundle_dir or db_dir / "bundles"
-    waits = on_wait or on_event
+    pool = build_pool(loaded.project.workload, loaded.resolve)
     _clean_after_kills(
-        options.db_path, db_dir, bundles_dir, options.lock_wait_s, on_event, waits, project.model
+        options.db_path,
+        db_dir,
+        _bundles_dir(options),
+        options.lock_wait_s,
+        on_event,
+        on_wait,
+        loaded.project.model,
     )
     # Beside the matrix, not in a shared temp dir that a cleaner (or another run) may empty
     # under a run; tagged with this process, so that the next run removes it after a kill.
     work_root = Path(
         tempfile.mkdtemp(prefix=temp_prefix(f"work-{run_id}"), suffix=".tmp", dir=db_dir)
     )
-    held = contextlib.ExitStack()
-    try:
+    run = _Run(
+        loaded, class_name, options, host_class, fp, mismatches, run_id, started, load_before,
+        work_root, workers, on_event, on_wait, on_worker_start, on_progress, now,
+    )  # fmt: skip
+    return run, stored, store, pool
+
+
+def _bundles_dir(options: RunOptions) -> Path:
+    return options.bundle_dir or options.db_path.resolve().parent / "bundles"
+
+
+def _measure_all(
+    run: _Run,
+    stored: list[tuple[ArtifactSpec, str, Path]],
+    store: ArtifactStore,
+    pool: dict[str, np.ndarray],
+) -> tuple[list[Cell], pa.Table, bool, RollbackCheck | None]:
+    """Measure and judge every artifact, holding the host's measurement lock, then check the
+    class's rollback artifact: ``(cells, raw samples, host busy, rollback check)``."""
+    options, db_dir = run.options, run.options.db_path.resolve().parent
+    with contextlib.ExitStack() as held:
         plan = plan_numerics(
-            fp,
-            host_class,
-            class_name,
+            run.fp,
+            run.host_class,
+            run.class_name,
             options.emulate,
             options.emulators or Emulators(runtime_dirs=emulator_dirs(db_dir)),
-            work_root,
+            run.work_root,
         )
         if plan.source != "native" or plan.note:
-            on_event(plan.line)
+            run.on_event(plan.line)
         if options.measure_alone:  # the workers' whole lives: init, rounds, profile, rollback
-            held.enter_context(measuring_alone(wait_s=options.host_lock_wait_s, on_wait=waits))
-        inputs_path = work_root / "inputs.npz"
-        np.savez(inputs_path, allow_pickle=False, **pool)
-        roles = roles_of(stored[0][2], wl)
-        numerics = RunNumerics(plan, load=_load_outputs)
-        configs = [
-            LatencyConfig(b, c, dims_text(dims))
-            for dims in wl.dim_points
-            for b in wl.batch_sizes
-            for c in wl.concurrency
-        ]
-        outcomes = _interleaved_outcomes(
-            stored,
-            configs,
-            host_class,
-            loaded,
-            inputs_path,
-            work_root,
-            fp,
-            on_event,
-            on_worker_start,
-            workers,
-            on_progress,
-            options.soak_s,
-            wl.open_loop or (OpenLoop() if options.open_loop else None),
-        )
-        numerics.run_passes(
-            _parity_jobs(stored, outcomes.outcomes, host_class, loaded, inputs_path, work_root, fp),
-            timeout_s=host_class.budgets.timeout_s,
-            parallel=len(fp.affinity) or fp.cores,
-            run=workers.emulated,
-            on_event=on_event,
-        )
-        confidence = comparison_confidence(wl.confidence, len(configs))
-        for index, (spec, digest, _) in enumerate(stored):
-            role: Role = "baseline" if index == 0 else "candidate"
-            work = work_root / f"a{index}"
-            outcome = outcomes.outcomes[index]
-            latency = _latency_of(outcomes, index, wl.confidence, confidence)
-            reasons: list[Reason] = []
-            if outcome.error_code:
-                reasons.append(Reason(code=outcome.error_code, message=outcome.error_message or ""))
-            parity = None
-            outputs_path = work / "outputs.npz"
-            record = plan.numerics()
-            if role == "baseline":
-                record = numerics.baseline(outcome, outputs_path)
-            elif outcome.error_code is None:
-                compare = _comparer(project, roles, stored[0][1], spec.precision)
-                found = numerics.candidate(index, outputs_path, compare, spec.label)
-                parity, record = found.parity, found.numerics
-                reasons.extend(found.reasons)
-                if found.said:
-                    on_event(found.said)
-            cell = Cell(
-                run_id=run_id,
-                host_class=class_name,
-                key=host_class.key,
-                artifact_digest=digest,
-                artifact_name=spec.label,
-                role=role,
-                precision=spec.precision,
-                verdict="error" if outcome.error_code else "insufficient",
-                reasons=reasons,
-                emulated=emulated,
-                isa=fp.isa,
-                isa_mismatch=plan.isa_mismatch,
-                numerics=record,
-                measured_at=now(),
-                settings_digest=settings,
-                workload_digest=wl.evidence_digest(),
-                runtime_version=outcome.result.get("runtime_version") or fp.runtime.version,
-                cold_init_ms=outcome.result.get("cold_init_ms"),
-                warm_init_ms=outcome.result.get("warm_init_ms"),
-                peak_rss_mb=outcome.peak_rss_mb,
-                peak_rss_source=outcome.peak_rss_source,
-                import_rss_mb=_mb(outcome.result.get("import_hwm_kb")),
-                import_ms=outcome.result.get("import_ms"),
-                placement=placement_from(outcome),
-                latency=latency,
-                parity=parity,
-                error=outcome.error_message if outcome.error_code else None,
-                measured_alone=options.measure_alone,
-                cpus=outcome.result.get("cpus"),
-                fleet_node=options.fleet_node,
-                containment=outcome.containment,
-                stray_processes=outcome.stray_processes,
-                soak=outcomes.soaks[index],
-                open_loop=outcomes.open_loops[index],
+            held.enter_context(
+                measuring_alone(wait_s=options.host_lock_wait_s, on_wait=run.on_wait)
             )
-            verdict, why = judge(cell, host_class)
-            cell = cell.model_copy(update={"verdict": verdict, "reasons": why})
-            cells.append(cell)
-            on_event(f"{spec.label}: {verdict}" + "".join(f"; {r.code}" for r in why))
-            for line in _cell_lines(cell, outcome):
-                on_event(f"{spec.label}: {line}")
-            sample_tables.extend(_sample_tables(digest, outcomes.evidence[index]))
-
-        target = _rollback_target(options.db_path, class_name, host_class, stored[0])
-        rollback = _rollback_check(
-            target,
-            cells,
-            store,
-            host_class,
-            loaded,
-            inputs_path,
-            work_root,
-            on_event,
-            workers,
-            class_cpus(fp, host_class)[0],
+        np.savez(run.inputs_path, allow_pickle=False, **pool)
+        site = CellSite(
+            run_id=run.run_id,
+            host_class=run.class_name,
+            key=run.host_class.key,
+            settings_digest=run.host_class.settings_digest(),
+            fingerprint=run.fp,
+            emulated=bool(run.mismatches),
+            isa_mismatch=tuple(plan.isa_mismatch),
+            measured_alone=options.measure_alone,
+            fleet_node=options.fleet_node,
+            workload_digest=run.workload.evidence_digest(),
         )
-    finally:
-        held.close()
-        shutil.rmtree(work_root, ignore_errors=True)
+        cells, samples, host_busy = _measure_cells(run, site, stored, plan)
+        target = _rollback_target(options.db_path, run.class_name, run.host_class, stored[0])
+        return cells, samples, host_busy, _rollback_check(run, target, cells, store)
 
-    run = RunRecord(
-        run_id=run_id,
-        host_class=class_name,
-        key=host_class.key,
-        model=project.model,
-        started_at=started,
-        finished_at=now(),
-        emulated=emulated,
-        mismatches=mismatches,
-        settings_digest=settings,
-        fingerprint=fp,
-        load_avg_before=load_before,
+
+def _measure_cells(
+    run: _Run,
+    site: CellSite,
+    stored: list[tuple[ArtifactSpec, str, Path]],
+    plan: NumericsPlan,
+) -> tuple[list[Cell], pa.Table, bool]:
+    """Measure every artifact and judge its cell: ``(cells, raw samples, host busy)``."""
+    wl = run.workload
+    configs = [
+        LatencyConfig(b, c, dims_text(dims))
+        for dims in wl.dim_points
+        for b in wl.batch_sizes
+        for c in wl.concurrency
+    ]
+    measured = _interleaved_outcomes(
+        run,
+        stored,
+        configs,
+        soak_seconds=run.options.soak_s,
+        open_loop_spec=wl.open_loop or (OpenLoop() if run.options.open_loop else None),
+    )
+    numerics = RunNumerics(plan, load=_load_outputs)
+    numerics.run_passes(
+        _parity_jobs(run, stored, measured.outcomes),
+        timeout_s=run.host_class.budgets.timeout_s,
+        parallel=run.cores,
+        run=run.workers.emulated,
+        on_event=run.on_event,
+    )
+    judging = _Judging(
+        site,
+        measured,
+        numerics,
+        roles_of(stored[0][2], wl),
+        comparison_confidence(wl.confidence, len(configs)),
+    )
+    cells: list[Cell] = []
+    tables: list[pa.Table] = []
+    for index, (_, digest, _) in enumerate(stored):
+        cells.append(_artifact_cell(run, judging, stored, index, run.now()))
+        tables.extend(_sample_tables(digest, measured.evidence[index]))
+    samples = pa.concat_tables(tables) if tables else empty_samples()
+    return cells, samples, measured.host_busy
+
+
+@dataclass(frozen=True)
+class _Judging:
+    """What turning the run's outcomes into cells needs beside the run itself."""
+
+    site: CellSite
+    measured: _Measured
+    numerics: RunNumerics
+    roles: dict[str, OutputRole]
+    """Each output's batch axis and kind, for parity."""
+    compared_at: float
+    """The confidence each of the run's comparisons is made at."""
+
+
+def _artifact_cell(
+    run: _Run,
+    judging: _Judging,
+    stored: list[tuple[ArtifactSpec, str, Path]],
+    index: int,
+    measured_at: datetime,
+) -> Cell:
+    """Artifact ``index``'s judged cell, with what the run's output says of it."""
+    spec, digest, _ = stored[index]
+    role: Role = "baseline" if index == 0 else "candidate"
+    measured = judging.measured
+    outcome = measured.outcomes[index]
+    outputs_path = run.work_root / f"a{index}" / "outputs.npz"
+    parity, reasons, record = None, [], judging.numerics.plan.numerics()
+    if role == "baseline":
+        record = judging.numerics.baseline(outcome, outputs_path)
+    elif outcome.error_code is None:
+        project = run.loaded.project
+        compare = _comparer(project, judging.roles, stored[0][1], spec.precision)
+        found = judging.numerics.candidate(index, outputs_path, compare, spec.label)
+        parity, record, reasons = found.parity, found.numerics, list(found.reasons)
+        if found.said:
+            run.on_event(found.said)
+    latency = _latency_of(measured, index, run.workload.confidence, judging.compared_at)
+    evidence = Measured(
+        latency=latency,
+        parity=parity,
+        reasons=reasons,
+        numerics=record,
+        soak=measured.soaks[index],
+        open_loop=measured.open_loops[index],
+    )
+    artifact = Artifact(digest=digest, name=spec.label, role=role, precision=spec.precision)
+    cell = cell_of(judging.site, artifact, outcome, measured_at, evidence)
+    verdict, why = judge(cell, run.host_class)
+    cell = cell.model_copy(update={"verdict": verdict, "reasons": why})
+    run.on_event(f"{spec.label}: {verdict}" + "".join(f"; {r.code}" for r in why))
+    for line in _cell_lines(cell, outcome):
+        run.on_event(f"{spec.label}: {line}")
+    return cell
+
+
+def _record(
+    run: _Run,
+    cells: list[Cell],
+    samples: pa.Table,
+    host_busy: bool,
+    rollback: RollbackCheck | None,
+) -> RunOutcome:
+    """The run's record; its bundle written, then the matrix (one transaction)."""
+    record = RunRecord(
+        run_id=run.run_id,
+        host_class=run.class_name,
+        key=run.host_class.key,
+        model=run.loaded.project.model,
+        started_at=run.started,
+        finished_at=run.now(),
+        emulated=bool(run.mismatches),
+        mismatches=run.mismatches,
+        settings_digest=run.host_class.settings_digest(),
+        fingerprint=run.fp,
+        load_avg_before=run.load_before,
         load_avg_after=list(os.getloadavg()),
         rollback=rollback,
-        host_busy=outcomes.host_busy,
+        host_busy=host_busy,
     )
-    if outcomes.host_busy:
-        on_event(
+    if host_busy:
+        run.on_event(
             "host busy: the load average exceeded the usable cores while measuring; the "
             "interleaved rounds share the load, but the absolute figures are pessimistic"
         )
-    bundle = RunBundle(run=run, cells=cells)
-    samples = pa.concat_tables(sample_tables) if sample_tables else empty_samples()
-    bundle_path = write_bundle(bundle, samples, bundles_dir)
-    on_event(f"bundle: {bundle_path}")
+    bundle = RunBundle(run=record, cells=cells)
+    bundle_path = write_bundle(bundle, samples, _bundles_dir(run.options))
+    run.on_event(f"bundle: {bundle_path}")
+    options = run.options
     with Store.open(
-        options.db_path, wait_s=options.lock_wait_s, on_wait=lock_wait_message(waits)
+        options.db_path, wait_s=options.lock_wait_s, on_wait=lock_wait_message(run.on_wait)
     ) as db:
         written = db.write_run(bundle, samples)
-        record_view(db, loaded.project, loaded.sha256)
-    on_event(f"matrix: {options.db_path}")
+        record_view(db, run.loaded.project, run.loaded.sha256)
+    run.on_event(f"matrix: {options.db_path}")
     return RunOutcome(bundle=bundle, bundle_path=bundle_path, written=written, samples=samples)
 
 
@@ -972,13 +1073,7 @@ def _line_of(bundle: Path) -> str | None:
 
 
 def _parity_jobs(
-    stored: list[tuple[ArtifactSpec, str, Path]],
-    outcomes: list[WorkerOutcome],
-    host_class: HostClass,
-    loaded: LoadedProject,
-    inputs_path: Path,
-    work_root: Path,
-    fp: Fingerprint,
+    run: _Run, stored: list[tuple[ArtifactSpec, str, Path]], outcomes: list[WorkerOutcome]
 ) -> list[tuple[WorkerJob, Path] | None]:
     """Each artifact's ``parity`` job for the emulated CPU, in ``a<i>/emulated``; None for one
     that failed natively (the same model and inputs ran there within the class's limits first:
@@ -988,20 +1083,9 @@ def _parity_jobs(
         if outcome.error_code is not None:
             jobs.append(None)
             continue
-        work = work_root / f"a{index}" / "emulated"
+        work = run.work_root / f"a{index}" / "emulated"
         work.mkdir(parents=True, exist_ok=True)
-        job = job_for(
-            artifact_path=path,
-            digest=digest,
-            host_class=host_class,
-            workload=loaded.project.workload,
-            root=loaded.root,
-            cpus=class_cpus(fp, host_class)[0],
-            inputs_path=inputs_path,
-            work=work,
-            mode="parity",
-        )
-        jobs.append((job, work))
+        jobs.append((run.job(path, digest, work, "parity"), work))
     return jobs
 
 
@@ -1018,35 +1102,25 @@ def _rollback_target(
 
 
 def _rollback_check(
-    target: RollbackTarget,
-    cells: list[Cell],
-    store: ArtifactStore,
-    host_class: HostClass,
-    loaded: LoadedProject,
-    inputs_path: Path,
-    work_root: Path,
-    on_event: EventSink,
-    workers: Workers,
-    cpus: list[int] | None,
+    run: _Run, target: RollbackTarget, cells: list[Cell], store: ArtifactStore
 ) -> RollbackCheck | None:
     """Prove the class's rollback artifact loads and runs one inference under this runtime;
     None when its bytes are not on this machine (nothing proven, nothing refuted)."""
     digest = target.digest
     label = f"rollback {target.name} ({(digest or '')[:19]})"
     if digest is None:
-        on_event("rollback: the latest manifest names no rollback artifact; not checked")
+        run.on_event("rollback: the latest manifest names no rollback artifact; not checked")
         return None
     for cell in cells:
         if cell.artifact_digest == digest:
             # Measured in this very run: its outcome is the proof (or the refutation).
-            on_event(
-                f"{label}: measured in this run, " + ("loads" if cell.error is None else "FAILED")
-            )
+            said = "loads" if cell.error is None else "FAILED"
+            run.on_event(f"{label}: measured in this run, {said}")
             if cell.error is None:
                 return RollbackCheck(artifact_digest=digest, loaded=True)
             return RollbackCheck(artifact_digest=digest, loaded=False, error=cell.error)
     if not store.path_of(digest).exists():
-        on_event(
+        run.on_event(
             f"{label}: not in the artifact store {store.root}, so not checked; add it to the "
             "project's candidates (or copy it into the store) to prove it loads"
         )
@@ -1054,28 +1128,18 @@ def _rollback_check(
     try:
         path = store.verify(digest)
     except Exception as exc:
-        on_event(f"{label}: FAILED: {exc}")
+        run.on_event(f"{label}: FAILED: {exc}")
         return RollbackCheck(artifact_digest=digest, loaded=False, error=str(exc))
-    work = work_root / "rollback"
+    work = run.work_root / "rollback"
     work.mkdir()
-    job = job_for(
-        artifact_path=path,
-        digest=digest,
-        host_class=host_class,
-        workload=loaded.project.workload,
-        root=loaded.root,
-        cpus=cpus,
-        inputs_path=inputs_path,
-        work=work,
-        mode="check",
-    )
-    outcome = workers.run(job, work, timeout_s=host_class.budgets.timeout_s)
+    job = run.job(path, digest, work, "check")
+    outcome = run.workers.run(job, work, timeout_s=run.host_class.budgets.timeout_s)
     if outcome.error_code:
-        on_event(f"{label}: FAILED: {outcome.error_code}")
+        run.on_event(f"{label}: FAILED: {outcome.error_code}")
         return RollbackCheck(
             artifact_digest=digest,
             loaded=False,
             error=f"{outcome.error_code}: {outcome.error_message}",
         )
-    on_event(f"{label}: loads")
+    run.on_event(f"{label}: loads")
     return RollbackCheck(artifact_digest=digest, loaded=True)

@@ -1,18 +1,9 @@
 """``qualify tune``: a bounded, raced search over one class's session settings.
 
-Owns the search: which settings to try (`search_space`: threads, execution mode, graph level,
-thread spinning, CPU affinity, integer precision, the options of the class's provider), the
-race (every configuration in its own measuring process, latency rounds interleaved in
-alternating order so that machine load hits all alike, successive halving: after each stage the
-configurations that are clearly slower than the class's current settings, or in the slower
-half, stop), the choice (the fastest at p99 whose paired ratio to the current settings has an
-upper confidence bound of at most 1 at p50 and at p99: at least as fast, with confidence; else
-the current settings stay), and the proof (a full qualification run under the winner, every
-gate, parity included, before the winner becomes the class's settings in the project file).
-
-Every trial is stored in the matrix as a cell of its own (`schemas.tune.Trial`, table ``tunes``),
-apart from the cells decisions rest on: a trial measures one configuration briefly, without
-parity, and must never qualify anything by itself.
+Owns the search space, the race (each configuration in its own process, interleaved rounds,
+successive halving), the choice (fastest at p99 with a paired ratio confidently <= 1, else the
+current settings) and the proof (a full qualification run before the winner is written). Each
+trial is stored as a cell of its own (table ``tunes``), never one a decision rests on.
 """
 
 from __future__ import annotations
@@ -32,6 +23,7 @@ from matrix.store import Store
 from qualify.artifacts import ArtifactStore
 from qualify.errors import ProjectError
 from qualify.measure.ab import ConfigEvidence, interleave, slowdowns
+from qualify.measure.cells import Artifact, CellSite, Measured, cell_of
 from qualify.measure.fingerprint import class_cpus
 from qualify.measure.job import job_for
 from qualify.measure.parity import Rows, compare_outputs, unpack
@@ -45,11 +37,11 @@ from qualify.run import (
     check_host,
     latency_results,
     new_run_id,
-    placement_from,
     qualify_run,
     roles_of,
 )
 from schemas.atomic import temp_prefix
+from schemas.base import Role
 from schemas.cell import Cell, LatencyConfig, ParityResult, Slowdown, dims_text
 from schemas.host import Fingerprint
 from schemas.project import ArtifactSpec, HostClass, ProviderSpec
@@ -367,32 +359,17 @@ def _trial_cell(race: _Race, arm: _Arm, run_id: str, now: datetime) -> Cell:
     confidence = race.loaded.project.workload.confidence
     ratios = {} if arm.ratio is None else dict.fromkeys(arm.evidence or {}, arm.ratio)
     latency = latency_results(arm.evidence or {}, outcome, confidence, ratios)
-    return Cell(
+    site = CellSite(
         run_id=run_id,
         host_class=race.class_name,
         key=arm.host_class.key,
-        artifact_digest=race.digest,
-        artifact_name=race.spec.label,
-        role="baseline" if race.role == "baseline" else "candidate",
-        precision=race.spec.precision,
-        verdict="error" if outcome.error_code else "insufficient",
-        reasons=[],
-        emulated=False,
-        isa=race.fp.isa,
-        measured_at=now,
         settings_digest=arm.host_class.settings_digest(),
+        fingerprint=race.fp,
         workload_digest=race.loaded.project.workload.evidence_digest(),
-        runtime_version=outcome.result.get("runtime_version") or race.fp.runtime.version,
-        cold_init_ms=outcome.result.get("cold_init_ms"),
-        warm_init_ms=outcome.result.get("warm_init_ms"),
-        peak_rss_mb=outcome.peak_rss_mb,
-        peak_rss_source=outcome.peak_rss_source,
-        placement=placement_from(outcome),
-        latency=latency,
-        parity=arm.parity,
-        error=outcome.error_message if outcome.error_code else None,
-        cpus=outcome.result.get("cpus"),
     )
+    role: Role = "baseline" if race.role == "baseline" else "candidate"
+    artifact = Artifact(race.digest, race.spec.label, role, race.spec.precision)
+    return cell_of(site, artifact, outcome, now, Measured(latency=latency, parity=arm.parity))
 
 
 def _trial(race: _Race, arm: _Arm, run_id: str, now: datetime, winner: int) -> Trial:
@@ -511,8 +488,7 @@ def tune_class(
     """Race session settings for one class, prove the winner, store every trial.
 
     Returns:
-        The stored record and, when a configuration beat the current settings, the
-        qualification run under it.
+        The stored record and the winner's qualification run, if one beat the current settings.
 
     Raises:
         ProjectError: unknown class or artifact, or an edit of the project file that failed.
@@ -520,78 +496,22 @@ def tune_class(
     """
     host_class, fp, mismatches = check_host(loaded, class_name, options.emulate, workers.probe)
     spec, role = _pick_artifact(loaded, tune.artifact)
-    if options.db_path.exists():  # a matrix of another model line is refused before the race
-        Store.open(options.db_path, wait_s=options.lock_wait_s, model=loaded.project.model).close()
+    digest, stored = _stored(loaded, spec, options)
     started = now()
     run_id = new_run_id(class_name, started)
-    db_dir = options.db_path.resolve().parent
-    store = ArtifactStore(options.store_dir or db_dir / "artifacts")
-    digest, stored = store.add(loaded.resolve(spec.path))
-    wl = loaded.project.workload
-    config = LatencyConfig(wl.batch_sizes[0], wl.concurrency[0], dims_text(wl.dim_points[0]))
-    cpus = sorted(fp.affinity) or list(range(fp.cores))
-    changes = search_space(
-        host_class.provider,
-        cores=len(cpus),
-        precision=spec.precision,
-        cpus=cpus,
-        max_trials=tune.max_trials,
-    )
-    arms = _arms(host_class, changes)
-    on_event(
-        f"tuning {class_name} with {spec.label} at {config.label}: {len(arms)} configurations, "
-        f"{tune.budget_s:.0f} s"
-    )
+    db_dir = options.db_path.resolve().parent  # beside the matrix, as a run's
     work_root = Path(tempfile.mkdtemp(prefix=temp_prefix(f"tune-{run_id}"), dir=db_dir))
     try:
-        inputs_path = work_root / "inputs.npz"
-        np.savez(inputs_path, allow_pickle=False, **build_pool(wl, loaded.resolve))
         race = _Race(
-            loaded,
-            class_name,
-            role,
-            host_class,
-            fp,
-            spec,
-            digest,
-            stored,
-            inputs_path,
-            work_root,
-            workers,
-            on_event,
-            on_progress,
-        )
-        _measure(race, arms, config, tune.budget_s)
+            loaded, class_name, role, host_class, fp, spec, digest, stored,
+            work_root / "inputs.npz", work_root, workers, on_event, on_progress,
+        )  # fmt: skip
+        arms, config = _race_settings(race, tune)
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
-    winner = _winner(arms)
-    measured = now()
+    winner, measured = _winner(arms), now()
     trials = [_trial(race, arm, run_id, measured, winner.index) for arm in arms]
-    qualification, verdict, applied, why = (
-        None,
-        None,
-        False,
-        "no configuration was confidently faster",
-    )
-    compared = _compared(arms)
-    if not compared:
-        why = _none_finished(arms)
-        on_event(why)
-    if winner.index != 0:
-        qualification, cell = _qualify_winner(
-            loaded, class_name, winner, spec, options, workers, on_event
-        )
-        verdict = cell.verdict if cell is not None else None
-        if verdict == "pass" and tune.write:
-            set_class_provider(loaded.path, class_name, winner.change)
-            applied, why = True, f"written to {loaded.path}"
-        elif verdict == "pass":
-            why = "passed; not written (--no-write)"
-        else:
-            codes = ", ".join(r.code for r in (cell.reasons if cell else []))
-            why = f"its qualification run gave {verdict or 'no cell'}" + (
-                f" ({codes})" if codes else ""
-            )
+    qualification, verdict, applied, why = _prove_winner(race, arms, winner, options, tune)
     record = TuneRecord(
         tune_id=run_id,
         host_class=class_name,
@@ -613,7 +533,64 @@ def tune_class(
     )
     with Store.open(options.db_path, wait_s=options.lock_wait_s, model=loaded.project.model) as db:
         db.write_tune(record)
-    return TuneOutcome(record=record, qualification=qualification, measured=compared)
+    return TuneOutcome(record=record, qualification=qualification, measured=_compared(arms))
+
+
+def _race_settings(race: _Race, tune: TuneOptions) -> tuple[list[_Arm], LatencyConfig]:
+    """Race the search space's configurations at the workload's first config."""
+    wl = race.loaded.project.workload
+    config = LatencyConfig(wl.batch_sizes[0], wl.concurrency[0], dims_text(wl.dim_points[0]))
+    cpus = sorted(race.fp.affinity) or list(range(race.fp.cores))
+    changes = search_space(
+        race.host_class.provider,
+        cores=len(cpus),
+        precision=race.spec.precision,
+        cpus=cpus,
+        max_trials=tune.max_trials,
+    )
+    arms = _arms(race.host_class, changes)
+    race.on_event(
+        f"tuning {race.class_name} with {race.spec.label} at {config.label}: {len(arms)} "
+        f"configurations, {tune.budget_s:.0f} s"
+    )
+    np.savez(race.inputs_path, allow_pickle=False, **build_pool(wl, race.loaded.resolve))
+    _measure(race, arms, config, tune.budget_s)
+    return arms, config
+
+
+def _stored(loaded: LoadedProject, spec: ArtifactSpec, options: RunOptions) -> tuple[str, Path]:
+    """The artifact in the run's store: ``(digest, stored path)``; a matrix of another model
+    line is refused first, before anything is raced."""
+    if options.db_path.exists():
+        Store.open(options.db_path, wait_s=options.lock_wait_s, model=loaded.project.model).close()
+    db_dir = options.db_path.resolve().parent
+    store = ArtifactStore(options.store_dir or db_dir / "artifacts")
+    return store.add(loaded.resolve(spec.path))
+
+
+def _prove_winner(
+    race: _Race, arms: list[_Arm], winner: _Arm, options: RunOptions, tune: TuneOptions
+) -> tuple[RunOutcome | None, str | None, bool, str]:
+    """The winner's qualification run, and whether its settings were written to the project
+    file: ``(run, its verdict, written, why)``; no run when the current settings won."""
+    if not _compared(arms):
+        race.on_event(_none_finished(arms))
+    if winner.index == 0:
+        why = "no configuration was confidently faster" if _compared(arms) else _none_finished(arms)
+        return None, None, False, why
+    loaded, class_name = race.loaded, race.class_name
+    qualification, cell = _qualify_winner(
+        loaded, class_name, winner, race.spec, options, race.workers, race.on_event
+    )
+    verdict = cell.verdict if cell is not None else None
+    if verdict == "pass" and tune.write:
+        set_class_provider(loaded.path, class_name, winner.change)
+        return qualification, verdict, True, f"written to {loaded.path}"
+    if verdict == "pass":
+        return qualification, verdict, False, "passed; not written (--no-write)"
+    codes = ", ".join(r.code for r in (cell.reasons if cell else []))
+    why = f"its qualification run gave {verdict or 'no cell'}" + (f" ({codes})" if codes else "")
+    return qualification, verdict, False, why
 
 
 def _compared(arms: list[_Arm]) -> bool:

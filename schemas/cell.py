@@ -17,6 +17,7 @@ from schemas.base import Digest, Document, Precision, Role, Verdict
 from schemas.host import Fingerprint
 from schemas.project import HostClassKey, OutputTolerance, TaskTolerance
 from schemas.reasons import CELL_CODES, REASONS
+from schemas.rules import OFF_PROVIDER_KEPT
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -27,6 +28,7 @@ __all__ = [
     "LoggedWarning",
     "Numerics",
     "NumericsSource",
+    "OffProviderNode",
     "OpenLoopResult",
     "OutputParity",
     "ParityResult",
@@ -106,6 +108,17 @@ def _logged(value: object) -> object:
     return value
 
 
+class OffProviderNode(Document):
+    """A node that ran on another provider than the class's expected one."""
+
+    name: str = Field(max_length=512, description="The node's name in the session's graph.")
+    op_type: str = Field(max_length=256, description="Its operator type (Conv, MatMul, ...).")
+    domain: str = Field(
+        default="", max_length=256, description="Its operator domain; empty for ai.onnx."
+    )
+    provider: str = Field(max_length=256, description="The provider it ran on instead.")
+
+
 class Placement(Document):
     """Where the nodes actually ran: onnxruntime's graph assignment, or its profiler."""
 
@@ -127,6 +140,14 @@ class Placement(Document):
         default=None,
         description="Mean kernel time per inference by provider, from a separate profiling pass "
         "(profiling slows inference, so never in the timed loop); null if not profiled.",
+    )
+    off_provider_nodes: list[OffProviderNode] | None = Field(
+        default=None,
+        max_length=OFF_PROVIDER_KEPT,
+        description=f"The nodes that ran off the expected provider, by name and op type: the "
+        f"first {OFF_PROVIDER_KEPT} in onnxruntime's graph-assignment order (fallback_nodes "
+        "counts them all); the profiler's kernels on builds without the placement API (fused "
+        "kernels count as one); null in cells recorded before they were named.",
     )
     source: Literal["graph_assignment", "profiler"] = Field(
         default="graph_assignment",

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field
 
 from schemas.base import Digest, Document, Precision, Role, Verdict
-from schemas.cell import LoggedWarning, Numerics, Reason, RollbackCheck
+from schemas.cell import LoggedWarning, Numerics, OffProviderNode, Reason, RollbackCheck
 from schemas.emulation import PreparedRuntime
 from schemas.manifest import ClassChange
 from schemas.project import HostClassKey
@@ -89,6 +89,11 @@ class MatrixRow(Document):
     gate_concurrency: int | None = Field(description="The gate config's concurrency.")
     expected_provider: str | None = Field(description="The provider the class expects.")
     fallback_nodes: int | None = Field(description="Nodes that ran off the expected provider.")
+    off_provider_nodes: list[OffProviderNode] | None = Field(
+        default=None,
+        description="The first nodes (name, op type, domain, provider) that ran off the "
+        "expected provider, at most 20; null where the cell did not record them.",
+    )
     total_nodes: int | None = Field(description="Nodes of the graph.")
     peak_rss_mb: float | None = Field(description="Peak resident memory (MB).")
     cold_init_ms: float | None = Field(description="First session creation (ms).")

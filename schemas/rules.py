@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     Outcome = Literal["pass", "fail", "undecided"]
 
 __all__ = [
+    "OFF_PROVIDER_KEPT",
     "TOLERANCE_FIELDS",
     "applicable",
     "batched_on",
@@ -95,6 +96,11 @@ def slower_than(lower: float | None, max_slowdown: float) -> bool:
     """Whether a paired candidate/baseline ratio shows the candidate measurably slower: its
     lower confidence bound (None: too few rounds) is above ``max_slowdown``."""
     return lower is not None and lower > max_slowdown
+
+
+OFF_PROVIDER_KEPT = 20
+"""How many of the nodes that ran off the expected provider a cell names (the first, in
+onnxruntime's graph-assignment order); ``fallback_nodes`` counts them all."""
 
 
 def fallback_count(nodes_per_provider: Mapping[str, int], expected: str) -> int:

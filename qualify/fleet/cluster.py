@@ -1,18 +1,8 @@
-"""The fleet on Ray: hosts join as the classes they match, one command qualifies every class on
-a real host of that class, and the bundles come back to this matrix, its single writer.
+"""The fleet on Ray: what a host offers the cluster and how one command reaches it.
 
-Owns what a host offers the cluster (`node_offer`: one custom resource per project class it
-matches, ``qualify/class/<name>``, one ``qualify/host`` so that a host measures one class at a
-time, and node labels: its fingerprint, its qualify version, the digest of the project file it
-matched against and the machine it runs on), the ``ray start`` a host joins with
-(`join_argv`), the view of which hosts serve which classes and which disagree with this project
-(`fleet_status`), the address rules and the bounded connect (`parse_address`, `read_nodes`),
-and the shipment (`shipment_files`). The run itself is `qualify.fleet.driver` (the driver's
-loop: placement, deadlines, retries, accounting) and `qualify.fleet.host` (what a class's task
-does on its host); `fleet_run` here connects and hands over.
-
-Ray is an optional extra (``pip install qualify[fleet]``): it is imported inside the functions
-that need it, in these three modules only.
+Owns a host's offer (`node_offer`: a resource per class it matches, its labels), the ``ray start``
+it joins with (`join_argv`), who serves which class (`fleet_status`), the bounded connect and the
+shipment; `fleet_run` connects and hands over to `qualify.fleet.driver`. Ray is imported lazily.
 
 Errors::
 

@@ -1,23 +1,10 @@
 """The driver's loop of ``qualify fleet run``: every class ends, as cells or as a gap with its
-reason, and is written to the matrix the moment it is known.
+reason, written to the matrix the moment it is known.
 
-Owns sending each class to a host that may take it (Ray resources for the class, a label
-selector for the driver's qualify version and project digest), watching the cluster twice a
-second (`FleetOptions.poll_s`), and ending each class:
-
-- **done**: its bundle came back and is stored.
-- **error cells** (the host is known: it said where it landed): ``node_lost`` (the host left
-  mid-run), ``fleet_timeout`` (measuring past ``timeout_s``, or the run's deadline passed while
-  measuring), ``host_failed`` (qualify raised there), ``bundle_unreadable`` (what came back is
-  not a bundle this qualify can read: another version?).
-- **a gap** (no host measured it): ``unserved`` (no live host advertises the class when the run
-  starts), ``host_mismatch`` (hosts advertise it but disagree with this project or version, or
-  the host refused it at run time and the one retry found no other), ``node_lost`` (its hosts
-  left before it started and none came back within ``host_wait_s``), ``fleet_timeout`` (the
-  deadline passed before it measured), ``host_failed``, ``driver_stopped``, ``driver_failed``.
-
-A host that refuses a class at run time (its fingerprint no longer matches the class, or it
-runs another qualify) is excluded and the class is sent once more, to another host.
+Owns placing each class on a host that may take it, watching the cluster, retrying once after a
+refusal, and ending each class: done (its bundle stored), error cells (``node_lost``,
+``fleet_timeout``, ``host_failed``, ``bundle_unreadable``: the host is known) or a gap (no host
+measured it). It does not measure (`qualify.fleet.host` does).
 """
 
 from __future__ import annotations
@@ -560,32 +547,25 @@ def _error_cells(
     digests: Sequence[str],
     now: datetime,
 ) -> list[Cell]:
+    from qualify.measure.cells import Artifact, CellSite, cell_of
+
     host_class = loaded.project.host_classes[class_name]
+    site = CellSite(
+        run_id=run_id,
+        host_class=class_name,
+        key=host_class.key,
+        settings_digest=host_class.settings_digest(),
+        fingerprint=fp,
+        fleet_node=f"{placed['node']} ({placed['hostname']})",
+        workload_digest=loaded.project.workload.evidence_digest(),
+    )
     specs = [loaded.project.artifacts.baseline, *loaded.project.artifacts.candidates]
     return [
-        Cell(
-            run_id=run_id,
-            host_class=class_name,
-            key=host_class.key,
-            artifact_digest=digest,
-            artifact_name=spec.label,
-            role="baseline" if index == 0 else "candidate",
-            precision=spec.precision,
-            verdict="error",
-            reasons=[reason],
-            emulated=False,
-            isa=fp.isa,
-            measured_at=now,
-            settings_digest=host_class.settings_digest(),
-            runtime_version=fp.runtime.version,
-            cold_init_ms=None,
-            warm_init_ms=None,
-            peak_rss_mb=None,
-            peak_rss_source=None,
-            placement=None,
-            parity=None,
-            error=reason.message,
-            fleet_node=f"{placed['node']} ({placed['hostname']})",
+        cell_of(
+            site,
+            Artifact(digest, spec.label, "baseline" if index == 0 else "candidate", spec.precision),
+            reason,
+            now,
         )
         for index, (spec, digest) in enumerate(zip(specs, digests, strict=True))
     ]

@@ -1,19 +1,8 @@
 """What a class's task does on the host Ray placed it on, and the tracker it reports to.
 
-Owns the task body (`qualify_here`): fingerprint the host and tell the driver's tracker where
-the task landed; check that this host may measure the class for this driver (the same qualify
-version, the class's match rules against the driver's own project file, shipped with the task)
-and hand back a refusal, not a measurement, when it may not; wait for the machine when other
-nodes share it; unpack the shipment into a work folder of its own; run ``qualify run``'s path
-there (fresh worker processes, the host-wide lock, never emulated), telling the tracker the
-moment measuring starts (the class's time limit counts from then); hand back the bundle.
-
-A task Ray kills (its host lost, its time up, the driver gone) cannot clean up: its work folder
-is named after its process (`schemas.atomic.temp_prefix`) in one folder per user, and the next
-task on the machine removes those whose process is gone.
-
-The tracker (`Tracker`) is an actor on the driver's node: where each task landed, when it
-started measuring, and which class holds each machine.
+Owns the task body (`qualify_here`: check this host may measure the class for this driver, else
+refuse; run ``qualify run``'s path in a work folder of its own; hand back the bundle) and the
+`Tracker` actor (where each task landed, when it began measuring, which class holds a machine).
 """
 
 from __future__ import annotations

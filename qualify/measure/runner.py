@@ -1,9 +1,8 @@
-"""Parent side of the runner: one artifact in one fresh subprocess, watched.
+"""Parent side of the runner: one artifact in one fresh, watched subprocess.
 
-Owns spawning ``python -m qualify.measure.worker`` with a job file, enforcing the wall-clock timeout,
-reading the child's peak RSS from ``os.wait4`` (sampling with psutil misses short peaks), and
-turning every way a child can end (result, error, crash, hang, out of memory) into one
-``WorkerOutcome``. It does not import onnxruntime and does not judge results.
+Owns spawning ``python -m qualify.measure.worker``, its timeout, its peak RSS (``os.wait4``) and
+turning every way a child ends (result, error, crash, hang, out of memory, a damaged result) into
+one `WorkerOutcome`. It does not import onnxruntime and does not judge results.
 """
 
 from __future__ import annotations
@@ -26,7 +25,13 @@ from typing import Any, Protocol
 
 from qualify.errors import QualifyError
 from qualify.measure import contain
-from qualify.measure.job import FeedJob, WorkerJob
+from qualify.measure.job import (
+    RESULT_MOST_BYTES,
+    FeedJob,
+    ResultError,
+    WorkerJob,
+    WorkerResult,
+)
 from qualify.measure.procfs import hwm_kb
 from qualify.measure.runtime_log import read_log
 from schemas.cell import PeakRssSource
@@ -59,8 +64,9 @@ thread or process must not turn a finished measurement into a timeout)."""
 class WorkerOutcome:
     """How one child process ended and what it reported."""
 
-    result: dict[str, Any]
-    """The child's result document; empty when it died without writing one."""
+    result: WorkerResult
+    """The child's result, typed; all defaults (``ok`` false) when it wrote none, or one that
+    could not be read (then ``error_code`` says so)."""
     error_code: str | None
     """A REASON_CODES key when the artifact could not be measured, else None."""
     error_message: str | None
@@ -411,6 +417,73 @@ def _stderr_tail(path: Path) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def _read_result(path: Path) -> tuple[WorkerResult | None, str | None]:
+    """The child's result, read once: ``(result, None)``, ``(None, None)`` when it wrote none,
+    ``(None, why)`` when what it wrote cannot be read (damaged, or not the child's)."""
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(RESULT_MOST_BYTES + 1)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"{path.name} cannot be read: {exc.strerror or exc}"
+    try:
+        return WorkerResult.from_json(data), None
+    except ResultError as exc:
+        return None, f"{path.name}: {exc}"
+
+
+def _ended_how(
+    result: WorkerResult | None,
+    damaged: str | None,
+    ended: tuple[bool, str | None, int | None],
+    stderr: str,
+    job: WorkerJob | FeedJob,
+    timeout_s: float,
+) -> tuple[str | None, str | None]:
+    """``(reason code, message)`` for a child that did not measure, ``(None, None)`` for one
+    that did; ``ended`` is (timed out, its signal's name, its exit status)."""
+    timed_out, sig_name, exit_status = ended
+    tail = stderr.strip()[-STDERR_TAIL:]
+    if timed_out:
+        message = f"no result after {timeout_s:g} s; the subprocess was killed"
+        where = _stuck_at(stderr, job.hook_root)
+        if where is not None:
+            message += f" while the pipeline hook was at {where}"
+        return "timeout", message
+    if result is not None and result.error is not None:
+        return result.error.code, result.error.message
+    if result is not None and result.ok:
+        return None, None
+    how = f"killed by {sig_name}" if sig_name else f"exited with status {exit_status}"
+    if damaged is not None:
+        return "crashed", f"the subprocess {how} with a damaged result ({damaged})"
+    lowered = stderr.lower()
+    if any(m in lowered for m in ("bad_alloc", "memoryerror", "failed to allocate")):
+        said = sig_name or f"exit {exit_status}"
+        return "out_of_memory", f"the subprocess ran out of memory ({said}): {tail[-300:]}"
+    return "crashed", f"the subprocess {how} without a result" + (
+        f": {tail[-300:]}" if tail else ""
+    )
+
+
+def _peak(
+    rusage: Any, result: WorkerResult | None, killed_hwm: int | None
+) -> tuple[float | None, PeakRssSource | None]:
+    """The child's peak RSS and how it was measured (`child_peak_rss_mb`)."""
+    # The parent's peak only grows, so read after reaping it bounds the image the child was
+    # forked from: a wait4 value above it can only be the child's own.
+    reported = result.vm_hwm_kb if result is not None else None
+    peak_rss_mb, source = child_peak_rss_mb(
+        rusage.ru_maxrss,  # Linux reports KiB
+        hwm_kb(),
+        reported if reported is not None else killed_hwm,
+    )
+    if source == "vmhwm" and reported is None:
+        source = "vmhwm-before-kill"
+    return peak_rss_mb, source
+
+
 def _outcome(
     proc: subprocess.Popen[bytes],
     job: WorkerJob | FeedJob,
@@ -423,60 +496,21 @@ def _outcome(
     # We reaped the child ourselves; tell Popen so it does not warn or wait again.
     proc.returncode = os.waitstatus_to_exitcode(status)
     stderr = _stderr_tail(workdir / "stderr.txt")
-    result: dict[str, Any] = {}
-    result_path = Path(job.result_path or workdir / "result.json")
-    if result_path.exists():
-        try:
-            loaded = json.loads(result_path.read_text(encoding="utf-8"))
-        except ValueError:
-            loaded = {}
-        result = loaded if isinstance(loaded, dict) else {}
-    if result:  # written atomically by the child: complete, whatever it did after
+    result, damaged = _read_result(Path(job.result_path or workdir / "result.json"))
+    if result is not None:  # written atomically by the child: complete, whatever it did after
         timed_out = False
-    # The parent's peak only grows, so read after reaping it bounds the image the child was
-    # forked from: a wait4 value above it can only be the child's own.
-    parent_hwm = hwm_kb()
-    reported = result.get("vm_hwm_kb")
-    peak_source: PeakRssSource | None
-    peak_rss_mb, peak_source = child_peak_rss_mb(
-        rusage.ru_maxrss,  # Linux reports KiB
-        parent_hwm,
-        int(reported) if isinstance(reported, int) else killed_hwm,
-    )
-    if peak_source == "vmhwm" and reported is None:
-        peak_source = "vmhwm-before-kill"
+    peak_rss_mb, peak_source = _peak(rusage, result, killed_hwm)
     sig_name = None
     exit_status = None
     if os.WIFSIGNALED(status):
         sig_name = signal.Signals(os.WTERMSIG(status)).name
     else:
         exit_status = os.WEXITSTATUS(status)
-
-    code: str | None = None
-    message: str | None = None
-    tail = stderr.strip()[-STDERR_TAIL:]
-    if timed_out:
-        code = "timeout"
-        message = f"no result after {timeout_s:g} s; the subprocess was killed"
-        where = _stuck_at(stderr, job.hook_root)
-        if where is not None:
-            message += f" while the pipeline hook was at {where}"
-    elif result.get("error"):
-        code = str(result["error"]["code"])
-        message = str(result["error"]["message"])
-    elif not result.get("ok"):
-        lowered = stderr.lower()
-        if any(m in lowered for m in ("bad_alloc", "memoryerror", "failed to allocate")):
-            code = "out_of_memory"
-            message = f"the subprocess ran out of memory ({sig_name or f'exit {exit_status}'}): {tail[-300:]}"
-        else:
-            code = "crashed"
-            how = f"killed by {sig_name}" if sig_name else f"exited with status {exit_status}"
-            message = f"the subprocess {how} without a result" + (
-                f": {tail[-300:]}" if tail else ""
-            )
+    code, message = _ended_how(
+        result, damaged, (timed_out, sig_name, exit_status), stderr, job, timeout_s
+    )
     return WorkerOutcome(
-        result=result,
+        result=result or WorkerResult(),
         error_code=code,
         error_message=message,
         peak_rss_mb=peak_rss_mb,
@@ -491,11 +525,11 @@ def _outcome(
     )
 
 
-def _containment(result: dict[str, Any]) -> str:
-    """Which layers of `qualify.measure.contain` applied: the child says whether it became a subreaper;
-    one that ended before it could say did as this platform allows."""
-    said = result.get("subreaper")
-    subreaper = contain.subreaper_available() if said is None else bool(said)
+def _containment(result: WorkerResult | None) -> str:
+    """Which layers of `qualify.measure.contain` applied: the child says whether it became a
+    subreaper; one that ended before it could say did as this platform allows."""
+    said = result.subreaper if result is not None else None
+    subreaper = contain.subreaper_available() if said is None else said
     return contain.SUBREAPER if subreaper else contain.PROCESS_GROUP
 
 

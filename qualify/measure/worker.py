@@ -1,14 +1,10 @@
-"""The runner's child process: one artifact, one fresh interpreter, real onnxruntime.
+"""The measuring child: one artifact, one fresh interpreter, real onnxruntime.
 
-Owns everything that happens inside the measured subprocess: verifying the artifact's digest on
-the exact bytes it loads, cold and warm init, actual node placement, parity outputs, the latency
-protocol with adaptive p99 sampling, and the separate throughput pass. It is the only module that
-imports onnxruntime. It speaks plain JSON files with the parent (``qualify.measure.runner``): a job in (the
-typed contract of ``qualify.measure.job``), a result out, latency samples and parity outputs as ``.npz``. It does not judge anything; verdicts
-are the parent's business.
-
-Run as ``python -m qualify.measure.worker JOB.json`` or ``python -m qualify.measure.worker --probe``.
-Kept lean on purpose (no pydantic, no pandas): its imports count towards the measured memory.
+Owns what happens inside the measured subprocess: the digest on the exact bytes it loads, cold and
+warm init, node placement, parity outputs, latency with adaptive p99 sampling, throughput. It is the
+only module (with conversion) that imports onnxruntime; it reads a `qualify.measure.job.WorkerJob`
+and writes the result `qualify.measure.job.WorkerResult` reads. It judges nothing. Kept lean (no
+pydantic, no pandas): its imports count towards the measured memory.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from typing import Any
 from qualify.measure import contain, cpus, energy
 from qualify.measure.job import FeedJob, JobError, WorkerJob
 from qualify.measure.procfs import hwm_kb, reset_hwm
-from schemas.rules import batched_on, fallback_count, sample_at, swept_axes
+from schemas.rules import OFF_PROVIDER_KEPT, batched_on, fallback_count, sample_at, swept_axes
 from schemas.settings import option_text
 
 __all__ = ["classify_exception", "main", "probe"]
@@ -228,7 +224,11 @@ def _create(
 
 
 def _placement_doc(
-    counts: dict[str, int], expected: str, session: Any, source: str
+    counts: dict[str, int],
+    expected: str,
+    session: Any,
+    source: str,
+    off: list[dict[str, str]],
 ) -> dict[str, Any]:
     total = sum(counts.values())
     return {
@@ -238,18 +238,36 @@ def _placement_doc(
         "fallback_nodes": fallback_count(counts, expected),
         "session_providers": list(session.get_providers()),
         "source": source,
+        "off_provider_nodes": off,
+    }
+
+
+def _off_node(name: str, op_type: str, domain: str, provider: str) -> dict[str, str]:
+    """A node that ran off the expected provider, its texts cut to what the cell keeps."""
+    return {
+        "name": str(name)[:512],
+        "op_type": str(op_type)[:256],
+        "domain": str(domain)[:256],
+        "provider": str(provider)[:256],
     }
 
 
 def _placement(session: Any, expected: str) -> dict[str, Any] | None:
-    """Nodes per provider from ``get_provider_graph_assignment_info()``; None on older builds."""
+    """Nodes per provider from ``get_provider_graph_assignment_info()``, and the first
+    `OFF_PROVIDER_KEPT` nodes off ``expected`` by name; None on older builds."""
     getter = getattr(session, "get_provider_graph_assignment_info", None)
     if getter is None:
         return None
     counts: dict[str, int] = {}
+    off: list[dict[str, str]] = []
     for subgraph in getter():
-        counts[subgraph.ep_name] = counts.get(subgraph.ep_name, 0) + len(subgraph.get_nodes())
-    return _placement_doc(counts, expected, session, "graph_assignment")
+        nodes = subgraph.get_nodes()
+        counts[subgraph.ep_name] = counts.get(subgraph.ep_name, 0) + len(nodes)
+        if subgraph.ep_name == expected:
+            continue
+        for node in nodes[: max(0, OFF_PROVIDER_KEPT - len(off))]:
+            off.append(_off_node(node.name, node.op_type, node.domain, subgraph.ep_name))
+    return _placement_doc(counts, expected, session, "graph_assignment", off)
 
 
 def _profile_events(
@@ -268,14 +286,16 @@ def _profile_events(
     return events
 
 
-def _node_events(events: list[dict[str, Any]]) -> Iterator[tuple[str, str, float]]:
-    """(node name, provider, duration us) of each kernel the profiler saw run."""
+def _node_events(events: list[dict[str, Any]]) -> Iterator[tuple[str, str, float, str]]:
+    """(node name, provider, duration us, op type) of each kernel the profiler saw run."""
     suffix = "_kernel_time"
     for event in events:
         name = str(event.get("name", ""))
         if event.get("cat") == "Node" and name.endswith(suffix):
-            provider = str(event.get("args", {}).get("provider", "unknown"))
-            yield name[: -len(suffix)], provider, float(event.get("dur", 0))
+            args = event.get("args", {})
+            provider = str(args.get("provider", "unknown"))
+            op = str(args.get("op_name", ""))
+            yield name[: -len(suffix)], provider, float(event.get("dur", 0)), op
 
 
 def _placement_from_profile(
@@ -289,13 +309,18 @@ def _placement_from_profile(
     it counts kernels after fusion, so a QDQ graph shows fewer nodes than the graph assignment
     reports (measured on the bench CNN's int8 QDQ build: 10 against 28; fp32: 7 against 9).
     """
-    first: dict[str, str] = {}
-    for node, provider, _ in _node_events(_profile_events(ort, model, job, [feed], 1, "place")):
-        first.setdefault(node, provider)
+    first: dict[str, tuple[str, str]] = {}
+    events = _profile_events(ort, model, job, [feed], 1, "place")
+    for node, provider, _, op in _node_events(events):
+        first.setdefault(node, (provider, op))
     counts: dict[str, int] = {}
-    for provider in first.values():
+    off: list[dict[str, str]] = []
+    expected = job.provider.expected
+    for node, (provider, op) in first.items():
         counts[provider] = counts.get(provider, 0) + 1
-    return _placement_doc(counts, job.provider.expected, session, "profiler")
+        if provider != expected and len(off) < OFF_PROVIDER_KEPT:
+            off.append(_off_node(node, op, "", provider))
+    return _placement_doc(counts, expected, session, "profiler", off)
 
 
 def _batch(pool: dict[str, Any], job: WorkerJob, start: int, size: int) -> dict[str, Any]:
@@ -474,6 +499,79 @@ class _Stages:
         }
 
 
+@dataclass
+class _Loop:
+    """What the timed loop's threads share: the session and feeds, where each records its
+    samples, and how they stop together (the first error stops all)."""
+
+    session: Any
+    feeds: list[dict[str, Any]]
+    concurrency: int
+    post: Callable[[list[Any]], Any]
+    should_stop: Callable[[list[list[int]]], bool]
+    check_every: int
+    per_thread: list[list[int]]
+    stop: threading.Event = field(default_factory=threading.Event)
+    errors: list[BaseException] = field(default_factory=list)
+
+    def plain(self, slot: int) -> None:
+        """One thread: time run() + post around each inference."""
+        out, session, feeds, post = self.per_thread[slot], self.session, self.feeds, self.post
+        stop, i = self.stop, slot
+        clock = time.perf_counter_ns
+        try:
+            while not stop.is_set():
+                feed = feeds[i % len(feeds)]
+                t0 = clock()
+                post(session.run(None, feed))
+                out.append(clock() - t0)
+                i += self.concurrency
+                if (
+                    slot == 0
+                    and len(out) % self.check_every == 0
+                    and self.should_stop(self.per_thread)
+                ):
+                    stop.set()
+        except BaseException as exc:
+            self.errors.append(exc)
+            stop.set()
+
+    def staged(self, stages: _Stages) -> Callable[[int], None]:
+        """One thread with a pipeline: pre + run() + post timed, inference alone as well."""
+
+        def loop(slot: int) -> None:
+            out, inference = self.per_thread[slot], stages.inference_ns[slot]
+            pre, session, post = stages.pre, self.session, self.post
+            stop, i = self.stop, slot
+            clock = time.perf_counter_ns
+            try:
+                while not stop.is_set():
+                    raw = stages.raw[i % len(stages.raw)]
+                    t0 = clock()
+                    feed = pre(raw) if pre is not None else raw
+                    t1 = clock()
+                    outs = session.run(None, feed)
+                    t2 = clock()
+                    stages.post(post(outs))
+                    t3 = clock()
+                    out.append(t3 - t0)
+                    inference.append(t2 - t1)
+                    stages.pre_ns[slot] += t1 - t0
+                    stages.post_ns[slot] += t3 - t2
+                    i += self.concurrency
+                    if (
+                        slot == 0
+                        and len(out) % self.check_every == 0
+                        and self.should_stop(self.per_thread)
+                    ):
+                        stop.set()
+            except BaseException as exc:
+                self.errors.append(exc)
+                stop.set()
+
+        return loop
+
+
 def _timed_loop(
     session: Any,
     feeds: list[dict[str, Any]],
@@ -491,61 +589,14 @@ def _timed_loop(
     competes with onnxruntime's for the cores while timing.
     """
     per_thread: list[list[int]] = [[] for _ in range(concurrency)]
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def work(slot: int) -> None:
-        out = per_thread[slot]
-        i = slot
-        clock = time.perf_counter_ns
-        try:
-            while not stop.is_set():
-                feed = feeds[i % len(feeds)]
-                t0 = clock()
-                post(session.run(None, feed))
-                out.append(clock() - t0)
-                i += concurrency
-                if slot == 0 and len(out) % check_every == 0 and should_stop(per_thread):
-                    stop.set()
-        except BaseException as exc:
-            errors.append(exc)
-            stop.set()
-
-    def staged(slot: int) -> None:
-        assert stages is not None
-        out, inference = per_thread[slot], stages.inference_ns[slot]
-        pre = stages.pre
-        i = slot
-        clock = time.perf_counter_ns
-        try:
-            while not stop.is_set():
-                raw = stages.raw[i % len(stages.raw)]
-                t0 = clock()
-                feed = pre(raw) if pre is not None else raw
-                t1 = clock()
-                outs = session.run(None, feed)
-                t2 = clock()
-                stages.post(post(outs))
-                t3 = clock()
-                out.append(t3 - t0)
-                inference.append(t2 - t1)
-                stages.pre_ns[slot] += t1 - t0
-                stages.post_ns[slot] += t3 - t2
-                i += concurrency
-                if slot == 0 and len(out) % check_every == 0 and should_stop(per_thread):
-                    stop.set()
-        except BaseException as exc:
-            errors.append(exc)
-            stop.set()
-
-    loop = work
+    shared = _Loop(session, feeds, concurrency, post, should_stop, check_every, per_thread)
+    loop: Callable[[int], None] = shared.plain
     if stages is not None:
         stages.reset(concurrency)
-        loop = staged
-
+        loop = shared.staged(stages)
     _on_threads(loop, concurrency)
-    if errors:
-        raise errors[0]
+    if shared.errors:
+        raise shared.errors[0]
     return per_thread
 
 
@@ -565,6 +616,19 @@ def _wait_until(due_ns: int, sleep: bool) -> None:
             time.sleep((left - _SPIN_NS) / 1e9)
 
 
+def _arrivals(rate: float, count: int, seed: int) -> Any:
+    """When each of ``count`` Poisson arrivals at ``rate``/s is due, ns from the start."""
+    import random  # numpy.random would add 6.5 MB of modules to the process
+    from array import array
+
+    draw = random.Random(seed).expovariate
+    due, at = array("q", bytes(8 * count)), 0.0
+    for k in range(count):
+        at += draw(rate)
+        due[k] = int(at * 1e9)
+    return due
+
+
 def _open_loop(
     session: Any,
     feeds: list[dict[str, Any]],
@@ -576,16 +640,11 @@ def _open_loop(
     from one queue in arrival order, each waits for its request's scheduled arrival if it is
     early, and a request's latency runs from that scheduled arrival to its answer, so that time
     spent queued behind earlier requests counts (a closed loop never sees it)."""
-    import random  # numpy.random would add 6.5 MB of modules to the process
     from array import array
 
-    rate, count, servers = float(cmd["rate"]), int(cmd["arrivals"]), int(cmd["servers"])
+    count, servers = int(cmd["arrivals"]), int(cmd["servers"])
     sleep = cmd.get("wait") == "sleep"
-    draw = random.Random(int(cmd["seed"])).expovariate
-    due, at = array("q", bytes(8 * count)), 0.0
-    for k in range(count):
-        at += draw(rate)
-        due[k] = int(at * 1e9)
+    due = _arrivals(float(cmd["rate"]), count, int(cmd["seed"]))
     latency, service = array("q", bytes(8 * count)), array("q", bytes(8 * count))
     taken = iter(range(count))
     lock = threading.Lock()
@@ -681,6 +740,18 @@ def _throughput(
     return sum(counts) / elapsed
 
 
+def _warm_up(
+    session: Any, feeds: list[dict[str, Any]], warmup: int, concurrency: int
+) -> float | None:
+    """Run the warm-up inferences; one thread's rate times the threads (the adaptive time cap
+    needs only its order), None without a warm-up."""
+    t0 = time.perf_counter()
+    for k in range(warmup):
+        session.run(None, feeds[k % len(feeds)])
+    warm_s = time.perf_counter() - t0
+    return warmup * concurrency / warm_s if warmup and warm_s > 0 else None
+
+
 def _latency_config(
     session: Any,
     feeds: list[dict[str, Any]],
@@ -693,15 +764,8 @@ def _latency_config(
 
     from qualify.measure.stats import AdaptiveP99, look_schedule, time_cap
 
-    warmup = job.warmup
-    t0 = time.perf_counter()
-    for k in range(warmup):
-        session.run(None, feeds[k % len(feeds)])
-    warm_s = time.perf_counter() - t0
     min_n, max_n = job.min_samples, job.max_samples
-    # One thread's warm-up rate, times the threads: the adaptive cap needs only its order.
-    rate = warmup * concurrency / warm_s if warmup and warm_s > 0 else None
-    cap = time_cap(job.time_cap_s, min_n, rate)
+    cap = time_cap(job.time_cap_s, min_n, _warm_up(session, feeds, job.warmup, concurrency))
     tracker = AdaptiveP99(
         budget_ms=job.budget_p99_ms,
         confidence=job.confidence,
@@ -756,7 +820,7 @@ def _kernel_time_per_provider(
     if runs <= 0:
         return None
     totals: dict[str, float] = {}
-    for _, name, dur in _node_events(_profile_events(ort, model, job, feeds, runs, "profile")):
+    for _, name, dur, _ in _node_events(_profile_events(ort, model, job, feeds, runs, "profile")):
         totals[name] = totals.get(name, 0.0) + dur
     # The first run (session warm-up inside the profiler) counts too; over `runs` it averages out.
     return {name: us / 1000.0 / runs for name, us in sorted(totals.items())}
@@ -933,6 +997,58 @@ def _save_parity_outputs(
     np.savez(job.outputs_path, allow_pickle=False, **packed)
 
 
+def _cold_init(
+    ort: Any,
+    model: str,
+    job: WorkerJob,
+    model_feed: Callable[[int], dict[str, Any]],
+    result: dict[str, Any],
+) -> tuple[Any, dict[str, Any]]:
+    """Cold init: session creation plus first inference in this fresh process, the bytes
+    verified again after the load, then where the nodes were placed."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t0 = time.perf_counter_ns()
+        try:
+            session = _create(ort, model, job, record_placement=True)
+        except Exception as exc:
+            raise _Failure(classify_exception(exc, "load"), f"{type(exc).__name__}: {exc}") from exc
+        t1 = time.perf_counter_ns()
+    result["warnings"] = [str(w.message) for w in caught]
+    first_feed = model_feed(0)
+    try:
+        session.run(None, first_feed)
+    except Exception as exc:
+        raise _Failure(classify_exception(exc, "run"), f"{type(exc).__name__}: {exc}") from exc
+    t2 = time.perf_counter_ns()
+    _verify(job, "after loading")
+    result["session_create_ms"] = (t1 - t0) / 1e6
+    result["cold_init_ms"] = (t2 - t0) / 1e6
+    result["placement"] = _placement(session, job.provider.expected)
+    if result["placement"] is None:
+        try:
+            result["placement"] = _placement_from_profile(ort, model, job, first_feed, session)
+        except Exception as exc:  # then placement stays unknown, and the verdict says so
+            result["warnings"].append(f"placement from the profiler failed: {exc}")
+    return session, first_feed
+
+
+def _warm_init(
+    ort: Any, model: str, job: WorkerJob, first_feed: dict[str, Any], result: dict[str, Any]
+) -> None:
+    """Warm init: a second session in the same process. A host never holds two, so the peak
+    reported is that of serving one: the high-water mark so far, then a fresh one from here."""
+    before_warm = hwm_kb()
+    t0 = time.perf_counter_ns()
+    second = _create(ort, model, job, record_placement=False)
+    second.run(None, first_feed)
+    result["warm_init_ms"] = (time.perf_counter_ns() - t0) / 1e6
+    del second
+    _trim_heap()
+    if before_warm is not None and reset_hwm():
+        result["hwm_before_warm_kb"] = before_warm
+
+
 def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
     """Digest check, cold init, placement, warm init and parity outputs; None in check mode
     and in parity mode (which saves the parity outputs and nothing more)."""
@@ -957,7 +1073,6 @@ def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
     model = job.artifact_path
     _verify(job, "before loading")
     pool = dict(np.load(job.inputs_path))
-    expected = job.provider.expected
     pre = _Hook("pre", job.pre_hook, job.hook_root) if job.pre_hook else None
     post = _Hook("post", job.post_hook, job.hook_root) if job.post_hook else None
 
@@ -965,49 +1080,14 @@ def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
         raw = _batch(pool, job, start, 1)
         return pre(raw) if pre is not None else raw
 
-    # Cold init: session creation plus first inference in this fresh process.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        t0 = time.perf_counter_ns()
-        try:
-            session = _create(ort, model, job, record_placement=True)
-        except Exception as exc:
-            raise _Failure(classify_exception(exc, "load"), f"{type(exc).__name__}: {exc}") from exc
-        t1 = time.perf_counter_ns()
-    result["warnings"] = [str(w.message) for w in caught]
-    first_feed = model_feed(0)
-    try:
-        session.run(None, first_feed)
-    except Exception as exc:
-        raise _Failure(classify_exception(exc, "run"), f"{type(exc).__name__}: {exc}") from exc
-    t2 = time.perf_counter_ns()
-    _verify(job, "after loading")
-    result["session_create_ms"] = (t1 - t0) / 1e6
-    result["cold_init_ms"] = (t2 - t0) / 1e6
-    result["placement"] = _placement(session, expected)
-    if result["placement"] is None:
-        try:
-            result["placement"] = _placement_from_profile(ort, model, job, first_feed, session)
-        except Exception as exc:  # then placement stays unknown, and the verdict says so
-            result["warnings"].append(f"placement from the profiler failed: {exc}")
+    session, first_feed = _cold_init(ort, model, job, model_feed, result)
     if job.mode == "check":
         return None
     if job.mode == "parity":  # under an emulated CPU: its timings are QEMU's, not the class's
         _save_parity_outputs(_recurrent(session, job), job, model_feed, post)
         return None
 
-    # Warm init: a second session in the same process. A host never holds two, so the peak
-    # reported is that of serving one: the high-water mark so far, then a fresh one from here.
-    before_warm = hwm_kb()
-    t0 = time.perf_counter_ns()
-    second = _create(ort, model, job, record_placement=False)
-    second.run(None, first_feed)
-    result["warm_init_ms"] = (time.perf_counter_ns() - t0) / 1e6
-    del second
-    _trim_heap()
-    if before_warm is not None and reset_hwm():
-        result["hwm_before_warm_kb"] = before_warm
-
+    _warm_init(ort, model, job, first_feed, result)
     # A recurrent model is compared, and timed, over sequences of steps, each from its start.
     session = _recurrent(session, job)
     _save_parity_outputs(session, job, model_feed, post)

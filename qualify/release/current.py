@@ -146,6 +146,11 @@ def _cell_columns(cell: Cell) -> dict[str, Any]:
         "expected_provider": placement.expected_provider if placement else None,
         "fallback_nodes": placement.fallback_nodes if placement else None,
         "total_nodes": placement.total_nodes if placement else None,
+        "off_provider_nodes": (
+            [n.model_dump() for n in placement.off_provider_nodes]
+            if placement and placement.off_provider_nodes is not None
+            else None
+        ),
         "peak_rss_mb": cell.peak_rss_mb,
         "cold_init_ms": cell.cold_init_ms,
         "warm_init_ms": cell.warm_init_ms,

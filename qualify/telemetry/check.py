@@ -56,7 +56,7 @@ from qualify.telemetry.timeline import (
     lagging_alert,
     serving_digests,
 )
-from schemas.cell import Cell, latest
+from schemas.cell import Cell, Placement, latest
 from schemas.manifest import Manifest, ManifestEntry
 from schemas.rules import order_rank, p99_outcome
 from schemas.settings import decode_settings, qualified_settings, settings_differences
@@ -301,7 +301,7 @@ def _placement_alerts(name: str, path: _Path) -> tuple[list[Alert], list[str]]:
                 f"--host-class {name}), or pin the image and hold the class until then.",
             )
         )
-    fallback = _fallback_alert(name, path, placement.expected_provider, placement.fallback_nodes)
+    fallback = _fallback_alert(name, path, placement)
     if fallback is not None:
         alerts.append(fallback)
     if path.primary and not any(r.placement == "actual" for r in mine):
@@ -312,7 +312,11 @@ def _placement_alerts(name: str, path: _Path) -> tuple[list[Alert], list[str]]:
     return alerts, notes
 
 
-def _fallback_alert(name: str, path: _Path, expected: str, qualified: int) -> Alert | None:
+def _fallback_alert(name: str, path: _Path, placement: Placement) -> Alert | None:
+    """``fallback_appeared`` where hosts run more nodes off the expected provider than the
+    qualified cell did; its evidence names the nodes the qualified cell ran off it."""
+    expected, qualified = placement.expected_provider, placement.fallback_nodes
+    named = placement.off_provider_nodes
     worse = [
         r
         for r in path.rows
@@ -331,6 +335,10 @@ def _fallback_alert(name: str, path: _Path, expected: str, qualified: int) -> Al
             "digest": path.digest,
             "expected_provider": expected,
             "qualified_fallback_nodes": qualified,
+            # By name and op type, the first OFF_PROVIDER_KEPT; null: the cell did not name them.
+            "qualified_off_provider_nodes": (
+                None if named is None else [n.model_dump() for n in named]
+            ),
             "observed_max_fallback_nodes": max(r.fallback_nodes or 0 for r in worse),
             **_group(worse),
         },

@@ -206,3 +206,44 @@ def test_cells_from_before_numerics_were_recorded_read_as_native_or_another_isas
     with Store.open(db_path) as store:
         rows = {r["artifact_name"]: (r["numerics"], r["numerics_cpu"]) for r in store.matrix_rows()}
     assert rows == {"a": ("native", None), "b": ("other_isa", None), "c": ("emulated", "Haswell")}
+
+
+def test_cells_from_before_off_provider_nodes_were_named_read_as_not_named(
+    db_path: Path,
+) -> None:
+    upto = next(
+        i for i, m in enumerate(MIGRATIONS) if m.name.startswith("cells.off_provider_nodes")
+    )
+    conn = duckdb.connect(str(db_path))
+    conn.execute(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+        "applied_at TIMESTAMPTZ NOT NULL)"
+    )
+    for migration in MIGRATIONS[:upto]:
+        for statement in migration.statements:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_migrations VALUES (?, ?, ?)",
+            [migration.version, migration.name, FIXED],
+        )
+    named = '{"name": "relu", "op_type": "Relu", "domain": "", "provider": "CPUExecutionProvider"}'
+    for digest, cell in (
+        ("sha256:a", "{}"),  # recorded before nodes were named
+        ("sha256:b", '{"placement": {"off_provider_nodes": [' + named + "]}}"),
+    ):
+        conn.execute(
+            "INSERT INTO cells (run_id, artifact_digest, host_class, hardware, runtime, provider, "
+            "artifact_name, role, precision, verdict, reason_codes, reasons, emulated, "
+            "measured_at, settings_digest, cell, isa_mismatch) VALUES ('r1', ?, 'c', 'h', 'r', "
+            "'p', ?, 'candidate', 'int8', 'pass', [], '[]', false, ?, 's', ?, [])",
+            [digest, digest[-1], FIXED, cell],
+        )
+    conn.close()
+    with Store.open(db_path) as store:
+        rows = {r["artifact_name"]: r["off_provider_nodes"] for r in store.matrix_rows()}
+    assert rows == {
+        "a": None,
+        "b": [
+            {"name": "relu", "op_type": "Relu", "domain": "", "provider": "CPUExecutionProvider"}
+        ],
+    }

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from qualify.measure.job import WorkerJob
+from qualify.measure.job import OffNode, PlacementReport, WorkerJob, WorkerResult
 from qualify.measure.runner import Launch, WorkerOutcome, Workers
-from schemas.rules import fallback_count
+from schemas.rules import OFF_PROVIDER_KEPT, fallback_count
 
 CPU = "CPUExecutionProvider"
 
@@ -26,6 +26,9 @@ class Script:
     latency_s: float = 0.002
     """Every inference takes this long (with 1% seeded jitter)."""
     placement: Mapping[str, int] = field(default_factory=lambda: {CPU: 10})
+    off_provider: tuple[tuple[str, str], ...] | None = None
+    """(name, op type) of the nodes its session places off the expected provider, in order;
+    None: ``node<i>``/``Op`` for as many as ``placement`` puts there (the first 20 named)."""
     outputs: Mapping[str, np.ndarray] = field(
         default_factory=lambda: {"y": np.linspace(0.0, 1.0, 64, dtype=np.float32).reshape(4, 16)}
     )
@@ -51,24 +54,34 @@ def digest_of(path: Path) -> str:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _result(job: WorkerJob, script: Script) -> dict[str, Any]:
+def _result(job: WorkerJob, script: Script) -> WorkerResult:
     expected = job.provider.expected
     nodes = dict(script.placement)
-    return {
-        "ok": True,
-        "runtime_version": "1.32.0",
-        "cold_init_ms": script.cold_init_ms,
-        "warm_init_ms": script.cold_init_ms / 2,
-        "placement": {
-            "nodes_per_provider": nodes,
-            "total_nodes": sum(nodes.values()),
-            "expected_provider": expected,
-            "fallback_nodes": fallback_count(nodes, expected),
-            "session_providers": list(job.provider.execution_providers),
-            "source": "graph_assignment",
-        },
-        "warnings": [],
-    }
+    return WorkerResult(
+        ok=True,
+        runtime_version="1.32.0",
+        cold_init_ms=script.cold_init_ms,
+        warm_init_ms=script.cold_init_ms / 2,
+        placement=PlacementReport(
+            nodes_per_provider=nodes,
+            total_nodes=sum(nodes.values()),
+            expected_provider=expected,
+            fallback_nodes=fallback_count(nodes, expected),
+            session_providers=tuple(job.provider.execution_providers),
+            source="graph_assignment",
+            off_provider_nodes=_off_nodes(nodes, expected, script),
+        ),
+    )
+
+
+def _off_nodes(nodes: Mapping[str, int], expected: str, script: Script) -> tuple[OffNode, ...]:
+    """The nodes the script places off ``expected``, as the worker names them."""
+    elsewhere = [p for p, n in nodes.items() if p != expected for _ in range(n)]
+    named = script.off_provider or tuple((f"node{i}", "Op") for i in range(len(elsewhere)))
+    return tuple(
+        OffNode(name=name, op_type=op, domain="", provider=provider)
+        for (name, op), provider in zip(named, elsewhere, strict=False)
+    )[:OFF_PROVIDER_KEPT]
 
 
 def queue_reply(rate: float, arrivals: int, seed: int, service_s: float) -> dict[str, Any]:
@@ -126,7 +139,7 @@ class ScriptedWorker:
     def finish(self, configs: list[dict[str, int]]) -> WorkerOutcome:
         self.alive = False
         died = self.script.dies
-        result = {} if died else _result(self.job, self.script)
+        result = WorkerResult() if died else _result(self.job, self.script)
         return WorkerOutcome(
             result=result,
             error_code="crashed" if died else None,
@@ -176,7 +189,7 @@ class ScriptedWorkers:
         self.checked.append(job)
         error = self._script(job).load_error
         return WorkerOutcome(
-            result={} if error else {"ok": True},
+            result=WorkerResult(ok=not error),
             error_code=error,
             error_message=f"scripted {error}" if error else None,
             peak_rss_mb=None,
@@ -196,7 +209,9 @@ class ScriptedWorkers:
             outputs = script.emulated_outputs or script.outputs
             np.savez(job.outputs_path, allow_pickle=False, **dict(outputs))
         return WorkerOutcome(
-            result={} if error else {"ok": True, "runtime_version": self.runtime_version},
+            result=WorkerResult()
+            if error
+            else WorkerResult(ok=True, runtime_version=self.runtime_version),
             error_code=error,
             error_message=f"scripted {error} under QEMU" if error else None,
             peak_rss_mb=None,

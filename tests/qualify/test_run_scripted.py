@@ -202,3 +202,34 @@ def test_without_the_control_the_same_candidate_is_called_slower(tmp_path: Path)
     assert _cells(outcome)[CANDIDATE] == ("fail", ["slower_than_baseline"])
     ratio = outcome.bundle.cells[1].latency[0].vs_baseline
     assert ratio is not None and ratio.p50_spread is None
+
+
+def test_a_candidate_falling_back_on_some_nodes_names_them_in_the_cell_and_matrix_show_json(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from qualify.cli import cli
+
+    off = (("attn/Softmax", "Softmax"), ("head/TopK", "TopK"), ("post/NonMaxSuppression", "NMS"))
+    fallback = Script(placement={CPU: 3, "CUDAExecutionProvider": 197}, off_provider=off)
+    outcome, _ = _run(tmp_path, Script(), fallback)
+    cell = next(c for c in outcome.bundle.cells if c.artifact_name == CANDIDATE)
+    assert cell.placement is not None and cell.placement.fallback_nodes == 197
+    named = [(n.name, n.op_type) for n in cell.placement.off_provider_nodes or []]
+    assert named == list(off)  # the script names 3 of the 197: the cell keeps what was named
+    expected = [
+        {"name": name, "op_type": op, "domain": "", "provider": "CUDAExecutionProvider"}
+        for name, op in off
+    ]
+    db = str(tmp_path / "m.duckdb")
+    # As measured (no project file), and under the project file now.
+    for project in (tmp_path / "none.yaml", tmp_path / "qualify.yaml"):
+        args = ["matrix", "show", "--db", db, "--project", str(project), "--format", "json"]
+        shown = CliRunner().invoke(cli, args)
+        assert shown.exit_code == 0, shown.output
+        rows = {r["artifact_name"]: r for r in json.loads(shown.output)}
+        assert rows[CANDIDATE]["off_provider_nodes"] == expected
+        assert rows[BASELINE]["off_provider_nodes"] == []

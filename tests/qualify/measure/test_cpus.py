@@ -67,7 +67,7 @@ def test_the_worker_runs_pinned_to_the_cpus_it_was_given(tmp_path: Path) -> None
     pinned = dataclasses.replace(job, provider=dataclasses.replace(job.provider, cpus=(first,)))
     outcome = run_worker(pinned, tmp_path / "w", timeout_s=120)
     assert outcome.error_code is None, outcome.error_message
-    assert outcome.result["cpus"] == [first]
+    assert outcome.result.cpus == (first,)
 
 
 def test_a_class_on_cpus_this_host_lacks_is_refused_before_measuring(tmp_path: Path) -> None:

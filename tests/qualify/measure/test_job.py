@@ -108,4 +108,5 @@ def test_a_worker_handed_an_incomplete_job_measures_nothing_and_says_why(
 def test_a_check_job_runs_in_a_real_worker(job: WorkerJob, tmp_path: Path) -> None:
     outcome = run_worker(dataclasses.replace(job, mode="check"), tmp_path / "w", timeout_s=120)
     assert outcome.error_code is None, outcome.error_message
-    assert outcome.result["placement"]["fallback_nodes"] == 0
+    assert outcome.result.placement is not None
+    assert outcome.result.placement.fallback_nodes == 0

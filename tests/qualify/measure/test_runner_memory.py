@@ -41,7 +41,7 @@ from tests.qualify.jobs import make_job
 job = make_job(Path({str(tmp_path)!r}), model)
 out = run_worker(job, Path({str(tmp_path / "w")!r}), timeout_s=120)
 print(json.dumps([out.error_code, out.peak_rss_mb, out.peak_rss_source,
-                  out.result.get("imported_at_peak"), float(ballast[0])]))
+                  list(out.result.imported_at_peak), float(ballast[0])]))
 """
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True

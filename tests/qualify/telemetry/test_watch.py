@@ -23,7 +23,7 @@ from qualify.telemetry.check import check_telemetry
 from qualify.telemetry.render import render_check
 from qualify.telemetry.staleness import stale_items
 from qualify.telemetry.watch import gather_aggregates, load_current_manifest, run_check, run_stale
-from schemas.cell import Cell, RunBundle
+from schemas.cell import Cell, OffProviderNode, RunBundle
 from schemas.manifest import Manifest
 from schemas.project import Project
 from schemas.telemetry import CheckSettings, TelemetryCheck
@@ -235,6 +235,36 @@ def test_more_fallback_on_the_same_providers_is_caught_alone(tmp_path: Path) -> 
     check = judge(tmp_path, healthy() + worse)
     assert kinds(check) == [("gpu", "fallback_appeared")]
     assert check.alerts[0].evidence["qualified_fallback_nodes"] == 7
+    # The simulated cell, like one recorded before nodes were named, does not name them.
+    assert check.alerts[0].evidence["qualified_off_provider_nodes"] is None
+
+
+def test_fallback_evidence_names_the_nodes_the_qualified_cell_ran_off_the_provider(
+    tmp_path: Path,
+) -> None:
+    simulated = fleet()
+    named = [
+        OffProviderNode(name=f"conv{i}", op_type="Conv", provider="CPUExecutionProvider")
+        for i in range(7)
+    ]
+    simulated.cells = [
+        c.model_copy(
+            update={"placement": c.placement.model_copy(update={"off_provider_nodes": named})}
+        )
+        if c.host_class == "gpu" and c.placement is not None
+        else c
+        for c in simulated.cells
+    ]
+    worse = traffic(
+        "gpu",
+        n=30,
+        nodes={"CUDAExecutionProvider": 1, "CPUExecutionProvider": 9},
+        expected="CUDAExecutionProvider",
+    )
+    check = judge(tmp_path, healthy() + worse, simulated=simulated)
+    [alert] = check.alerts
+    assert alert.kind == "fallback_appeared"
+    assert alert.evidence["qualified_off_provider_nodes"] == [n.model_dump() for n in named]
 
 
 def test_a_p99_above_the_qualified_bound_with_enough_samples_is_a_regression(
