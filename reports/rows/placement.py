@@ -58,7 +58,25 @@ def _fallback_text(cell: Cell, cls: HostClass | None) -> tuple[str, Tone]:
         )
     allowed = cls.provider.fallback_allowance if cls is not None else 0
     suffix = f" (allowed {allowed})" if allowed else ""
-    return f"{fallback} of {placement.total_nodes} nodes{suffix}", ""
+    return f"{fallback} of {placement.total_nodes} nodes{suffix}{_named(cell, fallback)}", ""
+
+
+_NAMED_MOST = 5
+"""Off-provider nodes the row names; the cell keeps up to 20, ``matrix show --json`` them all."""
+
+
+def _named(cell: Cell, fallback: int) -> str:
+    """ ": relu (Relu) on CPU, ... and N more": the nodes that ran off the expected provider,
+    by name, where the cell recorded them."""
+    nodes = (cell.placement.off_provider_nodes if cell.placement is not None else None) or []
+    if not nodes or not fallback:
+        return ""
+    shown = ", ".join(
+        f"{n.name or '(unnamed)'} ({n.op_type}) on {provider_name(n.provider)}"
+        for n in nodes[:_NAMED_MOST]
+    )
+    more = fallback - min(len(nodes), _NAMED_MOST)
+    return f": {shown}" + (f" and {more} more" if more > 0 else "")
 
 
 def placement_rows(table: Table) -> list[CompareRow]:

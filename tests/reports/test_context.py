@@ -89,6 +89,24 @@ def test_fallback_is_highlighted(golden_view: ReportView) -> None:
     assert (CANDIDATE, "5 nodes placed on CPUExecutionProvider", 1) in gpu.warnings
 
 
+def test_fallback_names_the_nodes_that_ran_off_the_expected_provider() -> None:
+    from schemas.cell import OffProviderNode
+
+    fleet, _, _ = scripted_fleet()
+    named = [
+        OffProviderNode(name=f"layer{i}/Gelu", op_type="Gelu", provider="CPUExecutionProvider")
+        for i in range(6)
+    ]
+    for index, cell in enumerate(fleet.cells):
+        if cell.host_class == "gpu-t4" and cell.role == "candidate" and cell.placement:
+            placement = cell.placement.model_copy(update={"off_provider_nodes": named[:5]})
+            fleet.cells[index] = cell.model_copy(update={"placement": placement})
+    text, tone = _row(_class(_view(fleet), "gpu-t4"), "fallback")[1]
+    assert tone == "bad"
+    assert text.startswith("5 of 24 nodes: layer0/Gelu (Gelu) on CPU, layer1/Gelu (Gelu) on CPU")
+    assert "layer4/Gelu" in text and "more" not in text
+
+
 def test_p99_over_budget_is_bad_and_within_is_ok(golden_view: ReportView) -> None:
     x86 = next(r for r in golden_view.heatmap if r.host_class == "x86-v4")
     assert [c.p99_tone for c in x86.cells] == ["ok", "bad"]
