@@ -21,9 +21,6 @@ from datetime import UTC, datetime
 from json.encoder import encode_basestring
 from typing import Any, NamedTuple
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
 from manifest._batch import paused_gc
 from manifest.errors import (
     CanonicalError,
@@ -356,7 +353,11 @@ def parse_public_pem(text: str, source: str = "public key") -> bytes:
 
 
 def verify_signature(public_raw: bytes, signature: bytes, data: bytes | memoryview) -> bool:
-    """Whether ``signature`` is a valid Ed25519 signature of ``data`` by ``public_raw``."""
+    """Whether ``signature`` is a valid Ed25519 signature of ``data`` by ``public_raw``
+    (cryptography is imported here: reading a document for display needs none of it)."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     try:
         Ed25519PublicKey.from_public_bytes(public_raw).verify(signature, bytes(data))
     except (ValueError, InvalidSignature):  # ValueError: a key that is not 32 bytes
