@@ -125,19 +125,7 @@ def build_manifest(
         BuildError: a version not above the previous one, ``expires`` not after ``created``, a
             decision for a class the project lacks, or an artifact without a location.
     """
-    if not release:
-        raise BuildError("release: the release name must not be empty; pass --release NAME")
-    if version < 1:
-        raise BuildError(f"version: must be >= 1, found {version}")
-    if previous is not None and version <= previous.signed.version:
-        raise BuildError(
-            f"version: {version} must be > {previous.signed.version}, the previous manifest's "
-            f"(release {previous.signed.release!r}); a lower version is never generated"
-        )
-    created_s, expires_s = envelope.format_time(created), envelope.format_time(expires)
-    if expires_s <= created_s:
-        raise BuildError(f"expires: {expires_s} must be after created {created_s}")
-
+    created_s, expires_s = _checked(release, version, created, expires, previous)
     with paused_gc():
         written = _entries(project, decisions, artifacts, previous)
         entries = written if encoded else dict(written)
@@ -153,6 +141,29 @@ def build_manifest(
         "policy": project.policy.model_dump(mode="json"),
         "entries": entries,
     }
+
+
+def _checked(
+    release: str,
+    version: int,
+    created: datetime,
+    expires: datetime,
+    previous: Manifest | PreviousManifest | None,
+) -> tuple[str, str]:
+    """`build_manifest`'s checks of its arguments; ``created`` and ``expires`` as written."""
+    if not release:
+        raise BuildError("release: the release name must not be empty; pass --release NAME")
+    if version < 1:
+        raise BuildError(f"version: must be >= 1, found {version}")
+    if previous is not None and version <= previous.signed.version:
+        raise BuildError(
+            f"version: {version} must be > {previous.signed.version}, the previous manifest's "
+            f"(release {previous.signed.release!r}); a lower version is never generated"
+        )
+    created_s, expires_s = envelope.format_time(created), envelope.format_time(expires)
+    if expires_s <= created_s:
+        raise BuildError(f"expires: {expires_s} must be after created {created_s}")
+    return created_s, expires_s
 
 
 def _entries(

@@ -680,8 +680,14 @@ def check_signed(
             f"{source}: version {version} is lower than version {min_version} this host already "
             f"accepted; new version must be >= {min_version} (a replayed older manifest?)"
         )
-    if now is None:
-        return
+    if now is not None:
+        _check_time(expires, until, now, source, max_validity_s)
+
+
+def _check_time(
+    expires: str, until: int, now: str, source: str, max_validity_s: float | None
+) -> None:
+    """`check_signed`'s expiry (``expires``, ``until`` its POSIX seconds) and validity."""
     if expires <= now:
         raise ExpiredError(
             f"{source}: expired at {expires} (now {now}); generate and sign a fresh manifest"

@@ -542,8 +542,25 @@ def _answer(
         answer["providers"] = _usable(provider, host)
         answer["settings"] = qualified_settings(provider)
         return EXIT_RESOLVED, answer, messages
+    return _fall_back(entry, host_class, host, answer, reasons, failures, messages)
+
+
+def _fall_back(
+    entry: Mapping[str, Any],
+    host_class: str,
+    host: HostRuntime,
+    answer: dict[str, Any],
+    reasons: list[dict[str, str]],
+    failures: list[str],
+    messages: list[str],
+) -> tuple[int, dict[str, Any], list[str]]:
+    """`_answer` for a host that cannot run the entry's artifact: its rollback, if it can."""
+    from schemas.settings import qualified_settings
+
+    decision, rollback = entry.get("decision"), entry.get("rollback")
+    provider = entry.get("provider") or {}
     why = "; ".join(failures)
-    name = _show(artifact.get("name"))
+    name = _show(entry["artifact"].get("name"))
     reasons.append({"code": "runtime_incompatible", "message": f"{name}: {why}"})
     if isinstance(rollback, dict):
         rb_name = _show(rollback.get("name"))
@@ -661,40 +678,14 @@ def resolve(
 ) -> Outcome:
     """Decide the answer for this host: the core of ``resolve-artifact``, with no I/O.
 
-    The answer comes only from a document whose signature verified, parsed once from the
-    verified bytes. The rollback floor is the highest version among every record the host
-    keeps for the document's model line (``accepted`` from its ``state.json``, the
-    last-known-good's own version), so deleting or replacing one of them does not lower it; a
-    document at the floor's version must be the same bytes (else `ForkError`). A document is
-    kept as the new last-known-good only when it was verified *and* resolved for this host.
-
-    Args:
-        raw: the manifest's bytes (``None`` when it could not be read: see ``read_error``).
-        public_raw: the trusted Ed25519 public key, 32 raw bytes.
-        now: reference time, ``YYYY-MM-DDTHH:MM:SSZ``.
-        host: this host's runtime and providers.
-        host_class: the class to resolve for; ``None`` detects it with ``facts``.
-        facts: returns this host's ``hostmatch.HostFacts`` (called only for detection).
-        accepted_version: a version floor given directly (tests, callers without a record).
-        accepted: the record in the line's ``state.json``, if one was readable.
-        last_known_good: the line's last accepted document's bytes, if kept.
-        max_bytes: largest document accepted.
-        source: name of the manifest for messages.
-        read_error: why ``raw`` could not be read.
-        grace_s: how long after it expired a last-known-good is still served (exit 6).
-        max_validity_s: a new document expiring further ahead than this is refused.
-        uri_schemes: the artifact URI schemes a host may be told to fetch.
-        host_id: this host's stable id, which places it in or out of a rollout's cohort
-            (`cohort_point`); None keeps it with the rest of its class.
-        line: the model line ``accepted`` and ``last_known_good`` belong to: a new document or
-            a last-known-good of another line is refused (`LineMismatchError`). None: not
-            checked (a caller with one line's state only).
-        pointer_version: the version a per-class directory's ``current`` names: the document
-            read through it must be that version (`PointerMismatchError`).
-        fresh: ``raw`` already verified (`verify_fresh`): not verified again.
-
-    Returns:
-        The outcome: exit code, answer (for ``--json``), messages for stderr, and what to keep.
+    The answer comes only from a document whose signature verified (``fresh``, or ``raw``
+    verified here), at or above the rollback floor (the highest version among ``accepted``, the
+    ``last_known_good``'s own and ``accepted_version``; at the floor's version, the same bytes),
+    of the model ``line``, at the version a per-class directory's pointer names
+    (``pointer_version``), expiring before ``now`` + ``max_validity_s``. Otherwise the
+    last-known-good answers (exit 6 within ``grace_s`` of its expiry), or nothing (exit 4).
+    ``host_class`` None detects the class with ``facts``; ``host_id`` places the host in or out
+    of a rollout's cohort; ``uri_schemes`` bound what a host may be told to fetch.
     """
     messages: list[str] = []
     if fresh is None:
@@ -703,27 +694,12 @@ def resolve(
     kept = _kept(last_known_good, raw, document, public_raw, host_class, max_bytes, line, messages)
     floor = _floor([accepted, _record(kept, accepted) if kept else None], accepted_version)
     if document is not None:
-        try:
-            _check_fresh(document, floor, now, host_class, source, max_validity_s, line)
-            if pointer_version is not None and document.signed["version"] != pointer_version:
-                raise PointerMismatchError(
-                    f"{source}: version {document.signed['version']}, but the directory's "
-                    f"current pointer names v{pointer_version} (a per-class set and its pointer "
-                    "disagree: a mixed or tampered directory); publish again with --per-class"
-                )
-            code, answer, more = _decide(
-                document, host_class, facts, host, [], uri_schemes, host_id
-            )
-        except VerificationError as exc:
-            failure = exc
-        except _Refused as exc:
-            if exc.code != EXIT_VERIFY:
-                return Outcome(exc.code, None, [*messages, str(exc)], None, None, floor)
-            failure = MalformedError(f"{source}: {exc}")
-        else:
-            answer["source"] = "manifest"
-            mine = _record(document, accepted, floor)
-            return Outcome(code, answer, messages + more, raw, mine, mine)
+        checks = _Checks(now, host_class, source, max_validity_s, line, pointer_version)
+        done = _from_fresh(document, raw, accepted, floor, checks, messages, facts, host,
+                           uri_schemes, host_id)  # fmt: skip
+        if isinstance(done, Outcome):
+            return done
+        failure = done
     why = read_error if failure is None else str(failure)
     check = "unreadable" if failure is None else failure.code
     messages.append(f"refused {source}: {why}")
@@ -740,6 +716,55 @@ def resolve(
         uri_schemes=uri_schemes,
         host_id=host_id,
     )
+
+
+class _Checks(NamedTuple):
+    """What a fresh document is checked against besides its signature (see `resolve`)."""
+
+    now: str
+    host_class: str | None
+    source: str
+    max_validity_s: float | None
+    line: Line | None
+    pointer_version: int | None
+
+
+def _from_fresh(
+    document: _Document,
+    raw: bytes | None,
+    accepted: Accepted | None,
+    floor: Accepted | None,
+    checks: _Checks,
+    messages: list[str],
+    facts: Callable[[], Any] | None,
+    host: HostRuntime,
+    uri_schemes: Sequence[str],
+    host_id: str | None,
+) -> Outcome | VerificationError:
+    """`resolve`'s answer from a verified document, or why it cannot give one (the
+    last-known-good then answers)."""
+    source, pointer_version = checks.source, checks.pointer_version
+    try:
+        _check_fresh(document, floor, checks.now, checks.host_class, source,
+                     checks.max_validity_s, checks.line)  # fmt: skip
+        if pointer_version is not None and document.signed["version"] != pointer_version:
+            raise PointerMismatchError(
+                f"{source}: version {document.signed['version']}, but the directory's "
+                f"current pointer names v{pointer_version} (a per-class set and its pointer "
+                "disagree: a mixed or tampered directory); publish again with --per-class"
+            )
+        code, answer, more = _decide(
+            document, checks.host_class, facts, host, [], uri_schemes, host_id
+        )
+    except VerificationError as exc:
+        return exc
+    except _Refused as exc:
+        if exc.code != EXIT_VERIFY:
+            return Outcome(exc.code, None, [*messages, str(exc)], None, None, floor)
+        return MalformedError(f"{source}: {exc}")
+    answer["source"] = "manifest"
+    mine = _record(document, accepted, floor)
+    return Outcome(code, answer, messages + more, raw, mine, mine)
 
 
 def _kept(
@@ -1266,6 +1291,11 @@ def _main(argv: Sequence[str], say: Callable[[str], None]) -> int:
         _keep(state_dir, state, outcome, source, say)
     if args.emit_telemetry is not None and outcome.answer is not None:
         _emit(args.emit_telemetry, outcome.answer, host, args.host_id, started, say)
+    return _say_outcome(outcome, args, say)
+
+
+def _say_outcome(outcome: Outcome, args: argparse.Namespace, say: Callable[[str], None]) -> int:
+    """Say ``outcome``'s messages, check ``--verify-file``, print the answer; the exit code."""
     for message in outcome.messages:
         say(message)
     code, answer = outcome.code, outcome.answer

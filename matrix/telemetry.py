@@ -945,7 +945,10 @@ def _batches(tables: Iterable[pa.Table], tally: _Tally) -> Iterator[pa.RecordBat
         pool.release_unused()
 
 
-def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -> IngestedTelemetry:
+def _where(conn: duckdb.DuckDBPyConnection, path: Path) -> tuple[Any, int, int]:
+    """``(plan, size, end)`` of a file to ingest: the plan of a file some recorded prefix fits
+    (None otherwise: it is read from its start and hashed as its first blocks parse, the hash
+    being a tenth of an ingest), its size, and where its last whole line ends."""
     try:
         size = path.stat().st_size
         if not path.is_file():
@@ -953,13 +956,15 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
                 f"{path}: not a file; pass JSON-lines telemetry files", path=path
             )
         known = _known_prefixes(conn, size)
-        # No recorded prefix fits in the file: it is read from its start and hashed as its first
-        # blocks parse (the hash is a tenth of an ingest). Otherwise it is hashed first, to find
-        # where a file that grew resumes.
         end = 0 if known else _last_line_end(path, size)
         plan = _plan(path, known) if end == 0 else None
     except OSError as error:
         raise _unreadable(path, error) from error
+    return plan, size, end
+
+
+def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -> IngestedTelemetry:
+    plan, size, end = _where(conn, path)
     if plan is not None:
         start, end, pending = plan.resume_at, plan.end, plan.size - plan.end
         first_line = plan.resume_lines + 1
@@ -991,18 +996,9 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
         conn.execute(
             "INSERT INTO telemetry_files (sha256, path, start_byte, end_byte, start_line, "
             "end_line, events, bad_lines, ingested_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                plan.sha256,
-                str(path),
-                start,
-                end,
-                first_line,
-                first_line + tally.lines - 1,
-                tally.events,
-                tally.bad_count,
-                now,
-            ],
-        )
+            [plan.sha256, str(path), start, end, first_line, first_line + tally.lines - 1,
+             tally.events, tally.bad_count, now],
+        )  # fmt: skip
         conn.execute("COMMIT")
     except OSError as error:
         _rollback_quietly(conn)
@@ -1010,17 +1006,8 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
     except BaseException:
         _rollback_quietly(conn)
         raise
-    return IngestedTelemetry(
-        path,
-        plan.sha256,
-        "ingested",
-        first_line,
-        tally.lines,
-        tally.events,
-        tally.bad_count,
-        tuple(tally.bad),
-        pending,
-    )
+    return IngestedTelemetry(path, plan.sha256, "ingested", first_line, tally.lines,
+                             tally.events, tally.bad_count, tuple(tally.bad), pending)  # fmt: skip
 
 
 def _unreadable(path: Path, error: OSError) -> TelemetryFileError:
@@ -1287,6 +1274,27 @@ def rollout_reported(store: Store, rollout: str, *, start: datetime, end: dateti
     return bool(row and row[0][0])
 
 
+def _profile_row(r: tuple[Any, ...]) -> ProfileRow:
+    """One row of ``_PROFILE_SQL`` as a `ProfileRow`."""
+    return ProfileRow(
+        host_class=str(r[0]),
+        model_digest=r[1],
+        runtime_revision=str(r[2]),
+        placement=str(r[3]),
+        providers=tuple(r[4] or ()),
+        fallback_nodes=None if r[5] is None else int(r[5]),
+        events=int(r[6]),
+        hosts=int(r[7]),
+        example_hosts=tuple(sorted(r[8] or ())),
+        latency_samples=int(r[9]),
+        first=r[10],
+        last=r[11],
+        manifest_versions=tuple(int(v) for v in r[12] or ()),
+        settings=r[13],
+        version=None if r[14] is None else int(r[14]),
+    )
+
+
 def telemetry_profile(
     store: Store,
     *,
@@ -1325,26 +1333,7 @@ def telemetry_profile(
     return TelemetryProfile(
         start=start,
         end=end,
-        rows=tuple(
-            ProfileRow(
-                host_class=str(r[0]),
-                model_digest=r[1],
-                runtime_revision=str(r[2]),
-                placement=str(r[3]),
-                providers=tuple(r[4] or ()),
-                fallback_nodes=None if r[5] is None else int(r[5]),
-                events=int(r[6]),
-                hosts=int(r[7]),
-                example_hosts=tuple(sorted(r[8] or ())),
-                latency_samples=int(r[9]),
-                first=r[10],
-                last=r[11],
-                manifest_versions=tuple(int(v) for v in r[12] or ()),
-                settings=r[13],
-                version=None if r[14] is None else int(r[14]),
-            )
-            for r in rows
-        ),
+        rows=tuple(_profile_row(r) for r in rows),
         class_events={str(r[0]): int(r[1]) for r in per_class},
         class_hosts={str(r[0]): int(r[2]) for r in per_class},
     )
