@@ -18,13 +18,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -149,25 +150,34 @@ def _answered(code: int, cmd: list[str]) -> None:
 
 def _median_runs(
     commands: dict[str, list[str]], repeat: int, cwd: Path, expect: dict[str, tuple[int, ...]]
-) -> dict[str, float]:
-    times: dict[str, list[float]] = {k: [] for k in commands}
+) -> dict[str, tuple[float, float]]:
+    """Per command, the medians of its wall time and of its CPU time (user + system, from
+    ``getrusage(RUSAGE_CHILDREN)``: on a shared machine, waiting for a core inflates the wall
+    time and not this), the commands run in turn ``repeat`` times."""
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in commands}
 
-    def once(label: str, cmd: list[str]) -> float:
+    def once(label: str, cmd: list[str]) -> tuple[float, float]:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         code = subprocess.run(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd
         ).returncode
         elapsed = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if code not in expect.get(label, (0,)):
             raise SystemExit(f"{' '.join(cmd)} exited {code}: not an answer, nothing to time")
-        return elapsed
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        return elapsed, cpu
 
     for label, cmd in commands.items():  # warm the page cache and the state dir, untimed
         once(label, cmd)
     for _ in range(repeat):
         for label, cmd in commands.items():
             times[label].append(once(label, cmd))
-    return {k: statistics.median(v) for k, v in times.items()}
+    return {
+        k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
+        for k, v in times.items()
+    }
 
 
 _FLOOR_PUBLIC = """
@@ -372,22 +382,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes["m10000"] = gen_size
     bare = med["bare"]
 
-    def row(
-        label: str,
-        key_: str,
-        size: int | None,
-        target: str,
-        check: Callable[[float, str], bool],
-    ) -> str:
-        ms, ratio = med[key_] * 1000, med[key_] / bare
-        ok = "" if target == "none" else "yes" if check(ratio, target) else "**no**"
+    def row(label: str, key_: str, size: int | None, target: str) -> str:
+        (wall, cpu), (bare_wall, bare_cpu) = med[key_], bare
+        ratio, cpu_ratio = wall / bare_wall, cpu / bare_cpu
+        ok = "" if target == "none" else "yes" if within(ratio, target) else "**no**"
+        cpu_ok = "" if target == "none" else "yes" if within(cpu_ratio, target) else "no"
         size_s = (
             "" if size is None else f"{size / 1e6:.2f} MB" if size > 1e5 else f"{size / 1e3:.1f} kB"
         )
-        return f"| {label} | {size_s} | {ms:.1f} ms | {ratio:.2f}x | {target} | {ok} |"
+        return (
+            f"| {label} | {size_s} | {wall * 1000:.1f} ms | {ratio:.2f}x | {target} | {ok} "
+            f"| {cpu * 1000:.1f} ms | {cpu_ratio:.2f}x {cpu_ok} |"
+        )
 
     def within(ratio: float, target: str) -> bool:
-        return target != "none" and ratio <= float(target.removeprefix("<= ").removesuffix("x"))
+        return ratio <= float(target.removeprefix("<= ").removesuffix("x"))
 
     print(
         f"Machine: {_cpu_model()} ({isa_flags()}), {os.cpu_count()} logical CPUs, "
@@ -401,9 +410,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "signature included)"
     )
     print()
-    print("| resolve-artifact | document | median wall | vs `python -c pass` | target | met |")
-    print("|---|---|---|---|---|---|")
-    print(f"| `python -c pass` | | {bare * 1000:.1f} ms | 1.00x | | |")
+    print(
+        "| resolve-artifact | document | median wall | vs `python -c pass` | target | met "
+        "| median CPU (user+sys) | CPU vs `python -c pass` |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    print(
+        f"| `python -c pass` | | {bare[0] * 1000:.1f} ms | 1.00x | | | {bare[1] * 1000:.1f} ms "
+        "| 1.00x |"
+    )
     rows = [
         ("1,000-class manifest, class on hold", "m1000", "m1000", "<= 5x"),
         ("per-class document of a 100,000-class fleet, on hold", "class", "class", "<= 3.5x"),
@@ -427,7 +442,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     for label, key_, size_key, target in rows:
         size = sizes[size_key] if size_key else None
-        print(row(label, key_, size, target, within))
+        print(row(label, key_, size, target))
+    print()
+    print(
+        "'met' is judged on wall time, as issue 36 states its targets; the CPU columns are the "
+        "same runs' user + system time, which waiting for a core on a shared machine does not "
+        "inflate ('no' there too means the code, not the machine, misses the target)."
+    )
     print()
     print("| manifest generation | time | target | met |")
     print("|---|---|---|---|")

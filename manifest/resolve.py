@@ -22,8 +22,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from manifest import envelope, hoststate
 from manifest.errors import (
@@ -43,6 +42,9 @@ from manifest.hoststate import (
     parse_state,
 )
 from manifest.hoststate import read_bounded as _read_bounded
+
+if TYPE_CHECKING:
+    from pathlib import Path  # run time: only where a Path is returned (a host needs none)
 
 __all__ = [
     "DEFAULT_GRACE_DAYS",
@@ -920,6 +922,8 @@ def _default_state_dir() -> str | None:
 def default_state_dir() -> Path | None:
     """``$QUALIFY_STATE_DIR``, else ``$XDG_STATE_HOME/qualify/resolve`` (``~/.local/state`` when
     unset); None when there is no home to put it in."""
+    from pathlib import Path
+
     found = _default_state_dir()
     return None if found is None else Path(found)
 
@@ -1160,17 +1164,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _leave(code: int) -> None:
-    """End the process with ``code`` now, without the interpreter's teardown.
+    """End the process with ``code`` now (``os._exit``), without the interpreter's teardown.
 
-    Everything the command does is done by then: files are written atomically and closed,
-    telemetry appended with ``os.write``; only stdout and stderr may hold buffered text, and
-    they are flushed here. What is skipped is freeing every module and object and OpenSSL's
-    exit handlers: about 3 ms on a 2-core machine (2.5x a bare ``python -c pass`` becomes 2.2x
-    for a 1,000-class manifest), at every service start of every host. The price: nothing
-    registered with ``atexit`` runs in this process (a coverage tool measuring subprocesses
-    sees none of this one); library callers of ``main(argv)`` return as usual. If a stream
-    cannot be flushed (a closed pipe), this returns and the interpreter exits as usual,
-    reporting it.
+    Everything the command does is done by then (files written atomically and closed); only
+    stdout and stderr may hold text, flushed here. Skipped: freeing every module and object
+    and OpenSSL's exit handlers, at every service start (its cost is in docs/benchmarks.md);
+    nothing registered with ``atexit`` runs. If a stream cannot be flushed (a closed pipe), this
+    returns and the interpreter exits as usual, reporting it.
     """
     try:
         sys.stdout.flush()
