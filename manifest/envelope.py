@@ -307,8 +307,8 @@ def parse_time(text: str) -> datetime:
     """
     if not isinstance(text, str) or TIME_RE.fullmatch(text) is None:
         raise ValueError(f"{text[:40]!r} is not a time of the form YYYY-MM-DDTHH:MM:SSZ")
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    try:  # fromisoformat reads the Z as UTC (and needs no _strptime, as strptime does)
+        return datetime.fromisoformat(text)
     except ValueError as exc:  # 2026-13-45T99:00:00Z has the form but is no time
         raise ValueError(f"{text!r} is not a valid time ({exc})") from exc
 
