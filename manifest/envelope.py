@@ -271,8 +271,8 @@ def encode_envelope(signatures: list[dict[str, str]], signed_bytes: bytes) -> by
     Equal to ``encode_canonical({"signed": signed, "signatures": signatures})`` when
     ``signed_bytes == encode_canonical(signed)`` (the keys sort as "signatures", "signed"), so a
     signer that has just encoded ``signed`` to sign it does not encode it a second time to
-    write it (for a large fleet, a second pass over megabytes). It is
-    the layout ``_fast_split`` reads back.
+    write it (for a large fleet, a second pass over megabytes). It is the layout
+    `split_envelope` reads back.
 
     Args:
         signatures: ``[{"keyid": ..., "sig": ...}]`` (may be empty for an unsigned document).
@@ -538,7 +538,7 @@ def verify_signed_span(
     raw: bytes, public_raw: bytes, *, source: str = "manifest", max_bytes: int = MAX_BYTES
 ) -> tuple[int, int, str]:
     """`verify_envelope`'s checks (size, layout, a signature by the trusted key), without
-    parsing or copying the signed part: for a reader that parses only part of it
+    parsing or copying the signed part: for a reader that keeps only one class of it
     (`parse_signed_entry`).
 
     Returns:
