@@ -8,6 +8,7 @@ reported measurement. Not a benchmark itself (``run_all`` skips ``_`` modules).
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from schemas.cell import (
@@ -22,7 +23,7 @@ from schemas.cell import (
 from schemas.host import Fingerprint, RuntimeIdentity
 from schemas.project import HostClass, OutputTolerance, Project
 
-__all__ = ["BASE", "CAND", "project_of", "scripted_run"]
+__all__ = ["BASE", "CAND", "isa_flags", "project_of", "scripted_run"]
 
 BASE = "sha256:" + "b" * 64
 CAND = "sha256:" + "c" * 64
@@ -42,6 +43,19 @@ _FINGERPRINT = Fingerprint(
     ),
 )
 _TOLERANCE = OutputTolerance(max_abs=0.05, cosine_min=0.99)
+
+
+def isa_flags() -> str:
+    """Which of ``avx512_vnni`` and ``avx2`` this CPU has (``grep -o 'avx512_vnni\\|avx2'
+    /proc/cpuinfo | sort -u``), for the machine line of a benchmark."""
+    try:
+        words = set(Path("/proc/cpuinfo").read_text(encoding="utf-8").split())
+    except OSError:
+        return "ISA unknown"
+    return (
+        ", ".join(f for f in ("avx2", "avx512_vnni") if f in words)
+        or "neither avx2 nor avx512_vnni"
+    )
 
 
 def project_of(classes: dict[str, Any]) -> Project:

@@ -14,9 +14,10 @@ Measures, on this machine and in this run, interleaved (generate, reference, gen
 
 The fleet has ``--classes`` classes (one run each of the baseline and an int8 candidate; every
 third falls back to the CPU, every fifth is over its p99 budget, every seventh was never
-measured: mixed decisions). Target (issue 15): generate <= 2x the reference. Prints one markdown
-section: the stage times of one generation (decide, build, sign and so on, profiled apart), the
-medians, their ratio, the load average and the command.
+measured: mixed decisions). Target (issue 36): generation in memory (decide + build + sign +
+write, the evidence already read) <= 3x the reference; the end-to-end row is reported without a
+target. Prints one markdown section: the stage times of one generation (profiled apart), the
+medians, their ratios, the machine, the load average and the command.
 
 Usage::
 
@@ -43,7 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._synthetic import BASE, CAND, project_of, scripted_run  # noqa: E402
+from bench._synthetic import BASE, CAND, isa_flags, project_of, scripted_run  # noqa: E402
 from manifest.build import build_manifest, write_manifest  # noqa: E402
 from manifest.policy import decide_each  # noqa: E402
 from manifest.signing import generate_keypair, load_private_key, sign_encoded  # noqa: E402
@@ -56,8 +57,9 @@ from schemas.cell import Cell, RunBundle, RunRecord  # noqa: E402
 __all__ = ["Fixture", "fixture", "main"]
 
 CLOCK = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
-TARGET = 2.0
-"""The issue's bound: generation at most this many times the encode + sign of its output."""
+TARGET = 3.0
+"""Issue 36's bound: generation in memory at most this many times the encode + sign of its
+output."""
 
 
 class Fixture:
@@ -305,7 +307,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     load_after = os.getloadavg()
     ratio = result["generate"] / result["reference"]
-    met = "yes" if ratio <= TARGET else "**no**"
     command = f"python bench/generate.py --classes {args.classes} --repeats {args.repeats}"
     decisions = ", ".join(f"{k} {v:,}" for k, v in sorted(result["decisions"].items()))
     stages = ", ".join(
@@ -317,7 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(
         f"Command: `{command}`; {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} logical CPUs, Python {platform.python_version()}; load average "
+        f"{os.cpu_count()} logical CPUs ({isa_flags()}), Python {platform.python_version()}; "
+        "load average "
         f"{load_before[0]:.2f} before, {load_after[0]:.2f} after. Medians of {args.repeats} "
         "interleaved rounds; the ratio's per-round range in brackets."
     )
@@ -330,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"| {args.classes:,} classes ({decisions}) | {result['size'] / 1e6:.1f} MB "
         f"| {result['generate']:.2f} s | {result['reference']:.2f} s "
-        f"| {ratio:.2f}x ({low:.2f}..{high:.2f}) | <= {TARGET:g}x | {met} "
+        f"| {ratio:.2f}x ({low:.2f}..{high:.2f}) | none | "
         f"| {load_before[0]:.2f} / {load_after[0]:.2f} | `{command}` |"
     )
     pipe = result["pipeline"] / result["reference"]

@@ -1,26 +1,12 @@
 """Benchmark: ``resolve-artifact`` start-to-exit against bare Python, and manifest generation.
 
-Measures, on this machine and in this run:
-
-* the wall time of the whole ``resolve-artifact`` process (median of ``--repeat`` runs, signature
-  verification included) next to ``python -c pass`` of the same interpreter, interleaved so drift
-  hits both alike, from a wheel-style install: a fresh virtual environment in a temp dir with
-  this project installed from its wheel (``pip wheel``/``pip install --no-deps --no-index
-  --no-build-isolation``, no editable finder) and cryptography with cffi copied in from this
-  interpreter's site-packages; nothing is downloaded. Documents: a 1,000-class manifest, one
-  per-class document of a 100,000-class fleet (on hold, as before), one per-class document that
-  resolves to an artifact, and (no target) the whole 100,000-class manifest;
-* the floor: a script doing only what any verifier must (read, parse the JSON, load Ed25519,
-  verify once), once through ``json`` and cryptography's public API and once through the C
-  scanner and cryptography's compiled core; and the signature check alone, nothing parsed
-  (``resolve-artifact --host-class`` parses only the header and that class's entry of a
-  verified manifest: ``envelope.parse_signed_entry``). The floor scripts end through the
-  interpreter's teardown; ``resolve-artifact`` run as the command skips it (``_leave``), so a
-  row also times it through ``main(argv)``, which returns and tears down as a library call;
-* the time to generate a 10,000-class manifest: decide, build, sign, write.
-
-Targets (issue 15): resolve <= 2.5x bare Python start; generation of 10,000 classes <= 2 s.
-Prints markdown tables for docs/benchmarks.md with the machine, the load average and the command.
+Measures, in one run, interleaved with ``python -c pass`` of the same interpreter: the whole
+``resolve-artifact`` process (signature included) from a wheel-style install (a fresh venv with
+this project's wheel and cryptography copied in; nothing downloaded), on a 1,000-class manifest,
+per-class documents and (no target) a whole 100,000-class manifest; and a floor script doing only
+what any verifier must (read, ``json``, cryptography's public Ed25519, verify). Also times one
+10,000-class generation. Targets (issue 36): <= 3.5x ``python -c pass`` for a per-class document,
+<= 5x for a whole 1,000-class manifest. Prints markdown tables for docs/benchmarks.md.
 
 Usage::
 
@@ -32,13 +18,14 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -46,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._synthetic import BASE, CAND, project_of, scripted_run  # noqa: E402
+from bench._synthetic import BASE, CAND, isa_flags, project_of, scripted_run  # noqa: E402
 from manifest import envelope  # noqa: E402
 from manifest.build import build_manifest, per_class_documents, write_manifest  # noqa: E402
 from manifest.policy import decide  # noqa: E402
@@ -163,25 +150,34 @@ def _answered(code: int, cmd: list[str]) -> None:
 
 def _median_runs(
     commands: dict[str, list[str]], repeat: int, cwd: Path, expect: dict[str, tuple[int, ...]]
-) -> dict[str, float]:
-    times: dict[str, list[float]] = {k: [] for k in commands}
+) -> dict[str, tuple[float, float]]:
+    """Per command, the medians of its wall time and of its CPU time (user + system, from
+    ``getrusage(RUSAGE_CHILDREN)``: on a shared machine, waiting for a core inflates the wall
+    time and not this), the commands run in turn ``repeat`` times."""
+    times: dict[str, list[tuple[float, float]]] = {k: [] for k in commands}
 
-    def once(label: str, cmd: list[str]) -> float:
+    def once(label: str, cmd: list[str]) -> tuple[float, float]:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         code = subprocess.run(
             cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd
         ).returncode
         elapsed = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if code not in expect.get(label, (0,)):
             raise SystemExit(f"{' '.join(cmd)} exited {code}: not an answer, nothing to time")
-        return elapsed
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        return elapsed, cpu
 
     for label, cmd in commands.items():  # warm the page cache and the state dir, untimed
         once(label, cmd)
     for _ in range(repeat):
         for label, cmd in commands.items():
             times[label].append(once(label, cmd))
-    return {k: statistics.median(v) for k, v in times.items()}
+    return {
+        k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v))
+        for k, v in times.items()
+    }
 
 
 _FLOOR_PUBLIC = """
@@ -197,36 +193,7 @@ signed = raw[cut + 10 : -1]
 Ed25519PublicKey.from_public_bytes(der[12:]).verify(bytes.fromhex(sig), signed)
 json.loads(signed)
 """
-_FLOOR_SIGNATURE = """
-import sys, binascii
-from cryptography.hazmat.bindings._rust import openssl
-with open(sys.argv[1], "rb") as f:
-    raw = f.read()
-with open(sys.argv[2], "rb") as f:
-    der = binascii.a2b_base64(b"".join(f.read().split(b"-----")[2].split()))
-cut = raw.index(b',"signed":{')
-at = raw.index(b'"sig":"') + 7
-sig = raw[at : raw.index(b'"', at)].decode()
-openssl.ed25519.from_public_bytes(der[12:]).verify(bytes.fromhex(sig), memoryview(raw)[cut + 10 : -1])
-"""
 _TEARDOWN = "import sys; from manifest.resolve import main; sys.exit(main(sys.argv[1:]))"
-_FLOOR_CORE = """
-import sys, binascii, _json
-from cryptography.hazmat.bindings._rust import openssl
-class C:
-    strict = True; object_hook = object_pairs_hook = None; parse_float = float; parse_int = int
-    parse_constant = None
-scan = _json.make_scanner(C())
-with open(sys.argv[1], "rb") as f:
-    raw = f.read()
-with open(sys.argv[2], "rb") as f:
-    der = binascii.a2b_base64(b"".join(f.read().split(b"-----")[2].split()))
-cut = raw.index(b',"signed":{')
-sig = scan(raw[14:cut].decode(), 0)[0][0]["sig"]
-signed = raw[cut + 10 : -1]
-openssl.ed25519.from_public_bytes(der[12:]).verify(bytes.fromhex(sig), signed)
-scan(signed.decode("utf-8", "surrogatepass"), 0)
-"""
 
 
 def _wheel_install(work: Path) -> Path:
@@ -310,12 +277,7 @@ def _measure_resolve(work: Path, key: Any, pub: Path, repeat: int) -> dict[str, 
     write_manifest(sign_document(docs[one], key), classes / envelope.class_filename(one))
     own = per_class_documents(doc1000["signed"])[ok]
     write_manifest(sign_document(own, key), resolved / envelope.class_filename(ok))
-    for name, text in (
-        ("floor_public.py", _FLOOR_PUBLIC),
-        ("floor_core.py", _FLOOR_CORE),
-        ("floor_signature.py", _FLOOR_SIGNATURE),
-    ):
-        (work / name).write_text(text)
+    (work / "floor_public.py").write_text(_FLOOR_PUBLIC)
 
     bin_dir = _wheel_install(work)
     py, tool = str(bin_dir / "python"), str(bin_dir / "resolve-artifact")
@@ -344,17 +306,9 @@ def _measure_resolve(work: Path, key: Any, pub: Path, repeat: int) -> dict[str, 
             *state(5),
         ],
         "floor-public": [py, str(work / "floor_public.py"), one_doc, str(pub)],
-        "floor-core": [py, str(work / "floor_core.py"), one_doc, str(pub)],
         "floor-public-m1000": [
             py,
             str(work / "floor_public.py"),
-            str(work / "m1000.json"),
-            str(pub),
-        ],
-        "floor-core-m1000": [py, str(work / "floor_core.py"), str(work / "m1000.json"), str(pub)],
-        "floor-signature-m1000": [
-            py,
-            str(work / "floor_signature.py"),
             str(work / "m1000.json"),
             str(pub),
         ],
@@ -398,6 +352,28 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def _floor_note(med: dict[str, tuple[float, float]], bare: tuple[float, float]) -> str:
+    """What the public floor says of the targets: a target below the floor cannot be met with
+    public APIs at all, and then it is the target that is wrong (issue 36), not a reason to
+    reach for a private one."""
+    notes = []
+    for label, floor, target in (
+        ("per-class document", "floor-public", 3.5),
+        ("1,000-class manifest", "floor-public-m1000", 5.0),
+    ):
+        wall, cpu = med[floor][0] / bare[0], med[floor][1] / bare[1]
+        verdict = (
+            "within the target, so the target can be met with public APIs"
+            if min(wall, cpu) <= target
+            else "above the target on both clocks: no code on public APIs can meet it here"
+        )
+        notes.append(
+            f"{label}: the public floor is {wall:.2f}x (wall), {cpu:.2f}x (CPU) against "
+            f"<= {target:g}x, {verdict}"
+        )
+    return "Floor: " + "; ".join(notes) + "."
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and print the markdown tables."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -428,21 +404,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes["m10000"] = gen_size
     bare = med["bare"]
 
-    def row(
-        label: str, key_: str, size: int | None, target: str, check: Callable[[float], bool]
-    ) -> str:
-        ms, ratio = med[key_] * 1000, med[key_] / bare
-        ok = "" if target == "none" else "yes" if check(ratio) else "**no**"
+    def row(label: str, key_: str, size: int | None, target: str) -> str:
+        (wall, cpu), (bare_wall, bare_cpu) = med[key_], bare
+        ratio, cpu_ratio = wall / bare_wall, cpu / bare_cpu
+        ok = "" if target == "none" else "yes" if within(ratio, target) else "**no**"
+        cpu_ok = "" if target == "none" else "yes" if within(cpu_ratio, target) else "no"
         size_s = (
             "" if size is None else f"{size / 1e6:.2f} MB" if size > 1e5 else f"{size / 1e3:.1f} kB"
         )
-        return f"| {label} | {size_s} | {ms:.1f} ms | {ratio:.2f}x | {target} | {ok} |"
+        return (
+            f"| {label} | {size_s} | {wall * 1000:.1f} ms | {ratio:.2f}x | {target} | {ok} "
+            f"| {cpu * 1000:.1f} ms | {cpu_ratio:.2f}x {cpu_ok} |"
+        )
 
-    def within(ratio: float) -> bool:
-        return ratio <= 2.5
+    def within(ratio: float, target: str) -> bool:
+        return ratio <= float(target.removeprefix("<= ").removesuffix("x"))
 
     print(
-        f"Machine: {_cpu_model()}, {os.cpu_count()} logical CPUs, {platform.system()} "
+        f"Machine: {_cpu_model()} ({isa_flags()}), {os.cpu_count()} logical CPUs, "
+        f"{platform.system()} "
         f"{platform.release()}, Python {platform.python_version()}; load average "
         f"{load_before[0]:.2f} before, {load_after[0]:.2f} after"
     )
@@ -452,14 +432,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "signature included)"
     )
     print()
-    print("| resolve-artifact | document | median wall | vs `python -c pass` | target | met |")
-    print("|---|---|---|---|---|---|")
-    print(f"| `python -c pass` | | {bare * 1000:.1f} ms | 1.00x | | |")
+    print(
+        "| resolve-artifact | document | median wall | vs `python -c pass` | target | met "
+        "| median CPU (user+sys) | CPU vs `python -c pass` |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    print(
+        f"| `python -c pass` | | {bare[0] * 1000:.1f} ms | 1.00x | | | {bare[1] * 1000:.1f} ms "
+        "| 1.00x |"
+    )
     rows = [
-        ("1,000-class manifest, class on hold", "m1000", "m1000", "<= 2.5x"),
-        ("per-class document of a 100,000-class fleet, on hold", "class", "class", "<= 2.5x"),
-        ("per-class document, resolved to its artifact", "resolved", "resolved", "none"),
-        ("per-class document, resolved, `--json`", "resolved-json", None, "none"),
+        ("1,000-class manifest, class on hold", "m1000", "m1000", "<= 5x"),
+        ("per-class document of a 100,000-class fleet, on hold", "class", "class", "<= 3.5x"),
+        ("per-class document, resolved to its artifact", "resolved", "resolved", "<= 3.5x"),
+        ("per-class document, resolved, `--json`", "resolved-json", None, "<= 3.5x"),
         ("1,000-class manifest through `python -m manifest.resolve`", "m1000-m", None, "none"),
         (
             "floor: read, `json`, cryptography's public Ed25519, verify (per-class)",
@@ -467,20 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             None,
             "none",
         ),
-        (
-            "floor: read, C JSON scanner, cryptography's core, verify (per-class)",
-            "floor-core",
-            None,
-            "none",
-        ),
         ("floor, public API, 1,000-class manifest", "floor-public-m1000", None, "none"),
-        ("floor, core, 1,000-class manifest", "floor-core-m1000", None, "none"),
-        (
-            "floor, core, 1,000-class manifest, the signature alone (nothing parsed)",
-            "floor-signature-m1000",
-            None,
-            "none",
-        ),
         (
             "1,000-class manifest through `main(argv)`: the interpreter's teardown kept",
             "m1000-teardown",
@@ -491,15 +464,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     for label, key_, size_key, target in rows:
         size = sizes[size_key] if size_key else None
-        print(row(label, key_, size, target, within))
+        print(row(label, key_, size, target))
+    print()
+    print(
+        "'met' is judged on wall time, as issue 36 states its targets; the CPU columns are the "
+        "same runs' user + system time, which waiting for a core on a shared machine does not "
+        "inflate ('no' there too means the code, not the machine, misses the target)."
+    )
+    print()
+    print(_floor_note(med, bare))
     print()
     print("| manifest generation | time | target | met |")
     print("|---|---|---|---|")
-    total_ok = "yes" if gen["total"] <= 2.0 else "**no**"
     print(
         f"| 10,000 classes: decide + build + sign + write ({sizes['m10000'] / 1e6:.1f} MB) | "
         f"{gen['total']:.2f} s (decide {gen['decide']:.2f}, build {gen['build']:.2f}, "
-        f"sign {gen['sign']:.2f}, write {gen['write']:.2f}) | <= 2 s | {total_ok} |"
+        f"sign {gen['sign']:.2f}, write {gen['write']:.2f}) | none (see the next section) | |"
     )
     print(f"| 100,000 classes: sign + write the whole manifest | {t_big:.2f} s | none | |")
     print(

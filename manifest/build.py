@@ -1,19 +1,16 @@
 """Building and writing release manifests.
 
-Owns turning the policy's decisions into the ``signed`` part of a manifest (plain JSON: integers,
-strings, booleans; see ``manifest.envelope``), splitting it into one document per host class (as
-TUF's hashed bins split targets, so a host of a large fleet reads only its own), and writing both
-atomically. Does not own the decision (``manifest.policy``), keys and signatures
-(``manifest.signing``), reading a manifest back (``manifest.load``), comparing two
-(``manifest.diff``), showing one to people (``manifest.show``) nor the host side
-(``manifest.resolve``). No clock: ``created`` and ``expires`` are arguments.
+Owns turning the policy's decisions into the ``signed`` part of a manifest (each entry the
+``model_dump`` of its parts, encoded once by ``envelope.encode_canonical``), splitting it into one
+document per host class, and writing both atomically. Does not own the decision
+(``manifest.policy``), keys and signatures (``manifest.signing``) nor reading a manifest back
+(``manifest.load``). No clock: ``created`` and ``expires`` are arguments.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from json.encoder import encode_basestring as _q
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +19,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from manifest import envelope
 from manifest._batch import paused_gc
 from manifest.encoded import EncodedEntries, EntryText
-from manifest.envelope import canonical_text
-from manifest.errors import BuildError, CanonicalError
+from manifest.envelope import encode_canonical
+from manifest.errors import BuildError
 from manifest.signing import sign_document
 from schemas.atomic import write_atomic
-from schemas.manifest import ArtifactRef, ClassDecision, Evidence, Manifest, PreviousManifest
-from schemas.project import HostClass, MatchRules, Project, ProviderSpec, RuntimeSpec
+from schemas.manifest import ArtifactRef, ClassDecision, Manifest, PreviousManifest
+from schemas.project import HostClass, Project
 
 __all__ = [
     "build_manifest",
@@ -128,19 +125,7 @@ def build_manifest(
         BuildError: a version not above the previous one, ``expires`` not after ``created``, a
             decision for a class the project lacks, or an artifact without a location.
     """
-    if not release:
-        raise BuildError("release: the release name must not be empty; pass --release NAME")
-    if version < 1:
-        raise BuildError(f"version: must be >= 1, found {version}")
-    if previous is not None and version <= previous.signed.version:
-        raise BuildError(
-            f"version: {version} must be > {previous.signed.version}, the previous manifest's "
-            f"(release {previous.signed.release!r}); a lower version is never generated"
-        )
-    created_s, expires_s = envelope.format_time(created), envelope.format_time(expires)
-    if expires_s <= created_s:
-        raise BuildError(f"expires: {expires_s} must be after created {created_s}")
-
+    created_s, expires_s = _checked(release, version, created, expires, previous)
     with paused_gc():
         written = _entries(project, decisions, artifacts, previous)
         entries = written if encoded else dict(written)
@@ -158,6 +143,29 @@ def build_manifest(
     }
 
 
+def _checked(
+    release: str,
+    version: int,
+    created: datetime,
+    expires: datetime,
+    previous: Manifest | PreviousManifest | None,
+) -> tuple[str, str]:
+    """`build_manifest`'s checks of its arguments; ``created`` and ``expires`` as written."""
+    if not release:
+        raise BuildError("release: the release name must not be empty; pass --release NAME")
+    if version < 1:
+        raise BuildError(f"version: must be >= 1, found {version}")
+    if previous is not None and version <= previous.signed.version:
+        raise BuildError(
+            f"version: {version} must be > {previous.signed.version}, the previous manifest's "
+            f"(release {previous.signed.release!r}); a lower version is never generated"
+        )
+    created_s, expires_s = envelope.format_time(created), envelope.format_time(expires)
+    if expires_s <= created_s:
+        raise BuildError(f"expires: {expires_s} must be after created {created_s}")
+    return created_s, expires_s
+
+
 def _entries(
     project: Project,
     decisions: Iterable[ClassDecision],
@@ -166,7 +174,7 @@ def _entries(
 ) -> EncodedEntries:
     """Every decision's entry as its canonical bytes, in the decisions' order."""
     items: dict[str, EntryText] = {}
-    write = _EntryWriter(artifacts, _Locations(previous))
+    locations = _Locations(previous)
     for d in decisions:
         cls = project.host_classes.get(d.host_class)
         if cls is None:
@@ -175,175 +183,50 @@ def _entries(
             )
         if d.host_class in items:
             raise BuildError(f"two decisions for class '{d.host_class}'")
-        items[d.host_class] = EntryText((write.entry(d, cls).encode(), d.host_class, d.decision))
+        data = encode_canonical(entry_of(d, cls, artifacts, locations))
+        items[d.host_class] = EntryText((data, d.host_class, d.decision))
     return EncodedEntries(items)
 
 
-class _EntryWriter:
-    """Each class's entry as canonical JSON text, written straight from its decision: the one
-    place that lays an entry out.
-
-    Building a dict per class and encoding it (a walk for floats, then ``json.dumps`` with
-    sorted keys) cost twice what writing the text does: here the members are written in sorted
-    order, strings escaped by ``json.dumps``'s own escaper and integers checked to be integers,
-    so the text is what ``envelope.encode_canonical`` makes of that dict
-    (``tests/manifest/test_properties.py`` and ``test_encoded.py`` hold every entry of random
-    fleets, hostile strings included, equal to the generic encoding of the decision's
-    ``model_dump``). Artifacts and runtime and provider settings,
-    which classes share, are encoded once each."""
-
-    def __init__(self, artifacts: Mapping[str, ArtifactRef], previous: _Locations) -> None:
-        self._artifacts = artifacts
-        self._previous = previous
-        self._located: dict[str, tuple[str, str]] = {}
-        self._specs: dict[tuple[type, bytes], str] = {}  # settings -> their text
-
-    def _artifact(self, digest: str, host_class: str, role: str) -> tuple[str, str]:
-        """An artifact object's members before ``proven_to_load``, and its ``uri`` member."""
-        found = self._located.get(digest)
-        if found is None:
-            where = _artifact(digest, self._artifacts, self._previous, host_class, role)
-            uri = where.pop("uri")
-            found = self._located[digest] = (
-                canonical_text(where)[1:-1],
-                canonical_text({"uri": uri})[1:-1],
-            )
-        return found
-
-    def _spec(self, spec: MatchRules | RuntimeSpec | ProviderSpec) -> str:
-        """The canonical text of the settings' dump as an entry holds it (match rules less
-        their defaults, runtime and provider less their nulls), once per distinct settings:
-        classes share them (those of one hardware share its match rules, of one runtime build
-        its runtime), and a serialiser's JSON of the whole model is a cheaper key than the dump
-        is to encode."""
-        serializer = type(spec).__pydantic_serializer__
-        key = (type(spec), serializer.to_json(spec))
-        text = self._specs.get(key)
-        if text is None:
-            dump = (
-                serializer.to_python(spec, mode="json", exclude_defaults=True)
-                if type(spec) is MatchRules
-                else serializer.to_python(spec, mode="json", exclude_none=True)
-            )
-            text = self._specs[key] = canonical_text(dump)
-        return text
-
-    def entry(self, d: ClassDecision, cls: HostClass) -> str:
-        """The entry of ``d``'s class (``cls``: its settings in the project file now)."""
-        key = cls.key
-        artifact = "null"
-        if d.artifact_digest is not None:
-            head, uri = self._artifact(d.artifact_digest, d.host_class, d.decision)
-            artifact = f"{{{head},{uri}}}"
-        rollback = "null"
-        if d.rollback_digest is not None:
-            head, uri = self._artifact(d.rollback_digest, d.host_class, "rollback")
-            # null: the same requirements as the entry's (most classes; keeps entries small)
-            same_runtime = _same(d.rollback_runtime, cls.runtime)
-            same_provider = _same(d.rollback_provider, cls.provider)
-            rollback = (
-                f'{{{head},"proven_to_load":{_bool(d.rollback_proven)},"provider":'
-                f"{'null' if same_provider else self._spec(d.rollback_provider)},"
-                f'"runtime":{"null" if same_runtime else self._spec(d.rollback_runtime)},{uri}}}'
-            )
-        evidence = "null" if d.evidence is None else _evidence_text(d.evidence)
-        reasons = ",".join(
-            [f'{{"code":{_q(r.code)},"message":{_q(r.message)}}}' for r in d.reasons]
-        )
-        return (
-            f'{{"artifact":{artifact},"decision":{_q(d.decision)},"evidence":{evidence},'
-            f'"host_class":{_q(d.host_class)},"key":{{"hardware":{_q(key.hardware)},'
-            f'"provider":{_q(key.provider)},"runtime":{_q(key.runtime)}}},'
-            f'"match":{self._spec(cls.match)},'
-            f'"provider":{self._spec(cls.provider)},"reasons":[{reasons}],'
-            f'"rollback":{rollback},"run_ids":[{",".join(map(_q, d.run_ids))}],'
-            f'"runtime":{self._spec(cls.runtime)},"summary":{_q(d.summary)}}}'
-        )
-
-
-def _same(a: RuntimeSpec | ProviderSpec, b: RuntimeSpec | ProviderSpec) -> bool:
-    """``a == b``, cheaply where it is cheap: the same object (a rollback that carries the
-    class's own settings), else equal field dicts of one type (pydantic's ``__eq__`` starts
-    there too, after type, extra and private checks these frozen, extra-free models pass; a
-    rollback read from the previous manifest is a twin object), else pydantic's own answer."""
-    return a is b or (type(a) is type(b) and a.__dict__ == b.__dict__) or a == b
-
-
-def _evidence_text(e: Evidence) -> str:
-    """``encode_canonical(e.model_dump(mode="json"))``, decoded, from the fields: every field
-    of an `Evidence` is a JSON value already (its ratios are strings); written in sorted
-    order."""
-    parity = e.parity
-    if parity is None:
-        parity_text = "null"
-    else:
-        outputs = ",".join(
-            [
-                f'{_q(name)}:{{"cosine_min":{_str(o.cosine_min)},"max_abs":{_str(o.max_abs)},'
-                f'"passed":{_bool(o.passed)},"top1_agreement":{_str(o.top1_agreement)}}}'
-                for name, o in sorted(parity.outputs.items())
-            ]
-        )
-        parity_text = (
-            f'{{"outputs":{{{outputs}}},"passed":{_bool(parity.passed)},'
-            f'"samples":{_int(parity.samples)}}}'
-        )
-    # The integer fields in one pass (a call each was a tenth of writing an entry).
-    batch, cold, concurrency, fallback, budget, upper, p99, rss, samples = [
-        "null" if v is None else int.__repr__(v) if type(v) is int else _int(v)
-        for v in (
-            e.batch_size,
-            e.cold_init_us,
-            e.concurrency,
-            e.fallback_nodes,
-            e.p99_budget_us,
-            e.p99_upper_us,
-            e.p99_us,
-            e.peak_rss_kb,
-            e.samples,
-        )
-    ]
-    return (
-        f'{{"artifact_digest":{_q(e.artifact_digest)},"artifact_name":{_q(e.artifact_name)},'
-        f'"batch_size":{batch},"cold_init_us":{cold},"concurrency":{concurrency},'
-        f'"emulated":{_bool(e.emulated)},{_emulated_numerics(e)}"fallback_nodes":{fallback},'
-        f'"isa_mismatch":[{",".join(map(_q, e.isa_mismatch))}],'
-        f'"measured_at":{_q(e.measured_at)},"p99_budget_us":{budget},"p99_upper_us":{upper},'
-        f'"p99_us":{p99},"parity":{parity_text},"peak_rss_kb":{rss},"role":{_q(e.role)},'
-        f'"run_id":{_q(e.run_id)},"samples":{samples},"verdict":{_q(e.verdict)}}}'
-    )
-
-
-def _emulated_numerics(e: Evidence) -> str:
-    """The ``emulated_numerics`` member and its comma, or nothing: it is absent, not null, for
-    evidence computed natively (as `schemas.manifest.Evidence` dumps it)."""
-    n = e.emulated_numerics
-    if n is None:
-        return ""
-    return f'"emulated_numerics":{{"arch":{_q(n.arch)},"cpu":{_q(n.cpu)},"qemu":{_q(n.qemu)}}},'
-
-
-def _int(value: int | None) -> str:
-    """An integer's JSON, or null; anything else (a float above all) is refused."""
-    if value is None:
-        return "null"
-    if type(value) is not int:
-        raise CanonicalError(
-            f"{value!r} is not an integer; canonical JSON here holds integers and strings only"
-        )
-    return int.__repr__(value)
-
-
-def _str(value: str | None) -> str:
-    return "null" if value is None else _q(value)
-
-
-def _bool(value: bool) -> str:
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    raise CanonicalError(f"{value!r} is not a boolean")
+def entry_of(
+    d: ClassDecision,
+    cls: HostClass,
+    artifacts: Mapping[str, ArtifactRef],
+    previous: _Locations,
+) -> dict[str, Any]:
+    """The manifest entry of decision ``d`` (``cls``: its class's settings in the project file
+    now), each part its model's ``model_dump``: match rules less their defaults, runtime and
+    provider less their nulls, a rollback's runtime and provider null where they are the
+    class's own (most classes; keeps entries small)."""
+    rollback = None
+    if d.rollback_digest is not None:
+        rollback = {
+            **_artifact(d.rollback_digest, artifacts, previous, d.host_class, "rollback"),
+            "proven_to_load": d.rollback_proven,
+            "runtime": None
+            if d.rollback_runtime == cls.runtime
+            else d.rollback_runtime.model_dump(mode="json", exclude_none=True),
+            "provider": None
+            if d.rollback_provider == cls.provider
+            else d.rollback_provider.model_dump(mode="json", exclude_none=True),
+        }
+    artifact = None
+    if d.artifact_digest is not None:
+        artifact = _artifact(d.artifact_digest, artifacts, previous, d.host_class, d.decision)
+    return {
+        "host_class": d.host_class,
+        "key": cls.key.model_dump(mode="json"),
+        "match": cls.match.model_dump(mode="json", exclude_defaults=True),
+        "decision": d.decision,
+        "artifact": artifact,
+        "runtime": cls.runtime.model_dump(mode="json", exclude_none=True),
+        "provider": cls.provider.model_dump(mode="json", exclude_none=True),
+        "rollback": rollback,
+        "evidence": None if d.evidence is None else d.evidence.model_dump(mode="json"),
+        "reasons": [r.model_dump(mode="json") for r in d.reasons],
+        "summary": d.summary,
+        "run_ids": list(d.run_ids),
+    }
 
 
 def _signed_part(doc: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -1,11 +1,7 @@
-"""A manifest's entries held as their canonical JSON bytes.
-
-Owns `EncodedEntries`: what ``manifest.build`` returns as a manifest's ``entries``, each entry's
-canonical bytes written once from the policy's decisions. Encoding (``envelope.encode_canonical``)
-splices those bytes instead of building a dict per class and encoding it again; everyone else
-reads the entries as the JSON objects they are (parsed on first read, then kept, so a change made
-to one is what gets encoded). Does not own the entry's layout (``manifest.build``) nor the
-canonical form (``manifest.envelope``).
+"""A manifest's entries held as their canonical JSON bytes (`EncodedEntries`): each entry encoded
+once by ``envelope.encode_canonical`` when built, spliced as is when the manifest is signed,
+written or split per class, and parsed on first read. Does not own the entry's layout
+(``manifest.build``) nor the canonical form (``manifest.envelope``).
 """
 
 from __future__ import annotations

@@ -10,17 +10,8 @@ manifest entry), never pydantic models: this module must stay importable without
 from __future__ import annotations
 
 import os
-
-# resolve-artifact imports this module to detect a host's class: no typing, pathlib, functools
-# or collections at run time (see manifest.envelope, whose LightNamedTuple stands in for
-# typing.NamedTuple; mypy sees the real one).
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
-    from typing import Any
-    from typing import NamedTuple as _NamedTuple
-else:
-    from manifest.envelope import LightNamedTuple as _NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
 
 __all__ = [
     "ISA_FEATURES",
@@ -33,7 +24,7 @@ __all__ = [
 ]
 
 
-class HostFacts(_NamedTuple):
+class HostFacts(NamedTuple):
     """What the match rules look at. Immutable.
 
     A NamedTuple rather than a dataclass: ``resolve-artifact`` imports this module when it

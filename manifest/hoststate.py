@@ -13,16 +13,11 @@ Standard library only (``resolve-artifact`` imports this at every service start)
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from stat import S_ISDIR, S_ISREG
+from typing import NamedTuple
 
 from manifest import envelope
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import NamedTuple as _NamedTuple
-else:
-    from manifest.envelope import LightNamedTuple as _NamedTuple
 
 __all__ = [
     "LKG_FILE",
@@ -56,7 +51,7 @@ _MAX_LINES = 1024
 _KEY_CHARS = 16
 
 
-class Accepted(_NamedTuple):
+class Accepted(NamedTuple):
     """What this host accepted, as ``state.json`` keeps it: the rollback floor and the identity
     of the document at that version (two documents of one version must be the same bytes)."""
 
@@ -74,7 +69,7 @@ class Accepted(_NamedTuple):
     hashing it again (1.7 MB of SHA-256 for a 1,000-class manifest). None in an older state."""
 
 
-class StateRecord(_NamedTuple):
+class StateRecord(NamedTuple):
     """A ``state.json`` as read: the record, and the line and manifests it belongs to (None and
     empty in the layout of earlier releases)."""
 
@@ -84,7 +79,7 @@ class StateRecord(_NamedTuple):
     sources: tuple[str, ...]
 
 
-class LineState(_NamedTuple):
+class LineState(NamedTuple):
     """What the state directory holds for one line."""
 
     model: str

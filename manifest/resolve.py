@@ -1,96 +1,28 @@
-"""``resolve-artifact``: on a host, which artifact does this host run? Standard library only.
+"""``resolve-artifact``: on a host, which artifact does this host run? Standard library and
+``cryptography`` only (never pydantic, numpy, duckdb or onnxruntime: it runs at every service
+start).
 
-Owns the host side of a release: read a manifest (or this class's per-class document), check it
-(size, layout, Ed25519 signature by the trusted key, type, expiry and validity, a version not
-lower than the highest this host ever accepted and, at that version, the same bytes), keep the
-last-known-good copy, find this host's class, check the host's runtime can run the answer and
-that its URI is one a host may fetch, and print it. Does not own the checks themselves
-(``manifest.envelope``) or the match rules (``manifest.hostmatch``).
-
-It runs at every service start on every host, so it imports the standard library plus
-``cryptography`` (lazily, for the signature), never pydantic, click, duckdb, pandas, pyarrow,
-jinja2 or onnxruntime; a test runs it in a subprocess and looks at ``sys.modules``. Every byte
-it reads is hostile until verified: files are read bounded and only if regular, nothing but a
-bounded signatures list is parsed before the signature check, and no input (nesting, huge or
-non-finite numbers, lone surrogates, control characters) ends in a traceback: ``main`` maps
-every failure to an exit code below. After the check, with ``--host-class``, only the header and
-that class's entry of a whole manifest are parsed (``envelope.parse_signed_entry``: the same
-answer as parsing all of it, which it falls back to wherever it cannot tell); detecting the
-class parses every entry, since it needs their match rules.
-
-Usage::
-
-    resolve-artifact --manifest PATH [--host-class NAME] [--pubkey K] [--model NAME]
-                     [--state-dir DIR | --no-state]
-                     [--verify-file PATH] [--json] [--runtime PKG==VER] [--providers A,B]
-                     [--emit-telemetry FILE] [--host-id ID] [--max-bytes N] [--grace-days D]
-                     [--max-validity-days D] [--uri-schemes https,s3,...]
-
-``--manifest`` is a manifest file, one per-class document, or a directory of per-class documents
-(then ``--host-class`` picks ``DIR/<current>/<class>.json``, where the file ``DIR/current`` names
-the published set, and the document must be that version; or ``DIR/<class>.json`` in the flat
-layout of earlier releases).
-``--pubkey`` defaults to ``$QUALIFY_PUBKEY``. ``--state-dir`` defaults to
-``$QUALIFY_STATE_DIR``, else ``$XDG_STATE_HOME/qualify/resolve`` (``~/.local/state/...``); when
-none is writable it says so on stderr and runs without rollback protection across runs.
-``--emit-telemetry FILE`` (or ``$QUALIFY_TELEMETRY``) appends one ``qualify-telemetry/1`` event
-for the answer (``manifest.host_events``): class, served digest, the requested providers this host
-has, runtime revision, manifest version and model line (the document's ``model``, which the
-answer also carries as ``model``); a failure to append warns on stderr and never
-changes the exit code. The ``--json`` answer's ``providers`` lists the served artifact's
-execution providers that this host has, in order (empty on hold), and its ``settings`` the
-session settings the class was qualified with, in `schemas.settings` form (threads, execution
-mode, graph level, ``config:`` and ``option:`` entries; null on hold): build the session with
-them and hand them to ``record_session`` so that telemetry can tell. An entry with a staged
-``rollout`` serves the rollout's artifact to the hosts in its cohort (``served: rollout``) and
-the entry's artifact to the rest; ``--host-id`` (default ``$QUALIFY_HOST_ID``, else the node
-name) places the host by a stable hash (`cohort_point`), and the answer's ``cohort`` says the
-rollout, its step and percentage, and whether this host is a member (null without a rollout).
-
-Exit codes:
-
-* 0 resolved: the artifact's URI is printed (with ``--json``, an object).
-* 2 usage error (one line on stderr), or this host's class is unknown (not in the manifest, or
-  no/several matches).
-* 3 the class is on hold: deploy nothing new.
-* 4 verification failed and there is no usable last-known-good manifest, ``--verify-file``
-  does not match the digest, or an internal error (said on stderr; failing closed).
-* 5 no compatible artifact: neither the entry's artifact nor its rollback can run on this
-  host's runtime and providers.
-* 6 resolved, from a last-known-good manifest that has expired but is within ``--grace-days``
-  (default 7) of its expiry: the URI is printed as for 0; service wrappers should alert.
-
-State (``manifest.hoststate``): one floor and one last-known-good per model line and signing
-key, so a host serves several models; the line is the verified document's ``model`` (``--model``,
-default ``$QUALIFY_MODEL``, names it and refuses every other), or for a document that cannot be
-verified the line last read from the same ``--manifest`` path. The rollback floor is the
-highest version among every record the line keeps
-(``state.json`` and the last-known-good's own verified version), so deleting, truncating or
-replacing one file does not lower it; both are written atomically, and only a document that was
-verified *and* resolved for this host becomes the last-known-good. A document with the version
-this host accepted but other bytes is refused (two releases under one version). When the
-manifest fails a check, the last-known-good is used instead and stderr says why; once it has
-expired it is served with exit 6 for the grace period, then refused (exit 4). ``state.json``
-also keeps the trusted key's signature of the accepted document: a start that finds the same
-document (same signature, so the same bytes) and the same last-known-good (compared in small
-reads) neither hashes nor writes anything.
-
-How the host's runtime is found without importing onnxruntime: ``--runtime PKG==VER`` (or
-``$QUALIFY_RUNTIME``), else the first ``onnxruntime*.dist-info`` directory on ``sys.path`` of the
-Python running this command. Providers: ``--providers`` (or ``$QUALIFY_PROVIDERS``), else
-``CPUExecutionProvider`` plus one per provider library shipped in that package's ``capi``
-directory (``libonnxruntime_providers_cuda.so`` means ``CUDAExecutionProvider``). Like
-``onnxruntime.get_available_providers()``, this says a provider is built, not that its device
-works; providers linked into the core library (CoreML, XNNPACK, Azure) are not seen, so pass
-``--providers`` where they matter. The entry's ``build_info`` is not checked here.
+Owns the host side of a release: read a manifest, a per-class document or a per-class directory
+bounded, check it (``manifest.envelope``), keep the rollback floor and last-known-good per model
+line (``manifest.hoststate``), find this host's class (``manifest.hostmatch``), check the host's
+runtime and the artifact URI, and print the answer. Every failure is an exit code, never a
+traceback: 0 resolved, 2 usage error or unknown class, 3 hold, 4 verification failed and no usable
+last-known-good, 5 no compatible artifact, 6 served from an expired last-known-good within grace.
 """
 
 from __future__ import annotations
 
+import argparse
+import fnmatch
 import gc
+import hashlib
+import json
 import os
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, NamedTuple, NoReturn
 
 from manifest import envelope, hoststate
 from manifest.errors import (
@@ -110,19 +42,6 @@ from manifest.hoststate import (
     parse_state,
 )
 from manifest.hoststate import read_bounded as _read_bounded
-
-# What this module imports at run time is what every host pays at every service start, so it is
-# the interpreter's own modules, the ones above and, for the check, cryptography's compiled core;
-# ``tests/manifest/test_resolve_startup.py`` holds it to that list. No typing, re, json,
-# pathlib, argparse, datetime, fnmatch or collections: each was a millisecond or more, together
-# most of the start-up. mypy reads this flag as typing.TYPE_CHECKING.
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
-    from typing import Any
-    from typing import NamedTuple as _NamedTuple
-else:
-    from manifest.envelope import LightNamedTuple as _NamedTuple
 
 __all__ = [
     "DEFAULT_GRACE_DAYS",
@@ -189,7 +108,7 @@ _NOT_RUNTIMES = ("onnxruntime-extensions", "onnxruntime-genai", "onnxruntime-too
 """Distributions named onnxruntime* that are not the runtime itself."""
 
 
-class HostRuntime(_NamedTuple):
+class HostRuntime(NamedTuple):
     """The onnxruntime this host has, as far as can be told without importing it."""
 
     package: str | None
@@ -198,7 +117,7 @@ class HostRuntime(_NamedTuple):
     source: str
 
 
-class Outcome(_NamedTuple):
+class Outcome(NamedTuple):
     """What ``resolve`` decided: exit code, the answer, messages and what to keep."""
 
     code: int
@@ -334,26 +253,8 @@ def requirement_failures(
 
 
 def _version_matches(version: str, pattern: str) -> bool:
-    """``fnmatch.fnmatchcase(version, pattern)``; patterns without ``[`` (``1.32.*``, the usual
-    kind) are matched here, without fnmatch's ``re``."""
-    if "[" in pattern:
-        from fnmatch import fnmatchcase
-
-        return fnmatchcase(version, pattern)
-    # Wildcard matching, linear in practice: on a mismatch, retry from the last ``*``.
-    v = p = 0
-    star, mark = -1, 0
-    while v < len(version):
-        if p < len(pattern) and pattern[p] == "*":
-            star, mark, p = p, v, p + 1
-        elif p < len(pattern) and pattern[p] in ("?", version[v]):
-            v, p = v + 1, p + 1
-        elif star >= 0:
-            mark += 1
-            v, p = mark, star + 1
-        else:
-            return False
-    return not pattern[p:].strip("*")
+    """Whether ``version`` matches the shell-style ``pattern`` (``1.32.*``)."""
+    return fnmatch.fnmatchcase(version, pattern)
 
 
 def _entries(signed: Mapping[str, Any]) -> dict[str, Any]:
@@ -639,8 +540,25 @@ def _answer(
         answer["providers"] = _usable(provider, host)
         answer["settings"] = qualified_settings(provider)
         return EXIT_RESOLVED, answer, messages
+    return _fall_back(entry, host_class, host, answer, reasons, failures, messages)
+
+
+def _fall_back(
+    entry: Mapping[str, Any],
+    host_class: str,
+    host: HostRuntime,
+    answer: dict[str, Any],
+    reasons: list[dict[str, str]],
+    failures: list[str],
+    messages: list[str],
+) -> tuple[int, dict[str, Any], list[str]]:
+    """`_answer` for a host that cannot run the entry's artifact: its rollback, if it can."""
+    from schemas.settings import qualified_settings
+
+    decision, rollback = entry.get("decision"), entry.get("rollback")
+    provider = entry.get("provider") or {}
     why = "; ".join(failures)
-    name = _show(artifact.get("name"))
+    name = _show(entry["artifact"].get("name"))
     reasons.append({"code": "runtime_incompatible", "message": f"{name}: {why}"})
     if isinstance(rollback, dict):
         rb_name = _show(rollback.get("name"))
@@ -688,7 +606,7 @@ def _decide(
         ) from exc
 
 
-class Line(_NamedTuple):
+class Line(NamedTuple):
     """The model line whose state a run was given (``manifest.hoststate``): a document of
     another line is refused, and a refusal by its floor says where that floor is kept."""
 
@@ -702,7 +620,7 @@ class Line(_NamedTuple):
     """A file of the earlier layout whose floor this line is held to (`hoststate.LineState`)."""
 
 
-class Fresh(_NamedTuple):
+class Fresh(NamedTuple):
     """The new document, verified before ``resolve`` was called (``resolve-artifact`` reads its
     model line to know which state to read): the verified document, or why it failed."""
 
@@ -758,40 +676,14 @@ def resolve(
 ) -> Outcome:
     """Decide the answer for this host: the core of ``resolve-artifact``, with no I/O.
 
-    The answer comes only from a document whose signature verified, parsed once from the
-    verified bytes. The rollback floor is the highest version among every record the host
-    keeps for the document's model line (``accepted`` from its ``state.json``, the
-    last-known-good's own version), so deleting or replacing one of them does not lower it; a
-    document at the floor's version must be the same bytes (else `ForkError`). A document is
-    kept as the new last-known-good only when it was verified *and* resolved for this host.
-
-    Args:
-        raw: the manifest's bytes (``None`` when it could not be read: see ``read_error``).
-        public_raw: the trusted Ed25519 public key, 32 raw bytes.
-        now: reference time, ``YYYY-MM-DDTHH:MM:SSZ``.
-        host: this host's runtime and providers.
-        host_class: the class to resolve for; ``None`` detects it with ``facts``.
-        facts: returns this host's ``hostmatch.HostFacts`` (called only for detection).
-        accepted_version: a version floor given directly (tests, callers without a record).
-        accepted: the record in the line's ``state.json``, if one was readable.
-        last_known_good: the line's last accepted document's bytes, if kept.
-        max_bytes: largest document accepted.
-        source: name of the manifest for messages.
-        read_error: why ``raw`` could not be read.
-        grace_s: how long after it expired a last-known-good is still served (exit 6).
-        max_validity_s: a new document expiring further ahead than this is refused.
-        uri_schemes: the artifact URI schemes a host may be told to fetch.
-        host_id: this host's stable id, which places it in or out of a rollout's cohort
-            (`cohort_point`); None keeps it with the rest of its class.
-        line: the model line ``accepted`` and ``last_known_good`` belong to: a new document or
-            a last-known-good of another line is refused (`LineMismatchError`). None: not
-            checked (a caller with one line's state only).
-        pointer_version: the version a per-class directory's ``current`` names: the document
-            read through it must be that version (`PointerMismatchError`).
-        fresh: ``raw`` already verified (`verify_fresh`): not verified again.
-
-    Returns:
-        The outcome: exit code, answer (for ``--json``), messages for stderr, and what to keep.
+    The answer comes only from a document whose signature verified (``fresh``, or ``raw``
+    verified here), at or above the rollback floor (the highest version among ``accepted``, the
+    ``last_known_good``'s own and ``accepted_version``; at the floor's version, the same bytes),
+    of the model ``line``, at the version a per-class directory's pointer names
+    (``pointer_version``), expiring before ``now`` + ``max_validity_s``. Otherwise the
+    last-known-good answers (exit 6 within ``grace_s`` of its expiry), or nothing (exit 4).
+    ``host_class`` None detects the class with ``facts``; ``host_id`` places the host in or out
+    of a rollout's cohort; ``uri_schemes`` bound what a host may be told to fetch.
     """
     messages: list[str] = []
     if fresh is None:
@@ -800,27 +692,12 @@ def resolve(
     kept = _kept(last_known_good, raw, document, public_raw, host_class, max_bytes, line, messages)
     floor = _floor([accepted, _record(kept, accepted) if kept else None], accepted_version)
     if document is not None:
-        try:
-            _check_fresh(document, floor, now, host_class, source, max_validity_s, line)
-            if pointer_version is not None and document.signed["version"] != pointer_version:
-                raise PointerMismatchError(
-                    f"{source}: version {document.signed['version']}, but the directory's "
-                    f"current pointer names v{pointer_version} (a per-class set and its pointer "
-                    "disagree: a mixed or tampered directory); publish again with --per-class"
-                )
-            code, answer, more = _decide(
-                document, host_class, facts, host, [], uri_schemes, host_id
-            )
-        except VerificationError as exc:
-            failure = exc
-        except _Refused as exc:
-            if exc.code != EXIT_VERIFY:
-                return Outcome(exc.code, None, [*messages, str(exc)], None, None, floor)
-            failure = MalformedError(f"{source}: {exc}")
-        else:
-            answer["source"] = "manifest"
-            mine = _record(document, accepted, floor)
-            return Outcome(code, answer, messages + more, raw, mine, mine)
+        checks = _Checks(now, host_class, source, max_validity_s, line, pointer_version)
+        done = _from_fresh(document, raw, accepted, floor, checks, messages, facts, host,
+                           uri_schemes, host_id)  # fmt: skip
+        if isinstance(done, Outcome):
+            return done
+        failure = done
     why = read_error if failure is None else str(failure)
     check = "unreadable" if failure is None else failure.code
     messages.append(f"refused {source}: {why}")
@@ -837,6 +714,55 @@ def resolve(
         uri_schemes=uri_schemes,
         host_id=host_id,
     )
+
+
+class _Checks(NamedTuple):
+    """What a fresh document is checked against besides its signature (see `resolve`)."""
+
+    now: str
+    host_class: str | None
+    source: str
+    max_validity_s: float | None
+    line: Line | None
+    pointer_version: int | None
+
+
+def _from_fresh(
+    document: _Document,
+    raw: bytes | None,
+    accepted: Accepted | None,
+    floor: Accepted | None,
+    checks: _Checks,
+    messages: list[str],
+    facts: Callable[[], Any] | None,
+    host: HostRuntime,
+    uri_schemes: Sequence[str],
+    host_id: str | None,
+) -> Outcome | VerificationError:
+    """`resolve`'s answer from a verified document, or why it cannot give one (the
+    last-known-good then answers)."""
+    source, pointer_version = checks.source, checks.pointer_version
+    try:
+        _check_fresh(document, floor, checks.now, checks.host_class, source,
+                     checks.max_validity_s, checks.line)  # fmt: skip
+        if pointer_version is not None and document.signed["version"] != pointer_version:
+            raise PointerMismatchError(
+                f"{source}: version {document.signed['version']}, but the directory's "
+                f"current pointer names v{pointer_version} (a per-class set and its pointer "
+                "disagree: a mixed or tampered directory); publish again with --per-class"
+            )
+        code, answer, more = _decide(
+            document, checks.host_class, facts, host, [], uri_schemes, host_id
+        )
+    except VerificationError as exc:
+        return exc
+    except _Refused as exc:
+        if exc.code != EXIT_VERIFY:
+            return Outcome(exc.code, None, [*messages, str(exc)], None, None, floor)
+        return MalformedError(f"{source}: {exc}")
+    answer["source"] = "manifest"
+    mine = _record(document, accepted, floor)
+    return Outcome(code, answer, messages + more, raw, mine, mine)
 
 
 def _kept(
@@ -951,7 +877,7 @@ def _from_last_known_good(
     stale = False
     expires = kept.signed["expires"]
     if expires <= now:
-        late = envelope.seconds_of(now) - envelope.seconds_of(expires)
+        late = (envelope.parse_time(now) - envelope.parse_time(expires)).total_seconds()
         days = f"{grace_s / 86400:g}-day"
         if late > grace_s:
             messages.append(
@@ -1001,8 +927,6 @@ def _writable(directory: str) -> bool:
 
 
 def _file_digest(path: str) -> str:
-    import hashlib
-
     h = hashlib.sha256()
     with os.fdopen(hoststate.open_regular(path)[0], "rb") as fh:
         while chunk := fh.read(1 << 20):
@@ -1044,185 +968,131 @@ class _Usage(Exception):
     """Internal: a usage error, said on one line, exit 2."""
 
 
-def _bounded(
-    kind: Callable[[str], Any], low: float, high: float, what: str
-) -> Callable[[str], Any]:
+class _Help(Exception):
+    """Internal: ``--help`` was asked for (and printed)."""
+
+
+def _bounded(kind: Callable[[str], Any], low: float, high: float) -> Callable[[str], Any]:
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
             value = None
         if value is None or not low <= value <= high:  # NaN fails both comparisons
-            raise _Usage(f"{what} {text!r}: expected a number from {low:g} to {high:g}")
+            raise argparse.ArgumentTypeError(
+                f"{_show(text, 40)!r}: expected a number from {low:g} to {high:g}"
+            )
         return value
 
     return parse
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with every usage error said on one line (``resolve-artifact: error: ...``,
+    exit 2, by `_run`) rather than the usage block, and ``--help`` returning to `_run`."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _Usage(_show(message, 300))
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        raise _Help
+
+
 _SCHEMES = ",".join(DEFAULT_URI_SCHEMES)
-_HELP = f"""usage: resolve-artifact --manifest PATH [--host-class NAME] [--pubkey FILE]
+_USAGE = """resolve-artifact --manifest PATH [--host-class NAME] [--pubkey FILE]
                         [--model NAME] [--state-dir DIR] [--no-state] [--verify-file PATH] [--json]
                         [--runtime PKG==VER] [--providers A,B] [--emit-telemetry FILE]
                         [--host-id ID] [--max-bytes N] [--grace-days D]
-                        [--max-validity-days D] [--uri-schemes LIST]
-
-Print the artifact this host runs, from a signed release manifest. Exit codes: 0 resolved,
+                        [--max-validity-days D] [--uri-schemes LIST]"""
+_DESCRIPTION = """Print the artifact this host runs, from a signed release manifest. Exit codes: 0 resolved,
 2 usage error or unknown class, 3 hold, 4 verification failed and no usable last-known-good,
-5 no compatible artifact, 6 resolved from an expired last-known-good within its grace.
-
-options:
-  -h, --help            show this help message and exit
-  --manifest PATH       manifest file, per-class document, or directory of per-class documents
-  --host-class NAME     class name (default: detect with the match rules)
-  --pubkey FILE         trusted Ed25519 public key, PEM (default $QUALIFY_PUBKEY)
-  --model NAME          the model line this service runs: a manifest of another is refused
-                        (default $QUALIFY_MODEL; unset: the manifest's own)
-  --state-dir DIR       keeps the rollback floor and the last-known-good manifest, one of
-                        each per model line and signing key (default $QUALIFY_STATE_DIR,
-                        else $XDG_STATE_HOME/qualify/resolve or ~/.local/state/qualify/resolve)
-  --no-state            keep no state: no rollback protection across runs and no
-                        last-known-good
-  --verify-file PATH    check this local file's sha256 against the resolved artifact
-  --json                print a JSON object
-  --runtime PKG==VER    PACKAGE==VERSION of the serving runtime (default: the installed one,
-                        or $QUALIFY_RUNTIME)
-  --providers A,B       comma-separated available providers (default: from the installed
-                        package, or $QUALIFY_PROVIDERS)
-  --emit-telemetry FILE
-                        append this resolution's telemetry event (one JSON line) to FILE
-                        (default $QUALIFY_TELEMETRY)
-  --host-id ID          this host's stable id: it places the host in or out of a staged
-                        rollout's cohort and names it in telemetry events (default
-                        $QUALIFY_HOST_ID, else the node name)
-  --max-bytes N         largest manifest accepted (default {envelope.MAX_BYTES})
-  --grace-days D        serve an expired last-known-good this long after it expired, with
-                        exit 6 (default {DEFAULT_GRACE_DAYS})
-  --max-validity-days D
-                        refuse a manifest that expires further ahead than this (default
-                        {DEFAULT_MAX_VALIDITY_DAYS})
-  --uri-schemes LIST    artifact URI schemes a host may fetch (default {_SCHEMES})
-"""
+5 no compatible artifact, 6 resolved from an expired last-known-good within its grace."""
 
 MAX_ARGS = 128
 """Most command-line arguments accepted (every option once with its value is 31)."""
 
 
-class _Help(Exception):
-    """Internal: ``--help`` was asked for."""
+def _env(name: str) -> str | None:
+    """An environment default; empty counts as unset."""
+    return os.environ.get(name) or None
 
 
-class _Args:
-    """The parsed command line (the defaults are read from the environment when parsed)."""
-
-    def __init__(self) -> None:
-        env = os.environ.get
-        self.manifest: str = ""
-        """Required: `_parse_args` refuses a command line without it."""
-        self.host_class: str | None = None
-        self.model: str | None = env("QUALIFY_MODEL") or None
-        self.pubkey: str | None = env("QUALIFY_PUBKEY") or None
-        self.state_dir: str | None = None
-        self.no_state = False
-        self.verify_file: str | None = None
-        self.json = False
-        self.runtime: str | None = env("QUALIFY_RUNTIME") or None
-        self.providers: str | None = env("QUALIFY_PROVIDERS") or None
-        self.emit_telemetry: str | None = env("QUALIFY_TELEMETRY") or None
-        self.host_id: str | None = None
-        self.max_bytes: int = envelope.MAX_BYTES
-        self.grace_days: float = DEFAULT_GRACE_DAYS
-        self.max_validity_days: float = DEFAULT_MAX_VALIDITY_DAYS
-        self.uri_schemes: str = _SCHEMES
-
-
-_FLAGS = {"--no-state": "no_state", "--json": "json"}
-_VALUES: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "--manifest": ("manifest", str),
-    "--host-class": ("host_class", str),
-    "--model": ("model", str),
-    "--pubkey": ("pubkey", str),
-    "--state-dir": ("state_dir", str),
-    "--verify-file": ("verify_file", str),
-    "--runtime": ("runtime", str),
-    "--providers": ("providers", str),
-    "--emit-telemetry": ("emit_telemetry", str),
-    "--host-id": ("host_id", str),
-    "--max-bytes": ("max_bytes", _bounded(int, 1, 2**31, "--max-bytes")),
-    "--grace-days": ("grace_days", _bounded(float, 0, 3650, "--grace-days")),
-    "--max-validity-days": (
-        "max_validity_days",
-        _bounded(float, 1, 36500, "--max-validity-days"),
-    ),
-    "--uri-schemes": ("uri_schemes", str),
+_TEXT_OPTIONS = (
+    ("--manifest", "PATH", "manifest file, per-class document, or directory of per-class documents"),
+    ("--host-class", "NAME", "class name (default: detect with the match rules)"),
+    ("--pubkey", "FILE", "trusted Ed25519 public key, PEM (default $QUALIFY_PUBKEY)"),
+    ("--model", "NAME", "the model line this service runs: a manifest of another is refused "
+     "(default $QUALIFY_MODEL; unset: the manifest's own)"),
+    ("--state-dir", "DIR", "keeps the rollback floor and the last-known-good manifest, one of "
+     "each per model line and signing key (default $QUALIFY_STATE_DIR, else "
+     "$XDG_STATE_HOME/qualify/resolve or ~/.local/state/qualify/resolve)"),
+    ("--verify-file", "PATH", "check this local file's sha256 against the resolved artifact"),
+    ("--runtime", "PKG==VER", "PACKAGE==VERSION of the serving runtime (default: the installed "
+     "one, or $QUALIFY_RUNTIME)"),
+    ("--providers", "A,B", "comma-separated available providers (default: from the installed "
+     "package, or $QUALIFY_PROVIDERS)"),
+    ("--emit-telemetry", "FILE", "append this resolution's telemetry event (one JSON line) to "
+     "FILE (default $QUALIFY_TELEMETRY)"),
+    ("--host-id", "ID", "this host's stable id: it places the host in or out of a staged "
+     "rollout's cohort and names it in telemetry events (default $QUALIFY_HOST_ID, else the "
+     "node name)"),
+)  # fmt: skip
+_ENV_DEFAULTS = {
+    "model": "QUALIFY_MODEL",
+    "pubkey": "QUALIFY_PUBKEY",
+    "runtime": "QUALIFY_RUNTIME",
+    "providers": "QUALIFY_PROVIDERS",
+    "emit_telemetry": "QUALIFY_TELEMETRY",
 }
-_OPTIONS = ("-h", "--help", *_FLAGS, *_VALUES)
 
 
-def _option(token: str) -> str:
-    """The option ``token`` names: exact, or (as argparse) a unique prefix of a long option."""
-    if token in _OPTIONS:
-        return token
-    found = [name for name in _OPTIONS if name.startswith("--") and name.startswith(token)]
-    if len(found) == 1 and token.startswith("--") and len(token) > 2:
-        return found[0]
-    if len(found) > 1 and token.startswith("--") and len(token) > 2:
-        raise _Usage(f"ambiguous option: {token} could match {', '.join(found)}")
-    return ""
+def _parser() -> argparse.ArgumentParser:
+    """The command line of ``resolve-artifact`` (defaults from the environment, read now)."""
+    parser = _Parser(
+        prog="resolve-artifact",
+        usage=_USAGE,
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    for option, metavar, text in _TEXT_OPTIONS:
+        dest = option[2:].replace("-", "_")
+        default = _env(_ENV_DEFAULTS[dest]) if dest in _ENV_DEFAULTS else None
+        required = option == "--manifest"
+        parser.add_argument(option, metavar=metavar, help=text, default=default, required=required)
+    parser.add_argument("--no-state", action="store_true", help="keep no state: no rollback "
+                        "protection across runs and no last-known-good")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print a JSON object")
+    numbers = (
+        ("--max-bytes", "N", _bounded(int, 1, 2**31), envelope.MAX_BYTES,
+         "largest manifest accepted"),
+        ("--grace-days", "D", _bounded(float, 0, 3650), DEFAULT_GRACE_DAYS,
+         "serve an expired last-known-good this long after it expired, with exit 6"),
+        ("--max-validity-days", "D", _bounded(float, 1, 36500), DEFAULT_MAX_VALIDITY_DAYS,
+         "refuse a manifest that expires further ahead than this"),
+    )  # fmt: skip
+    for option, metavar, kind, number, text in numbers:
+        parser.add_argument(
+            option,
+            metavar=metavar,
+            type=kind,
+            default=number,
+            help=f"{text} (default %(default)s)",
+        )
+    parser.add_argument("--uri-schemes", metavar="LIST", default=_SCHEMES,
+                        help="artifact URI schemes a host may fetch (default %(default)s)")  # fmt: skip
+    return parser
 
 
-def _is_value(token: str) -> bool:
-    """Whether a token after an option is its value, as argparse decides: not option-like, or a
-    negative number (``--grace-days -1`` is then refused by its range), or holding a space."""
-    if not token.startswith("-") or token == "-" or " " in token:
-        return True
-    body = token[1:]
-    whole, dot, frac = body.partition(".")
-    return (whole + frac).isascii() and (whole + frac).isdigit() and (not dot or bool(frac))
-
-
-def _parse_args(argv: Sequence[str]) -> _Args:
-    """The command line, parsed as ``argparse`` did (same options, ``--opt=value``, unique
-    prefixes, the last of a repeated option wins, ``--`` ends the options), in a bounded loop.
+def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """The command line, bounded in length, parsed by argparse.
 
     Raises:
         _Usage: a usage error, said on one line (exit 2).
-        _Help: ``-h``/``--help``.
+        _Help: ``-h``/``--help`` (the help is printed).
     """
     if len(argv) > MAX_ARGS:
         raise _Usage(f"too many arguments ({len(argv)}); resolve-artifact takes at most {MAX_ARGS}")
-    args = _Args()
-    given: set[str] = set()
-    extra: list[str] = []
-    i = 0
-    while i < len(argv):
-        token = str(argv[i])
-        i += 1
-        if token == "--":
-            extra.extend(str(a) for a in argv[i:])
-            break
-        name, eq, inline = token.partition("=") if token.startswith("--") else (token, "", "")
-        option = _option(name) if name.startswith("-") and name != "-" else ""
-        if not option:
-            extra.append(token)
-        elif option in ("-h", "--help"):
-            raise _Help
-        elif option in _FLAGS:
-            if eq:
-                raise _Usage(f"argument {option}: ignored explicit argument {inline!r}")
-            setattr(args, _FLAGS[option], True)
-        else:
-            if not eq:
-                if i >= len(argv) or not _is_value(str(argv[i])):
-                    raise _Usage(f"argument {option}: expected one argument")
-                inline, i = str(argv[i]), i + 1
-            dest, convert = _VALUES[option]
-            setattr(args, dest, convert(inline))
-            given.add(dest)
-    if "manifest" not in given:
-        raise _Usage("the following arguments are required: --manifest")
-    if extra:
-        raise _Usage(f"unrecognized arguments: {' '.join(_show(a, 60) for a in extra[:8])}")
-    return args
+    return _parser().parse_args([str(a) for a in argv])
 
 
 def _manifest_path(path: str, host_class: str | None) -> tuple[str, str | None, int | None]:
@@ -1252,7 +1122,7 @@ def _manifest_path(path: str, host_class: str | None) -> tuple[str, str | None, 
     return os.path.join(path, name, filename), None, int(name[1:])
 
 
-def _state_dir(args: _Args, say: Callable[[str], None]) -> str | None:
+def _state_dir(args: argparse.Namespace, say: Callable[[str], None]) -> str | None:
     if args.no_state:
         return None
     chosen = args.state_dir or _default_state_dir()
@@ -1281,17 +1151,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _leave(code: int) -> None:
-    """End the process with ``code`` now, without the interpreter's teardown.
+    """End the process with ``code`` now (``os._exit``), without the interpreter's teardown.
 
-    Everything the command does is done by then: files are written atomically and closed,
-    telemetry appended with ``os.write``; only stdout and stderr may hold buffered text, and
-    they are flushed here. What is skipped is freeing every module and object and OpenSSL's
-    exit handlers: about 3 ms on a 2-core machine (2.5x a bare ``python -c pass`` becomes 2.2x
-    for a 1,000-class manifest), at every service start of every host. The price: nothing
-    registered with ``atexit`` runs in this process (a coverage tool measuring subprocesses
-    sees none of this one); library callers of ``main(argv)`` return as usual. If a stream
-    cannot be flushed (a closed pipe), this returns and the interpreter exits as usual,
-    reporting it.
+    Everything the command does is done by then (files written atomically and closed); only
+    stdout and stderr may hold text, flushed here. Skipped: freeing every module and object
+    and OpenSSL's exit handlers, at every service start (its cost is in docs/benchmarks.md);
+    nothing registered with ``atexit`` runs. If a stream cannot be flushed (a closed pipe), this
+    returns and the interpreter exits as usual, reporting it.
     """
     try:
         sys.stdout.flush()
@@ -1317,7 +1183,6 @@ def _run(argv: Sequence[str]) -> int:
         say(f"error: {exc}")
         return EXIT_USAGE
     except _Help:
-        sys.stdout.write(_HELP)
         return EXIT_RESOLVED
     except Exception as exc:  # a bug: fail closed, say what, never a traceback on a host
         say(f"internal error, failing closed ({type(exc).__name__}: {_show(str(exc))})")
@@ -1327,7 +1192,7 @@ def _run(argv: Sequence[str]) -> int:
             gc.enable()
 
 
-def _trusted_key_and_host(args: _Args) -> tuple[bytes, HostRuntime]:
+def _trusted_key_and_host(args: argparse.Namespace) -> tuple[bytes, HostRuntime]:
     """The trusted public key (raw Ed25519) and this host's runtime, or a usage error."""
     if args.pubkey is None:
         raise _Usage("no trusted key: pass --pubkey FILE or set QUALIFY_PUBKEY")
@@ -1361,53 +1226,6 @@ def _file_matches(path: str, want: str, say: Callable[[str], None]) -> bool:
     return True
 
 
-class _NotPlain(Exception):
-    """Internal: a value ``_dumps`` leaves to ``json``."""
-
-
-def _dumps(value: Any) -> str:
-    """``json.dumps(value, sort_keys=True)`` for the answer (dicts with string keys, lists,
-    strings, integers, booleans, None), without importing ``json``; anything else, or nesting
-    deeper than an answer has, is left to ``json`` itself."""
-    from _json import encode_basestring_ascii as quote
-
-    parts: list[str] = []
-
-    def put(item: Any, depth: int) -> None:
-        kind = type(item)
-        if depth > 16:
-            raise _NotPlain
-        if item is None or kind is bool:
-            parts.append("null" if item is None else "true" if item else "false")
-        elif kind is int:
-            parts.append(int.__repr__(item))
-        elif kind is str:
-            parts.append(quote(item))
-        elif kind is list:
-            parts.append("[")
-            for n, member in enumerate(item):
-                parts.append(", " if n else "")
-                put(member, depth + 1)
-            parts.append("]")
-        elif kind is dict and all(type(k) is str for k in item):
-            parts.append("{")
-            for n, key in enumerate(sorted(item)):
-                parts.append(", " if n else "")
-                parts.append(quote(key) + ": ")
-                put(item[key], depth + 1)
-            parts.append("}")
-        else:
-            raise _NotPlain
-
-    try:
-        put(value, 0)
-    except _NotPlain:
-        import json
-
-        return json.dumps(value, sort_keys=True)
-    return "".join(parts)
-
-
 def _main(argv: Sequence[str], say: Callable[[str], None]) -> int:
     args = _parse_args(argv)
     schemes = tuple(s.strip().lower() for s in str(args.uri_schemes).split(",") if s.strip())
@@ -1435,10 +1253,11 @@ def _main(argv: Sequence[str], say: Callable[[str], None]) -> int:
         return read_host_facts(providers=host.providers)
 
     started = time.time()
+    moment = datetime.fromtimestamp(int(started), UTC)
     outcome = resolve(
         raw,
         public_raw=public_raw,
-        now=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        now=envelope.format_time(moment),
         host=host,
         host_class=args.host_class,
         facts=facts,
@@ -1459,6 +1278,11 @@ def _main(argv: Sequence[str], say: Callable[[str], None]) -> int:
         _keep(state_dir, state, outcome, source, say)
     if args.emit_telemetry is not None and outcome.answer is not None:
         _emit(args.emit_telemetry, outcome.answer, host, args.host_id, started, say)
+    return _say_outcome(outcome, args, say)
+
+
+def _say_outcome(outcome: Outcome, args: argparse.Namespace, say: Callable[[str], None]) -> int:
+    """Say ``outcome``'s messages, check ``--verify-file``, print the answer; the exit code."""
     for message in outcome.messages:
         say(message)
     code, answer = outcome.code, outcome.answer
@@ -1466,7 +1290,7 @@ def _main(argv: Sequence[str], say: Callable[[str], None]) -> int:
     if served and args.verify_file and not _file_matches(args.verify_file, _digest(answer), say):
         return EXIT_VERIFY
     if answer is not None and args.json:
-        print(_dumps(answer))
+        print(json.dumps(answer, sort_keys=True))
     elif served and answer is not None:
         print(answer["artifact"]["uri"])
     return code
@@ -1496,7 +1320,7 @@ def _keep(
 
 def _line_state(
     state_dir: str | None,
-    args: _Args,
+    args: argparse.Namespace,
     public_raw: bytes,
     fresh: Fresh,
     source: str,

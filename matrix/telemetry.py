@@ -1,33 +1,9 @@
-"""Telemetry in the matrix: bulk, idempotent ingest of JSON-lines events and the queries a check needs.
+"""Telemetry in the matrix: bulk, idempotent ingest of JSON-lines events and the window queries.
 
-Owns reading ``qualify-telemetry/1`` files into the ``telemetry`` table (the DDL is migration 2
-in ``matrix.migrations``), the record of what was ingested (``telemetry_files``), and the
-aggregate queries over a time window: a profile per (class, digest, runtime, providers,
-fallback) and the latency tail of chosen (class, digest) pairs. Does not own the event model
-(``schemas.telemetry``), what hosts write (``manifest.host_events``) or judging events against a
-manifest (``qualify.telemetry.check``).
-
-How a file is read (fast for millions of lines, exact about bad ones):
-
-* The file is read in blocks of whole lines. Each block goes through ``pyarrow.json`` with the
-  types of the fields every event carries (the optional ones are inferred, then held to the
-  event's types), then vectorised checks mirror ``TelemetryEvent``'s rules (the rules of a
-  low-cardinality column, such as the class, digest, runtime or settings, are applied once per
-  distinct value of the block); a row that fails a check is re-validated alone with the pydantic
-  model, which has the last word and the message. A block that pyarrow refuses (a malformed
-  line, a wrong type, an unknown key) is re-read line by line with the model, so the good lines
-  of that block are kept and each bad one is reported with its 1-based line number. Blank lines
-  are skipped. pydantic and the model are imported only when a line needs them, and no pyarrow
-  call here imports pandas (Arrow and numpy meet through buffers): a clean file costs neither.
-  Node counts go to DuckDB dictionary-encoded, so it checks each distinct map once.
-* Idempotent by content: ``telemetry_files`` records the sha256 of every prefix ingested (always
-  ending at a newline) with its length and line count. Re-ingesting the same bytes writes
-  nothing; a file that only grew (hosts append) resumes after the longest recorded prefix. An
-  unterminated last line (a write in progress) is left for the next ingest.
-* One transaction per file: its events and its ``telemetry_files`` row land together or not at
-  all. The events go in as one INSERT that pulls the blocks as they are parsed (an Arrow
-  stream). A thread of its own parses the next block while DuckDB stores the one before
-  (`_ahead`), and a file no recorded prefix fits is hashed while its first blocks parse.
+Owns reading ``qualify-telemetry/1`` files into the ``telemetry`` table in blocks (pyarrow, with
+vectorised checks; a refused row or block is re-read with the pydantic model for its message),
+the record of ingested prefixes (``telemetry_files``) and the aggregates a check reads. Does not
+own the event model (``schemas.telemetry``) nor judging events (``qualify.telemetry.check``).
 """
 
 from __future__ import annotations
@@ -50,13 +26,9 @@ import duckdb
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pj
-
-# Arrow's kernels by name, where ``pyarrow.compute``'s wrappers call them: importing that module
-# builds a Python wrapper, docstring included, for each of its ~300 kernels (~35 ms of every
-# ingest's start, a twentieth of a 200,000-event file's). A test holds an ingest to this.
-from pyarrow._compute import CastOptions, MatchSubstringOptions, SetLookupOptions
-from pyarrow._compute import call_function as _kernel
+from pyarrow.compute import CastOptions, MatchSubstringOptions, SetLookupOptions
 
 from matrix.errors import MatrixError, TelemetryFileError
 from matrix.migrations import _rollback_quietly
@@ -461,7 +433,7 @@ def _dictionary_codes(values: pa.Array) -> tuple[npt.NDArray[np.int32], int]:
     """Per row, the index of its value among the distinct values (in order of first
     appearance; hashed, not sorted), and how many distinct values there are; a null's index is
     unspecified."""
-    encoded = _kernel("dictionary_encode", [values])
+    encoded = pc.call_function("dictionary_encode", [values])
     return _numbers(encoded.indices, np.int32), len(encoded.dictionary)
 
 
@@ -508,7 +480,7 @@ def _nodes_map(column: pa.ChunkedArray | pa.Array) -> pa.DictionaryArray:
     offsets = np.zeros(distinct + 1, dtype=np.int32)
     np.cumsum(present.sum(axis=1), out=offsets[1:])
     which = np.broadcast_to(np.arange(len(names), dtype=np.int32), present.shape)[present]
-    keys = _kernel(
+    keys = pc.call_function(
         "take", [_arrow_strings(names), _arrow_numbers(np.ascontiguousarray(which), pa.int32())]
     )
     items = _arrow_numbers(np.ascontiguousarray(counts[present]), pa.int64())
@@ -543,7 +515,7 @@ def _bad_values(
     column: pa.ChunkedArray, ok: Callable[[str | None], bool]
 ) -> npt.NDArray[np.bool_] | None:
     """Rows whose value breaks ``ok``, judged once per distinct value; None when none does."""
-    distinct = _kernel("unique", [column])
+    distinct = pc.call_function("unique", [column])
     try:
         values = distinct.to_pylist()
     except UnicodeDecodeError:
@@ -551,7 +523,7 @@ def _bad_values(
     wrong = np.array([not ok(v) for v in values], dtype=bool)
     if not wrong.any():
         return None
-    where = _kernel("index_in", [column], SetLookupOptions(distinct))
+    where = pc.call_function("index_in", [column], SetLookupOptions(distinct))
     flags: npt.NDArray[np.bool_] = wrong[_numbers(where, np.int32)] | ~_valid(where)
     return flags
 
@@ -560,13 +532,15 @@ def _bad_text(column: pa.Array | pa.ChunkedArray, *, nullable: bool) -> npt.NDAr
     """Rows whose text is null (unless ``nullable``), empty or over `MAX_TEXT_CHARS`; bytes
     bound characters, so characters are counted only where the bytes exceed the limit."""
     valid = _valid(column)
-    size = _numbers(_kernel("binary_length", [column]), np.int32)
+    size = _numbers(pc.call_function("binary_length", [column]), np.int32)
     bad: npt.NDArray[np.bool_] = valid & (size == 0)
     if not nullable:
         bad |= ~valid
     long = valid & (size > MAX_TEXT_CHARS)
     if long.any():
-        bad |= long & (_numbers(_kernel("utf8_length", [column]), np.int32) > MAX_TEXT_CHARS)
+        bad |= long & (
+            _numbers(pc.call_function("utf8_length", [column]), np.int32) > MAX_TEXT_CHARS
+        )
     return bad
 
 
@@ -585,15 +559,17 @@ def _suspects(table: pa.Table) -> npt.NDArray[np.bool_]:
             flags |= wrong
     flags |= _bad_text(col("host_id"), nullable=False)
     time = col("time")
-    flags |= ~_truth(_kernel("match_substring_regex", [time], _TIME_MATCH))
+    flags |= ~_truth(pc.call_function("match_substring_regex", [time], _TIME_MATCH))
     providers = col("providers").combine_chunks()
     valid = _valid(providers)
     flags |= ~valid
-    flags |= valid & (_numbers(_kernel("list_value_length", [providers]), np.int32) > MAX_PROVIDERS)
-    flat = _kernel("list_flatten", [providers])
+    flags |= valid & (
+        _numbers(pc.call_function("list_value_length", [providers]), np.int32) > MAX_PROVIDERS
+    )
+    flat = pc.call_function("list_flatten", [providers])
     wrong_item = _bad_text(flat, nullable=False)
     if wrong_item.any():
-        parents = _numbers(_kernel("list_parent_indices", [providers]), np.int64)
+        parents = _numbers(pc.call_function("list_parent_indices", [providers]), np.int64)
         flags[np.unique(parents[wrong_item])] = True
     for name, low in (("fallback_nodes", 0), ("manifest_version", 1)):
         values = col(name)
@@ -676,7 +652,7 @@ def _conform(table: pa.Table) -> pa.Table | None:
             columns.append(pa.nulls(table.num_rows, wanted.type))
         elif wanted.type == pa.float64() and kind == pa.int64():
             try:
-                columns.append(_kernel("cast", [column], CastOptions.safe(pa.float64())))
+                columns.append(pc.call_function("cast", [column], CastOptions.safe(pa.float64())))
             except pa.ArrowInvalid:
                 return None
         else:
@@ -744,7 +720,7 @@ def _fast(lines: _Lines, first_line: int, block: _Block) -> bool:
             rows,
         )
         keep = ~suspects
-        good = _kernel("filter", [table, _arrow_bool(keep)])
+        good = pc.call_function("filter", [table, _arrow_bool(keep)])
         good_lines = row_lines[keep]
     else:
         good, good_lines = table, row_lines
@@ -783,7 +759,7 @@ def _no_blank_line(lines: _Lines) -> bool:
 def _rows_table(good: pa.Table, lines: npt.NDArray[np.int64]) -> pa.Table | None:
     """Parsed, validated rows in the stored schema; None when a time is not a real date."""
     try:
-        times = _kernel("cast", [good.column("time")], _TO_TIMESTAMP)
+        times = pc.call_function("cast", [good.column("time")], _TO_TIMESTAMP)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     columns = [
@@ -969,7 +945,10 @@ def _batches(tables: Iterable[pa.Table], tally: _Tally) -> Iterator[pa.RecordBat
         pool.release_unused()
 
 
-def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -> IngestedTelemetry:
+def _where(conn: duckdb.DuckDBPyConnection, path: Path) -> tuple[Any, int, int]:
+    """``(plan, size, end)`` of a file to ingest: the plan of a file some recorded prefix fits
+    (None otherwise: it is read from its start and hashed as its first blocks parse, the hash
+    being a tenth of an ingest), its size, and where its last whole line ends."""
     try:
         size = path.stat().st_size
         if not path.is_file():
@@ -977,13 +956,15 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
                 f"{path}: not a file; pass JSON-lines telemetry files", path=path
             )
         known = _known_prefixes(conn, size)
-        # No recorded prefix fits in the file: it is read from its start and hashed as its first
-        # blocks parse (the hash is a tenth of an ingest). Otherwise it is hashed first, to find
-        # where a file that grew resumes.
         end = 0 if known else _last_line_end(path, size)
         plan = _plan(path, known) if end == 0 else None
     except OSError as error:
         raise _unreadable(path, error) from error
+    return plan, size, end
+
+
+def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -> IngestedTelemetry:
+    plan, size, end = _where(conn, path)
     if plan is not None:
         start, end, pending = plan.resume_at, plan.end, plan.size - plan.end
         first_line = plan.resume_lines + 1
@@ -1015,18 +996,9 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
         conn.execute(
             "INSERT INTO telemetry_files (sha256, path, start_byte, end_byte, start_line, "
             "end_line, events, bad_lines, ingested_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                plan.sha256,
-                str(path),
-                start,
-                end,
-                first_line,
-                first_line + tally.lines - 1,
-                tally.events,
-                tally.bad_count,
-                now,
-            ],
-        )
+            [plan.sha256, str(path), start, end, first_line, first_line + tally.lines - 1,
+             tally.events, tally.bad_count, now],
+        )  # fmt: skip
         conn.execute("COMMIT")
     except OSError as error:
         _rollback_quietly(conn)
@@ -1034,17 +1006,8 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
     except BaseException:
         _rollback_quietly(conn)
         raise
-    return IngestedTelemetry(
-        path,
-        plan.sha256,
-        "ingested",
-        first_line,
-        tally.lines,
-        tally.events,
-        tally.bad_count,
-        tuple(tally.bad),
-        pending,
-    )
+    return IngestedTelemetry(path, plan.sha256, "ingested", first_line, tally.lines,
+                             tally.events, tally.bad_count, tuple(tally.bad), pending)  # fmt: skip
 
 
 def _unreadable(path: Path, error: OSError) -> TelemetryFileError:
@@ -1311,6 +1274,27 @@ def rollout_reported(store: Store, rollout: str, *, start: datetime, end: dateti
     return bool(row and row[0][0])
 
 
+def _profile_row(r: tuple[Any, ...]) -> ProfileRow:
+    """One row of ``_PROFILE_SQL`` as a `ProfileRow`."""
+    return ProfileRow(
+        host_class=str(r[0]),
+        model_digest=r[1],
+        runtime_revision=str(r[2]),
+        placement=str(r[3]),
+        providers=tuple(r[4] or ()),
+        fallback_nodes=None if r[5] is None else int(r[5]),
+        events=int(r[6]),
+        hosts=int(r[7]),
+        example_hosts=tuple(sorted(r[8] or ())),
+        latency_samples=int(r[9]),
+        first=r[10],
+        last=r[11],
+        manifest_versions=tuple(int(v) for v in r[12] or ()),
+        settings=r[13],
+        version=None if r[14] is None else int(r[14]),
+    )
+
+
 def telemetry_profile(
     store: Store,
     *,
@@ -1349,26 +1333,7 @@ def telemetry_profile(
     return TelemetryProfile(
         start=start,
         end=end,
-        rows=tuple(
-            ProfileRow(
-                host_class=str(r[0]),
-                model_digest=r[1],
-                runtime_revision=str(r[2]),
-                placement=str(r[3]),
-                providers=tuple(r[4] or ()),
-                fallback_nodes=None if r[5] is None else int(r[5]),
-                events=int(r[6]),
-                hosts=int(r[7]),
-                example_hosts=tuple(sorted(r[8] or ())),
-                latency_samples=int(r[9]),
-                first=r[10],
-                last=r[11],
-                manifest_versions=tuple(int(v) for v in r[12] or ()),
-                settings=r[13],
-                version=None if r[14] is None else int(r[14]),
-            )
-            for r in rows
-        ),
+        rows=tuple(_profile_row(r) for r in rows),
         class_events={str(r[0]): int(r[1]) for r in per_class},
         class_hosts={str(r[0]): int(r[2]) for r in per_class},
     )

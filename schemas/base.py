@@ -69,26 +69,10 @@ class Document(BaseModel):
 
     @classmethod
     def trusted(cls, fields: dict[str, Any]) -> Self:
-        """An instance holding ``fields`` as they are, without validation: for contract objects
-        that code builds internally, per class of a fleet, from values that were validated
-        already (models of cells, the project, the previous manifest) or that it makes itself
-        (counts, formatted strings). ``model_construct`` less its per-field loop, a fifth of the
-        cost of validating; ``fields`` must name every field, with the type the model declares
+        """An instance holding ``fields`` as they are, without validation (pydantic's public
+        ``model_construct``): for contract objects code builds internally from values validated
+        already or made by itself. ``fields`` must name every field with the declared type
         (nested documents as instances). Never for bytes from outside the process: those go
-        through ``model_validate``. Tests hold each such construction equal to its validated
-        twin (``tests/manifest/test_trusted_decisions.py``)."""
-        model = _new(cls)
-        _set(model, "__dict__", fields)
-        _set_fields_set(model, set(fields))
-        _set_extra(model, None)
-        _set_private(model, None)
-        return model
-
-
-_new = object.__new__
-_set = object.__setattr__
-# BaseModel's own slots, set through their descriptors: ``object.__setattr__`` looks each name
-# up first (a third of ``trusted``, made once per decision, evidence and reason of a fleet).
-_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
-_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+        through ``model_validate``; ``tests/manifest/test_trusted_decisions.py`` holds each such
+        construction equal to its validated twin."""
+        return cls.model_construct(_fields_set=set(fields), **fields)

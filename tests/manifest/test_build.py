@@ -13,7 +13,6 @@ import pytest
 
 from manifest import envelope
 from manifest.build import (
-    _evidence_text,
     build_manifest,
     next_version,
     per_class_documents,
@@ -185,6 +184,16 @@ def test_an_entrys_evidence_is_the_evidence_models_json_dump() -> None:
     fleet.qualify("arm-new", emulated=True)  # isa, emulation and parity vary across classes
     decisions = list(fleet.decide().values())
     assert sum(d.evidence is not None and d.evidence.parity is not None for d in decisions) >= 1
+    signed = build_manifest(
+        fleet.project,
+        decisions,
+        release="r1",
+        version=1,
+        created=CLOCK,
+        expires=CLOCK + timedelta(days=30),
+        snapshot="s",
+        artifacts=artifact_refs(fleet.project),
+    )
     for d in decisions:
-        if d.evidence is not None:
-            assert json.loads(_evidence_text(d.evidence)) == d.evidence.model_dump(mode="json")
+        want = None if d.evidence is None else d.evidence.model_dump(mode="json")
+        assert signed["entries"][d.host_class]["evidence"] == want
