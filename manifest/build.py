@@ -183,12 +183,12 @@ def _entries(
             )
         if d.host_class in items:
             raise BuildError(f"two decisions for class '{d.host_class}'")
-        data = encode_canonical(entry_of(d, cls, artifacts, locations))
+        data = encode_canonical(_entry_of(d, cls, artifacts, locations))
         items[d.host_class] = EntryText((data, d.host_class, d.decision))
     return EncodedEntries(items)
 
 
-def entry_of(
+def _entry_of(
     d: ClassDecision,
     cls: HostClass,
     artifacts: Mapping[str, ArtifactRef],
