@@ -198,10 +198,7 @@ class Judge:
         # A fleet's classes share a few runtime builds and provider setups: their digests are
         # computed once per distinct settings (a function of those field values alone).
         runtime, provider = cls.runtime, cls.provider
-        key = (
-            type(runtime).__pydantic_serializer__.to_json(runtime),
-            type(provider).__pydantic_serializer__.to_json(provider),
-        )
+        key = (runtime.model_dump_json(), provider.model_dump_json())
         digest = self._settings_by_json.get(key)
         if digest is None:
             digest = self._settings_by_json[key] = cls.settings_digest()

@@ -23,6 +23,9 @@ KNOWN_PRIVATE = frozenset(
         "__pydantic_fields_set__",
         "__pydantic_extra__",
         "__pydantic_private__",
+        # pydantic's core serializer and validator: model_dump_json / model_validate instead.
+        "__pydantic_serializer__",
+        "__pydantic_validator__",
     }
 )
 """Dunder names that are private all the same (the generic rule lets dunders through)."""
@@ -132,6 +135,7 @@ def test_no_package_module_uses_a_private_api_of_a_dependency() -> None:
         "import pydantic\nx = pydantic._internal",
         "from pydantic import BaseModel\nBaseModel.__dict__['__pydantic_extra__']",
         "def f(m):\n    m.__pydantic_fields_set__ = set()",
+        "def f(m):\n    return type(m).__pydantic_serializer__.to_json(m)",
         "import numpy as np\nnp._core",
     ],
 )
