@@ -173,7 +173,7 @@ class Judge:
         self._keys: dict[str, _Key] = {name: key for key, name in self.classes.items()}
         self._overrides = dict(current_settings or {})
         self._settings: dict[str, str] = {}
-        self._settings_by_json: dict[tuple[bytes, bytes], str] = {}
+        self._settings_by_json: dict[tuple[str, str], str] = {}
         self._limits: dict[tuple[str, str], OutputTolerance] = {}
         self._found: dict[tuple[object, ...], OutputNow] = {}
         wl = project.workload
