@@ -998,6 +998,29 @@ class _Parser(argparse.ArgumentParser):
         raise _Help
 
 
+def _help_width() -> int:
+    """What ``shutil.get_terminal_size`` would give argparse, less its margin of 2."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 80
+    return (columns or 80) - 2
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's layout with its width given: ``add_argument`` makes a formatter to check each
+    option, and one left to find its width imports shutil (and with it bz2 and lzma) at every
+    service start."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=_help_width())
+
+
 _SCHEMES = ",".join(DEFAULT_URI_SCHEMES)
 _USAGE = """resolve-artifact --manifest PATH [--host-class NAME] [--pubkey FILE]
                         [--model NAME] [--state-dir DIR] [--no-state] [--verify-file PATH] [--json]
@@ -1052,7 +1075,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="resolve-artifact",
         usage=_USAGE,
         description=_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=_Formatter,
     )
     for option, metavar, text in _TEXT_OPTIONS:
         dest = option[2:].replace("-", "_")
