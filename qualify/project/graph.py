@@ -3,7 +3,7 @@
 Owns reading an artifact's graph signature (names, element types, ranks, static dimensions)
 without running it, so that a project whose workload does not fit its model is refused when it
 is loaded, before anything is copied into the store or measured. Does not judge the workload:
-`qualify.project.load` compares the two and words the problem.
+`qualify.project.checks` compares the two and words the problem.
 
 The file is parsed as a protobuf with the message classes ``onnx`` generates (``onnx_ml_pb2``),
 loaded on their own: ``import onnx`` itself pulls in ``ml_dtypes`` and costs over a second,
