@@ -13,7 +13,6 @@ slice of the file, checked before anything in them is parsed.
 from __future__ import annotations
 
 import binascii
-import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -582,8 +581,13 @@ def check_envelope(
 
 
 def sha256_hex(data: bytes | memoryview) -> str:
-    """Hex sha256 of ``data``."""
-    return hashlib.sha256(data).hexdigest()
+    """Hex sha256 of ``data``, through cryptography, which verifying loads anyway (``hashlib``
+    would cost every host start a second OpenSSL load: bench/resolve.py)."""
+    from cryptography.hazmat.primitives.hashes import SHA256, Hash
+
+    h = Hash(SHA256())
+    h.update(data)
+    return h.finalize().hex()
 
 
 def _hex_verifies(public_raw: bytes, sig_hex: str, data: bytes | memoryview) -> bool:

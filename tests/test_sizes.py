@@ -21,9 +21,6 @@ LONG_FUNCTIONS: dict[str, str] = {}
 """``path:qualified name`` -> why it stays longer than a screen."""
 
 LONG_MODULES: dict[str, str] = {
-    "manifest/resolve.py": "the host's whole lookup, which every service start imports: each "
-    "module split off costs every host an import; next: the command line and the answer's "
-    "encoding into a module of their own, measured with bench/resolve.py",
     "matrix/store.py": "runs, cells and samples with their lock and export (releases and "
     "annotations are split off already); next: the lock wait and the row encoders",
     "matrix/telemetry.py": "telemetry ingest's one streaming pass (blocks, validation, "

@@ -27,7 +27,9 @@ IMPORTED = {
     "manifest._batch",
     "manifest.envelope",
     "manifest.errors",
+    "manifest.hostruntime",
     "manifest.hoststate",
+    "manifest.lookup",
     "manifest.resolve",
 }
 """Our modules `import manifest.resolve` may load; anything else must be the standard library."""
