@@ -30,8 +30,6 @@ LONG_MODULES: dict[str, str] = {
     "columns); next: the per-line checks into a module of their own",
     "qualify/project/load.py": "loading with line-precise errors; next: the error wording "
     "(locations, suggestions) into a module of its own",
-    "qualify/run.py": "the run's steps in one place; next: the soak, open-loop and A/A-control "
-    "steps into a module of their own",
 }
 """``path`` -> why it stays longer than 800 lines, and what splits it next."""
 
