@@ -13,9 +13,9 @@ every case twice, each side in its own fresh subprocess:
   ``qualify.measure.stats.percentiles``. ``min_samples = max_samples = N`` (a multiple of 64, the worker's
   look interval), a huge budget and time cap make the worker time exactly N queries.
 - **LoadGen**: ``python bench/harness_vs_loadgen.py --loadgen-child JOB`` builds the session with
-  the worker's own ``_create`` (so the session options cannot drift), feeds the same 16 feeds the
-  worker cycles through (built by the worker's ``_batch`` from the same input pool, which
-  ``qualify.measure.workload.build_pool`` makes as a run would), and runs ``mlperf_loadgen``
+  the worker's own ``qualify.measure.session.create`` (so the session options cannot drift),
+  feeds the same 16 feeds the worker cycles through (built by ``qualify.measure.feeds.batch`` from
+  the same input pool, which ``qualify.measure.workload.build_pool`` makes as a run would), and runs ``mlperf_loadgen``
   SingleStream / PerformanceOnly with ``min_query_count = max_query_count = N``. The SUT runs the
   session synchronously inside ``issue_queries``, applies the worker's post-processing and calls
   ``QuerySamplesComplete``. LoadGen's p50/p99 are read from ``mlperf_log_detail.txt``
@@ -39,8 +39,8 @@ p99, the spread over rounds, and the ratio qualify / LoadGen against the +-3% ta
 It changes no qualify code and judges nothing but that ratio. Run alone,
 ``python bench/harness_vs_loadgen.py`` prints the markdown section on stdout (progress on stderr);
 ``bench/run_all.py`` collects it into ``docs/benchmarks.md``. The LoadGen child imports
-onnxruntime: it has to, and it reuses ``qualify.measure.worker``'s helpers so both sides build the same
-session.
+onnxruntime: it has to, and it reuses the measuring child's helpers (``qualify.measure.session``,
+``qualify.measure.feeds``) so both sides build the same session.
 """
 
 from __future__ import annotations
@@ -562,8 +562,8 @@ def render_markdown(
         f"Command: `python bench/harness_vs_loadgen.py --rounds {rounds} --queries {queries}`.",
         "",
         "Per case, both sides time the same model with the same session options (CPU EP, "
-        "`intra_op_num_threads=1`, graph optimisation `all`, built by the worker's own `_create` "
-        f"on both sides), the same inputs (the worker's {FEED_ROWS} feeds, from the pool "
+        "`intra_op_num_threads=1`, graph optimisation `all`, built by "
+        f"`qualify.measure.session.create` on both sides), the same inputs (the worker's {FEED_ROWS} feeds, from the pool "
         "`qualify.measure.workload.build_pool` makes), batch 1, concurrency 1 and post-processing "
         f"`{POSTPROCESS}`; {rounds} interleaved rounds with the order flipped every round, each "
         "side in a fresh subprocess. Judged: a small image CNN (`bench/_cnn.py`, built from code "
@@ -729,17 +729,18 @@ def _loadgen_child(job_path: Path) -> int:
 
     import mlperf_loadgen as lg
 
-    from qualify.measure.worker import _batch, _create, _postprocess
+    from qualify.measure.feeds import batch, postprocess
+    from qualify.measure.session import create
 
     job = json.loads(job_path.read_text(encoding="utf-8"))
     worker_job = WorkerJob.from_json(json.dumps(job["job"]))
     ort = importlib.import_module("onnxruntime")
     model = Path(worker_job.artifact_path).read_bytes()
-    session = _create(ort, model, worker_job, record_placement=False)
+    session = create(ort, model, worker_job, record_placement=False)
     pool = dict(np.load(worker_job.inputs_path))
     b = int(job["batch"])
-    feeds = [_batch(pool, worker_job, k * b, b) for k in range(FEED_ROWS)]
-    post = _postprocess(worker_job.postprocess)
+    feeds = [batch(pool, worker_job, k * b, b) for k in range(FEED_ROWS)]
+    post = postprocess(worker_job.postprocess)
     # The worker's work before its timed loop: first run, parity rows, warm-up.
     for k in range(1 + worker_job.parity_rows + worker_job.warmup):
         post(session.run(None, feeds[k % FEED_ROWS]))

@@ -1,17 +1,16 @@
 """The qualification run: one host class, every artifact, into the matrix.
 
 Owns the order of a run: fingerprint and class check, artifact store, one input pool for all,
-baseline first then each candidate in its own subprocess, parity against the baseline, verdicts
-from ``manifest.gates``, the rollback check, then the bundle and one matrix transaction. It does
-not import onnxruntime (the worker does), does not hold SQL (``matrix`` does) and does not print
-(the CLI does, through ``on_event``).
+the artifacts measured side by side (`qualify.rounds`: each in its own subprocess, interleaved
+rounds, A/A control, soak, open loop), parity against the baseline, verdicts from
+``manifest.gates``, the rollback check, then the bundle and one matrix transaction. It does not
+import onnxruntime (the worker does), does not hold SQL (``matrix`` does) and does not print (the
+CLI does, through ``on_event``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import math
 import os
 import secrets
 import shutil
@@ -34,47 +33,32 @@ from matrix.samples import SAMPLES_SCHEMA, empty_samples
 from matrix.store import Store
 from qualify.artifacts import ArtifactStore
 from qualify.errors import ArtifactError, HostMismatchError, ProjectError
-from qualify.measure.ab import (
-    ConfigEvidence,
-    Interleaved,
-    aa_control,
-    comparison_confidence,
-    interleave,
-    slowdowns,
-)
+from qualify.measure.ab import ConfigEvidence, comparison_confidence
 from qualify.measure.cells import Artifact, CellSite, Measured, cell_of
 from qualify.measure.emulators import Emulators, NumericsPlan, plan_numerics
-from qualify.measure.fingerprint import class_cpus, class_mismatches, take_fingerprint
+from qualify.measure.fingerprint import class_mismatches, take_fingerprint
 from qualify.measure.hostlock import DEFAULT_WAIT_S, lock_wait_message, measuring_alone
-from qualify.measure.job import JobMode, WorkerJob, job_for
+from qualify.measure.job import WorkerJob
 from qualify.measure.numerics import Outputs, RunNumerics
-from qualify.measure.openloop import open_loop
 from qualify.measure.parity import OutputRole, compare_outputs, output_roles, unpack
-from qualify.measure.runner import SUBPROCESSES, RoundWorker, WorkerOutcome, Workers
-from qualify.measure.soak import soak
-from qualify.measure.stats import percentiles
+from qualify.measure.runner import SUBPROCESSES, WorkerOutcome, Workers
 from qualify.measure.sysroot import emulator_dirs
 from qualify.measure.workload import build_pool
 from qualify.project.graph import read_signature
 from qualify.project.load import LoadedProject
 from qualify.project.view import record_view
 from qualify.release.generate import previous_manifest
-from reports.formatting import open_loop_text
+from qualify.rounds import EventSink, Measurements, RunContext, latency_of, measure_interleaved
 from schemas.atomic import remove_leftovers, temp_prefix
 from schemas.base import Precision, Role
 from schemas.cell import (
     Cell,
     LatencyConfig,
-    LatencyResult,
-    OpenLoopResult,
     ParityResult,
     RollbackCheck,
     RunBundle,
     RunRecord,
-    Slowdown,
-    Soak,
     dims_text,
-    worst_first,
 )
 from schemas.host import Fingerprint
 from schemas.project import (
@@ -90,14 +74,11 @@ __all__ = [
     "RunOptions",
     "RunOutcome",
     "check_host",
-    "latency_results",
     "new_run_id",
     "qualify_run",
     "roles_of",
     "warning_lines",
 ]
-
-EventSink = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -145,58 +126,6 @@ class RunOutcome:
 def new_run_id(host_class: str, now: datetime) -> str:
     """A unique, sortable run id: ``<UTC time>-<class>-<random>``."""
     return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{host_class}-{secrets.token_hex(3)}"
-
-
-def latency_results(
-    evidence: dict[LatencyConfig, ConfigEvidence],
-    outcome: WorkerOutcome,
-    confidence: float,
-    ratios: dict[LatencyConfig, Slowdown],
-    control: dict[LatencyConfig, ConfigEvidence] | None = None,
-    aa: dict[LatencyConfig, Slowdown] | None = None,
-) -> list[LatencyResult]:
-    """One artifact's latency results; the baseline's carry the A/A control's rounds
-    (``control``) and its ratio to the baseline (``aa``)."""
-    throughput = outcome.result.throughput_ips
-    results = []
-    for config, ev in evidence.items():
-        ns = ev.samples_ns
-        if ns.size == 0:
-            continue
-        pct = percentiles(ns.astype(np.float64) / 1e6)
-        # The bounds and decision are those of the last scheduled look (a sequential test whose
-        # looks share the error, qualify.measure.stats.spend_alpha), not a fresh look at all samples.
-        ips = throughput.get(config.short)
-        results.append(
-            LatencyResult(
-                batch_size=config.batch_size,
-                concurrency=config.concurrency,
-                dims=config.sizes,
-                samples=int(ns.size),
-                p50_ms=float(pct.p50),
-                p90_ms=float(pct.p90),
-                p99_ms=float(pct.p99),
-                max_ms=float(pct.max),
-                mean_ms=float(pct.mean),
-                p99_lower_ms=ev.p99_lower_ms,
-                p99_upper_ms=ev.p99_upper_ms,
-                confidence=confidence,
-                decision=ev.decision,  # type: ignore[arg-type]
-                stopped=ev.stopped,  # type: ignore[arg-type]
-                duration_s=ev.duration_s,
-                time_cap_s=ev.time_cap_s,
-                throughput_ips=None if ips is None else float(ips),
-                rounds=ev.rounds,
-                vs_baseline=ratios.get(config),
-                control=(aa or {}).get(config),
-                control_rounds=list(control[config].rounds)
-                if control and config in control
-                else [],
-                **_stage_figures(ev),
-                **_energy_figures(ev),
-            )
-        )
-    return results
 
 
 def _stages_line(cell: Cell) -> str | None:
@@ -262,327 +191,20 @@ def warning_lines(cell: Cell) -> list[str]:
     return lines
 
 
-def _energy_figures(ev: ConfigEvidence) -> dict[str, Any]:
-    """Energy per inference over the rounds, or why there is none."""
-    if ev.energy_missing is not None or not ev.energy_j or ev.energy_samples <= 0:
-        return {"energy_missing": ev.energy_missing or "no round read the energy counters"}
-    return {
-        "energy_mj": sum(ev.energy_j.values()) * 1000.0 / ev.energy_samples,
-        "energy_source": sorted(ev.energy_j),
-    }
-
-
-def _stage_figures(ev: ConfigEvidence) -> dict[str, Any]:
-    """With a pipeline: the model call's own p50/p99 and each stage's share of the time."""
-    inference = ev.inference_ns
-    total = sum(ev.stage_ns.values())
-    if inference.size == 0 or total <= 0:
-        return {}
-    pct = percentiles(inference.astype(np.float64) / 1e6)
-    return {
-        "inference_p50_ms": float(pct.p50),
-        "inference_p99_ms": float(pct.p99),
-        "stage_share": {
-            stage: ev.stage_ns.get(stage, 0) / total for stage in ("pre", "inference", "post")
-        },
-    }
-
-
-@dataclass
-class _Measured:
-    outcomes: list[WorkerOutcome]
-    evidence: list[dict[LatencyConfig, ConfigEvidence]]
-    host_busy: bool
-    soaks: list[Soak | None]
-    open_loops: list[OpenLoopResult | None]
-    control: dict[LatencyConfig, ConfigEvidence] | None = None
-    """The A/A control's evidence (the baseline's second process); None without one."""
-
-
-def _soak_config(evidence: list[dict[LatencyConfig, ConfigEvidence]]) -> LatencyConfig | None:
-    """The config a soak serves: the baseline's gate config (the worst case, as
-    `schemas.cell.Cell.gate_latency` picks it), else the first artifact's that has evidence."""
-
-    def worst(ev: ConfigEvidence) -> tuple[float, float]:
-        ns = ev.samples_ns
-        p99 = percentiles(ns.astype(np.float64) / 1e6).p99 if ns.size else -math.inf
-        return worst_first(ev.p99_upper_ms, float(p99))
-
-    for measured in evidence:
-        if measured:
-            return max(measured, key=lambda config: worst(measured[config]))
-    return None
-
-
 @dataclass(frozen=True)
-class _Run:
-    """What every step of one run works with: the project, the class, this host, where the
-    run's files go, where its processes come from and where it says what it does."""
+class _Run(RunContext):
+    """What every step of one run works with: the measuring steps' context, and the run's
+    identity, options and clock."""
 
-    loaded: LoadedProject
     class_name: str
     options: RunOptions
-    host_class: HostClass
-    fp: Fingerprint
     mismatches: list[str]
     """How this host differs from the class (non-empty: an emulated run)."""
     run_id: str
     started: datetime
     load_before: list[float]
-    work_root: Path
-    """The run's private folder (``a<i>`` per artifact, ``control``, ``rollback``)."""
-    workers: Workers
-    on_event: EventSink
     on_wait: EventSink
-    on_worker_start: Callable[[str, int], None] | None
-    on_progress: EventSink | None
     now: Callable[[], datetime]
-
-    @property
-    def inputs_path(self) -> Path:
-        """The shared input pool every artifact is fed from."""
-        return self.work_root / "inputs.npz"
-
-    @property
-    def workload(self) -> Workload:
-        return self.loaded.project.workload
-
-    @property
-    def cores(self) -> int:
-        """The cores the run may use (its affinity, else all)."""
-        return len(self.fp.affinity) or self.fp.cores
-
-    def job(self, path: Path, digest: str, work: Path, mode: JobMode) -> WorkerJob:
-        """The job of one artifact in this run (pinned as the class says, the same CPUs for
-        every artifact of the class)."""
-        return job_for(
-            artifact_path=path,
-            digest=digest,
-            host_class=self.host_class,
-            workload=self.workload,
-            root=self.loaded.root,
-            cpus=class_cpus(self.fp, self.host_class)[0],
-            inputs_path=self.inputs_path,
-            work=work,
-            mode=mode,
-        )
-
-    def serve(self, job: WorkerJob, work: Path, label: str) -> RoundWorker:
-        """A live measuring process for ``job``."""
-        return self.workers.serve(
-            job,
-            work,
-            timeout_s=self.host_class.budgets.timeout_s,
-            on_start=_bind_label(self.on_worker_start, label),
-        )
-
-
-@dataclass
-class _Live:
-    """The artifacts' processes while they are measured in rounds."""
-
-    live: list[RoundWorker | None] = field(default_factory=list)
-    """Per artifact, its process, or None once it ended (its outcome is then in ``ended``)."""
-    ended: dict[int, WorkerOutcome] = field(default_factory=dict)
-    opened: list[RoundWorker] = field(default_factory=list)
-    """Every process started, to close whatever happens."""
-    jobs: list[WorkerJob] = field(default_factory=list)
-
-
-def _prepare_all(run: _Run, stored: list[tuple[ArtifactSpec, str, Path]], into: _Live) -> None:
-    """Start and prepare every artifact's process, one at a time (cold init, placement and
-    parity alone on the machine)."""
-    for index, (spec, digest, stored_path) in enumerate(stored):
-        role = "baseline" if index == 0 else "candidate"
-        run.on_event(f"{spec.label} ({role}, {digest[:19]}): preparing")
-        work = run.work_root / f"a{index}"
-        work.mkdir()
-        # No re-hash here: ``store.add`` just hashed the copy, and the worker re-hashes the
-        # exact bytes it hands to onnxruntime before loading them.
-        job = run.job(stored_path, digest, work, "serve")
-        into.jobs.append(job)
-        worker = run.serve(job, work, spec.label)
-        into.opened.append(worker)
-        if worker.ready():
-            into.live.append(worker)
-        else:
-            into.ended[index] = worker.finish([])
-            into.live.append(None)
-
-
-def _interleaved_outcomes(
-    run: _Run,
-    stored: list[tuple[ArtifactSpec, str, Path]],
-    configs: list[LatencyConfig],
-    *,
-    soak_seconds: float | None,
-    open_loop_spec: OpenLoop | None,
-) -> _Measured:
-    """Prepare every artifact in its own process, one at a time, then interleave their latency
-    rounds (and the soak and the open-loop search, if asked), then let each finish alone
-    (throughput and profile)."""
-    procs = _Live()
-    try:
-        _prepare_all(run, stored, procs)
-        labels = [spec.label for spec, _, _ in stored]
-        control = None
-        if run.workload.aa_control and len(stored) > 1 and procs.live[0] is not None:
-            control = _start_control(run, procs.jobs[0], labels[0])
-            procs.opened.extend([control] if control is not None else [])
-        measured = interleave(
-            [*procs.live, *([control] if control is not None else [])],
-            configs,
-            run.workload,
-            run.host_class.budgets.p99_ms,
-            cores=run.cores,
-            on_event=run.on_event,
-            on_progress=run.on_progress,
-            labels=[*labels, f"{labels[0]} (A/A control)"],
-        )
-        control_evidence = _control_evidence(measured, control)
-        soaks = _soaks(run, procs.live, measured.evidence, soak_seconds)
-        rates = _open_loops(run, stored, procs.live, open_loop_spec)
-        wanted = [
-            {
-                "key": c.short,
-                "batch_size": c.batch_size,
-                "concurrency": c.concurrency,
-                "dims": c.sizes,
-            }
-            for c in configs
-        ]
-        for index, each in enumerate(procs.live):
-            if each is not None:
-                procs.ended[index] = each.finish(wanted)
-    finally:
-        for worker in procs.opened:
-            worker.close()
-    return _Measured(
-        outcomes=[procs.ended[i] for i in range(len(stored))],
-        evidence=measured.evidence,
-        host_busy=measured.host_busy,
-        soaks=soaks,
-        open_loops=rates,
-        control=control_evidence,
-    )
-
-
-def _soaks(
-    run: _Run,
-    live: list[RoundWorker | None],
-    evidence: list[dict[LatencyConfig, ConfigEvidence]],
-    soak_seconds: float | None,
-) -> list[Soak | None]:
-    """Each artifact's soak at the gate config, when the run soaks (``--soak`` or the
-    workload's ``soak_s``); Nones otherwise."""
-    wl = run.workload
-    soak_s = soak_seconds if soak_seconds is not None else wl.soak_s
-    config = _soak_config(evidence)
-    if not soak_s or config is None:
-        return [None] * len(live)
-    run.on_event(f"soak: {soak_s:.0f} s at {config.label}")
-    return soak(
-        live,
-        config,
-        soak_s,
-        confidence=wl.confidence,
-        tolerance=wl.soak_tolerance,
-        floor=wl.soak_floor,
-        max_samples=wl.max_samples,
-        on_progress=run.on_progress,
-    )
-
-
-def _open_loops(
-    run: _Run,
-    stored: list[tuple[ArtifactSpec, str, Path]],
-    live: list[RoundWorker | None],
-    spec: OpenLoop | None,
-) -> list[OpenLoopResult | None]:
-    """Each artifact's highest rate within the p99 budget, when asked; Nones otherwise."""
-    if spec is None:
-        return [None] * len(stored)
-    budget = run.host_class.budgets.p99_ms
-    run.on_event(
-        f"open loop: Poisson arrivals on {spec.servers} server(s), "
-        f"the highest rate with p99 <= {budget:g} ms"
-    )
-    rates = open_loop(
-        live,
-        spec,
-        budget,
-        confidence=run.workload.confidence,
-        max_samples=run.workload.max_samples,
-        on_progress=run.on_progress,
-    )
-    for (artifact, _, _), found in zip(stored, rates, strict=True):
-        if found is not None:
-            run.on_event(f"{artifact.label}: open loop: {open_loop_text(found)}")
-    return rates
-
-
-def _latency_of(
-    measured: _Measured, index: int, confidence: float, compared_at: float
-) -> list[LatencyResult]:
-    """Artifact ``index``'s latency results: a candidate's with its ratios to the baseline
-    (net of the A/A control's spread), the baseline's with the control's rounds and ratio."""
-    base = measured.evidence[0]
-    if index > 0:
-        ratios = slowdowns(measured.evidence[index], base, compared_at, control=measured.control)
-        return latency_results(
-            measured.evidence[index], measured.outcomes[index], confidence, ratios
-        )
-    control = measured.control
-    aa = aa_control(control, base, compared_at) if control else {}
-    return latency_results(base, measured.outcomes[0], confidence, {}, control=control, aa=aa)
-
-
-def _control_evidence(
-    measured: Interleaved, control: RoundWorker | None
-) -> dict[LatencyConfig, ConfigEvidence] | None:
-    """The A/A control's evidence, taken off the artifacts' (it was measured last), and its
-    process let go: its own outcome is no cell, only its rounds are evidence."""
-    if control is None:
-        return None
-    evidence = measured.evidence.pop()
-    control.finish([])
-    return evidence
-
-
-def _start_control(run: _Run, job: WorkerJob, label: str) -> RoundWorker | None:
-    """The A/A control: the baseline's bytes in a second fresh process, prepared like the
-    first; None (said) when it ends before it is ready, and the slowdown is then judged
-    without the between-process spread. It computes no parity and runs no profile."""
-    work = run.work_root / "control"
-    work.mkdir()
-    job = dataclasses.replace(
-        job,
-        outputs_path=str(work / "outputs.npz"),
-        samples_path=str(work / "samples.npz"),
-        profile_runs=0,
-    )
-    run.on_event(f"{label} (A/A control: the baseline in a second process): preparing")
-    worker = run.serve(job, work, f"{label} (A/A control)")
-    if worker.ready():
-        return worker
-    ended = worker.finish([])
-    run.on_event(
-        f"{label} (A/A control): ended before measuring ({ended.error_code}: "
-        f"{ended.error_message}); slowdowns are judged without the between-process spread"
-    )
-    return None
-
-
-def _bind_label(
-    hook: Callable[[str, int], None] | None, label: str
-) -> Callable[[int], None] | None:
-    if hook is None:
-        return None
-
-    def on_start(pid: int) -> None:
-        hook(label, pid)
-
-    return on_start
 
 
 def roles_of(baseline: Path, workload: Workload) -> dict[str, OutputRole]:
@@ -829,8 +451,10 @@ def _begin(
         tempfile.mkdtemp(prefix=temp_prefix(f"work-{run_id}"), suffix=".tmp", dir=db_dir)
     )
     run = _Run(
-        loaded, class_name, options, host_class, fp, mismatches, run_id, started, load_before,
-        work_root, workers, on_event, on_wait, on_worker_start, on_progress, now,
+        loaded=loaded, host_class=host_class, fp=fp, work_root=work_root, workers=workers,
+        on_event=on_event, on_worker_start=on_worker_start, on_progress=on_progress,
+        class_name=class_name, options=options, mismatches=mismatches, run_id=run_id,
+        started=started, load_before=load_before, on_wait=on_wait, now=now,
     )  # fmt: skip
     return run, stored, store, pool
 
@@ -895,7 +519,7 @@ def _measure_cells(
         for b in wl.batch_sizes
         for c in wl.concurrency
     ]
-    measured = _interleaved_outcomes(
+    measured = measure_interleaved(
         run,
         stored,
         configs,
@@ -931,7 +555,7 @@ class _Judging:
     """What turning the run's outcomes into cells needs beside the run itself."""
 
     site: CellSite
-    measured: _Measured
+    measured: Measurements
     numerics: RunNumerics
     roles: dict[str, OutputRole]
     """Each output's batch axis and kind, for parity."""
@@ -962,7 +586,7 @@ def _artifact_cell(
         parity, record, reasons = found.parity, found.numerics, list(found.reasons)
         if found.said:
             run.on_event(found.said)
-    latency = _latency_of(measured, index, run.workload.confidence, judging.compared_at)
+    latency = latency_of(measured, index, run.workload.confidence, judging.compared_at)
     evidence = Measured(
         latency=latency,
         parity=parity,

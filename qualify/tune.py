@@ -31,15 +31,8 @@ from qualify.measure.runner import SUBPROCESSES, RoundWorker, WorkerOutcome, Wor
 from qualify.measure.workload import build_pool
 from qualify.project.edit import set_class_provider
 from qualify.project.load import LoadedProject
-from qualify.run import (
-    RunOptions,
-    RunOutcome,
-    check_host,
-    latency_results,
-    new_run_id,
-    qualify_run,
-    roles_of,
-)
+from qualify.rounds import latency_results
+from qualify.run import RunOptions, RunOutcome, check_host, new_run_id, qualify_run, roles_of
 from schemas.atomic import temp_prefix
 from schemas.base import Role
 from schemas.cell import Cell, LatencyConfig, ParityResult, Slowdown, dims_text

@@ -37,7 +37,7 @@ HEAVY = ("pydantic", "duckdb", "pandas", "pyarrow", "onnxruntime", "jinja2", "cl
 FLOORS = (
     ("errors", "text", "reader"),
     ("artifacts", "table", "measure", "project"),
-    ("console", "candidates", "release"),
+    ("console", "candidates", "release", "rounds"),
     ("run", "telemetry", "reporting"),
     ("tune", "fleet", "rollout"),
     ("demo",),

@@ -25,10 +25,6 @@ LONG_MODULES: dict[str, str] = {
     "annotations are split off already); next: the lock wait and the row encoders",
     "matrix/telemetry.py": "telemetry ingest's one streaming pass (blocks, validation, "
     "columns); next: the per-line checks into a module of their own",
-    "qualify/measure/worker.py": "the measuring child, which must import only what it runs; "
-    "next: the open-loop and energy readers into modules the child imports on demand",
-    "qualify/run.py": "the run's steps in one place; next: the soak, open-loop and A/A-control "
-    "steps into a module of their own",
 }
 """``path`` -> why it stays longer than 800 lines, and what splits it next."""
 

@@ -3,8 +3,8 @@ rate whose p99 meets the class's budget.
 
 Owns the search that follows a run's interleaved rounds when ``workload.open_loop`` is set: the
 ceiling (back to back), then a bisection of Poisson rates below it, the artifacts stepping in
-turn. Does not serve requests (the worker's ``rate`` round) or gate the result
-(``manifest.gates``). How and why: docs/project-file.md ("Request rates") and
+turn. Does not serve requests (the child's ``rate`` round, `qualify.measure.arrivals`) or gate
+the result (``manifest.gates``). How and why: docs/project-file.md ("Request rates") and
 docs/internals.md, ``qualify.measure.openloop``.
 """
 

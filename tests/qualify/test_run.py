@@ -284,31 +284,6 @@ def test_the_next_run_cleans_what_killed_runs_left_and_records_their_bundles(
     assert leftovers == [f".work-live.p{os.getpid()}.abc.tmp"]  # its own work folder is gone
 
 
-def test_placement_falls_back_to_the_profiler_on_an_onnxruntime_without_the_api(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from qualify.measure import worker
-
-    model = build("classifier", tmp_path)
-    job = make_job(tmp_path, model)
-    measured: dict[str, object] = {"warnings": []}
-    worker._measure(job, measured)
-    by_api = measured["placement"]
-    assert isinstance(by_api, dict) and by_api["source"] == "graph_assignment"
-
-    # An older build: the session has no get_provider_graph_assignment_info.
-    monkeypatch.setattr(worker, "_placement", lambda session, expected: None)
-    old: dict[str, object] = {"warnings": []}
-    worker._measure(job, old)
-    by_profiler = old["placement"]
-    assert isinstance(by_profiler, dict) and by_profiler["source"] == "profiler"
-    # The profiler counts kernels that ran, after fusions (fewer than the assigned nodes on a
-    # QDQ graph); on this two-node classifier the two counts coincide, all on the CPU.
-    assert by_profiler["nodes_per_provider"] == by_api["nodes_per_provider"]
-    assert by_profiler["fallback_nodes"] == 0
-    assert not list(tmp_path.glob("place*.json")), "the profile file is removed"
-
-
 @pytest.mark.slow
 def test_after_a_manifest_approves_a_candidate_the_next_run_proves_that_candidate(
     tmp_path: Path,

@@ -176,7 +176,7 @@ def test_each_swept_config_feeds_the_model_at_its_own_size(tmp_path: Path) -> No
 
 
 def test_an_input_fed_whole_is_cut_to_each_size_and_stays_contiguous(tmp_path: Path) -> None:
-    from qualify.measure.worker import _at_dims, _batch
+    from qualify.measure.feeds import at_dims, batch
     from tests.models import build
     from tests.qualify.jobs import make_job
 
@@ -192,7 +192,7 @@ def test_an_input_fed_whole_is_cut_to_each_size_and_stays_contiguous(tmp_path: P
     )
     pool = build_pool(wl, lambda p: tmp_path / p)
     job = make_job(tmp_path, build("identity_mlp", tmp_path), workload=wl)
-    feed = _batch(_at_dims(pool, job, {"seq": 2}), job, 0, 3)
+    feed = batch(at_dims(pool, job, {"seq": 2}), job, 0, 3)
     assert feed["x"].shape == (3, 2, 4)
     assert feed["table"].shape == (3, 2) and feed["table"].flags.c_contiguous
     assert feed["rate"].shape == ()  # a scalar stays rank 0

@@ -526,12 +526,12 @@ def test_a_detector_that_lost_every_box_fails_however_close_its_tensors_are() ->
 
 
 def test_samples_of_different_shapes_round_trip_through_the_childs_file(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from qualify.measure.worker import _pack
+    from qualify.measure.feeds import pack
 
     rows = [np.arange(12.0).reshape(2, 6), np.zeros((0, 6)), np.ones((1, 6))]
     texts = [np.array("ab"), np.array("abcd"), np.array("")]
     path = tmp_path / "outputs.npz"
-    np.savez(path, allow_pickle=False, **_pack("post.boxes", rows), **_pack("post.text", texts))
+    np.savez(path, allow_pickle=False, **pack("post.boxes", rows), **pack("post.text", texts))
     with np.load(path) as saved:
         back = parity.unpack(dict(saved))
     assert isinstance(back["post.boxes"], list)

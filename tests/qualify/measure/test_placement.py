@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from qualify.measure.job import WorkerJob
 from qualify.measure.runner import run_worker
 from schemas.rules import OFF_PROVIDER_KEPT
@@ -61,3 +63,28 @@ def test_nothing_is_named_when_every_node_ran_where_expected(tmp_path: Path) -> 
     assert outcome.result.placement is not None
     assert outcome.result.placement.fallback_nodes == 0
     assert outcome.result.placement.off_provider_nodes == ()
+
+
+def test_placement_falls_back_to_the_profiler_on_an_onnxruntime_without_the_api(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from qualify.measure import session, worker
+
+    model = build("classifier", tmp_path)
+    job = make_job(tmp_path, model)
+    measured: dict[str, object] = {"warnings": []}
+    worker._measure(job, measured)
+    by_api = measured["placement"]
+    assert isinstance(by_api, dict) and by_api["source"] == "graph_assignment"
+
+    # An older build: the session has no get_provider_graph_assignment_info.
+    monkeypatch.setattr(session, "_placement", lambda _session, _expected: None)
+    old: dict[str, object] = {"warnings": []}
+    worker._measure(job, old)
+    by_profiler = old["placement"]
+    assert isinstance(by_profiler, dict) and by_profiler["source"] == "profiler"
+    # The profiler counts kernels that ran, after fusions (fewer than the assigned nodes on a
+    # QDQ graph); on this two-node classifier the two counts coincide, all on the CPU.
+    assert by_profiler["nodes_per_provider"] == by_api["nodes_per_provider"]
+    assert by_profiler["fallback_nodes"] == 0
+    assert not list(tmp_path.glob("place*.json")), "the profile file is removed"

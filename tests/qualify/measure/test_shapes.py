@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from qualify.cli import cli
 from qualify.errors import ProjectError
-from qualify.measure.worker import _batch  # the feed builder the timed loops use
+from qualify.measure.feeds import batch  # the feed builder the timed loops use
 from qualify.measure.workload import build_pool
 from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
@@ -81,7 +81,7 @@ def test_feeds_batch_each_input_on_its_own_axis_and_feed_a_scalar_whole(tmp_path
     wl = _recurrent_workload()
     job = make_job(tmp_path, recurrent(tmp_path), workload=wl)
     pool = dict(np.load(job.inputs_path))
-    feed = _batch(pool, job, 6, 4)
+    feed = batch(pool, job, 6, 4)
     assert feed["x"].shape == (4, 16)
     np.testing.assert_array_equal(feed["x"][2], pool["x"][8 % len(pool["x"])])
     assert feed["h"].shape == (1, 4, STATE) and feed["h"].flags.c_contiguous  # the fixed state
@@ -105,7 +105,7 @@ def test_a_recurrent_models_parity_outputs_follow_its_state_from_step_to_step(
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     carried, stepped, fresh = None, [], []
     for r in range(job.parity_rows):
-        feed = _batch(pool, job, r, 1)
+        feed = batch(pool, job, r, 1)
         fresh.append(session.run(None, feed)[0])
         if carried is not None:
             feed["h"] = carried

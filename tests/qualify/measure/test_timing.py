@@ -1,4 +1,5 @@
-"""The worker's throughput pass: back-to-back calls on C threads, ended by the evidence."""
+"""The child's throughput pass (`qualify.measure.timing`): back-to-back calls on C threads, ended by
+the evidence."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from qualify.measure.worker import THROUGHPUT_FLOOR_S, THROUGHPUT_INFERENCES, _throughput
+from qualify.measure.timing import THROUGHPUT_FLOOR_S, THROUGHPUT_INFERENCES, throughput
 
 
 class Counting:
@@ -26,7 +27,7 @@ class Counting:
 def test_a_fast_model_ends_its_pass_once_enough_inferences_ran() -> None:
     session = Counting(0.0)
     started = time.perf_counter()
-    rate = _throughput(session, [{}], 2, duration_s=60.0)
+    rate = throughput(session, [{}], 2, duration_s=60.0)
     took = time.perf_counter() - started
     assert session.calls >= THROUGHPUT_INFERENCES
     assert THROUGHPUT_FLOOR_S <= took < 60.0  # the 60 s pass ended on the count
@@ -36,7 +37,7 @@ def test_a_fast_model_ends_its_pass_once_enough_inferences_ran() -> None:
 def test_a_slow_model_runs_the_whole_pass() -> None:
     session = Counting(0.01)  # 100 calls per second and thread: far from the count in 0.3 s
     started = time.perf_counter()
-    rate = _throughput(session, [{}], 1, duration_s=0.3)
+    rate = throughput(session, [{}], 1, duration_s=0.3)
     took = time.perf_counter() - started
     assert took >= 0.3
     assert session.calls < THROUGHPUT_INFERENCES
