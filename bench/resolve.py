@@ -296,11 +296,21 @@ def _measure_resolve(work: Path, key: Any, pub: Path, repeat: int) -> dict[str, 
     write_manifest(sign_document(docs[one], key), classes / envelope.class_filename(one))
     own = per_class_documents(doc1000["signed"])[ok]
     write_manifest(sign_document(own, key), resolved / envelope.class_filename(ok))
-    (work / "floor_public.py").write_text(_FLOOR_PUBLIC)
-    (work / "floor_tools.py").write_text(_FLOOR_TOOLS)
+    floors = work / "floors"
+    floors.mkdir(exist_ok=True)
+    (floors / "floor_public.py").write_text(_FLOOR_PUBLIC)
+    (floors / "floor_tools.py").write_text(_FLOOR_TOOLS)
 
     bin_dir = _wheel_install(work)
     py, tool = str(bin_dir / "python"), str(bin_dir / "resolve-artifact")
+    # The floors are imported from their bytecode, as resolve-artifact's modules are (a script
+    # run by path would be compiled at every start, and the floor would not be one).
+    subprocess.run([py, "-m", "compileall", "-q", str(floors)], check=True)
+
+    def floor(name: str, document: Path | str) -> list[str]:
+        code = f"import sys; sys.path.insert(0, {str(floors)!r}); import {name}"
+        return [py, "-c", code, str(document), str(pub)]
+
     base = [tool, "--pubkey", str(pub), "--host-class"]
     host = ["--runtime", "onnxruntime==1.32.0", "--providers", "CPUExecutionProvider"]
     one_doc = str(classes / envelope.class_filename(one))
@@ -325,15 +335,10 @@ def _measure_resolve(work: Path, key: Any, pub: Path, repeat: int) -> dict[str, 
             str(work / "m1000.json"),
             *state(5),
         ],
-        "floor-public": [py, str(work / "floor_public.py"), one_doc, str(pub)],
-        "floor-tools": [py, str(work / "floor_tools.py"), one_doc, str(pub)],
-        "floor-tools-m1000": [py, str(work / "floor_tools.py"), str(work / "m1000.json"), str(pub)],
-        "floor-public-m1000": [
-            py,
-            str(work / "floor_public.py"),
-            str(work / "m1000.json"),
-            str(pub),
-        ],
+        "floor-public": floor("floor_public", one_doc),
+        "floor-tools": floor("floor_tools", one_doc),
+        "floor-tools-m1000": floor("floor_tools", work / "m1000.json"),
+        "floor-public-m1000": floor("floor_public", work / "m1000.json"),
         "m1000-teardown": [
             py,
             "-c",
