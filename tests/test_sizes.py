@@ -24,8 +24,6 @@ LONG_MODULES: dict[str, str] = {
     "manifest/resolve.py": "the host's whole lookup, which every service start imports: each "
     "module split off costs every host an import; next: the command line and the answer's "
     "encoding into a module of their own, measured with bench/resolve.py",
-    "matrix/telemetry.py": "telemetry ingest's one streaming pass (blocks, validation, "
-    "columns); next: the per-line checks into a module of their own",
     "qualify/measure/worker.py": "the measuring child, which must import only what it runs; "
     "next: the open-loop and energy readers into modules the child imports on demand",
     "qualify/project/load.py": "loading with line-precise errors; next: the error wording "
