@@ -89,17 +89,17 @@ def _bulk_write(db: Store, bundles: Sequence[RunBundle]) -> None:
     """Write the runs and cells in one transaction, row for row as ``Store.write_run`` writes
     them (its own row builders; no raw samples): one transaction per run costs ~15 ms, so
     10,000 of them would take minutes of set-up for a benchmark of seconds."""
-    from matrix import store as store_module
+    from matrix.rows import cell_row, insert_rows, latency_rows, run_row
 
     tables = {
-        "runs": [store_module._run_row(b, 0, CLOCK) for b in bundles],
-        "cells": [store_module._cell_row(c) for b in bundles for c in b.cells],
-        "latency": [r for b in bundles for c in b.cells for r in store_module._latency_rows(c)],
+        "runs": [run_row(b, 0, CLOCK) for b in bundles],
+        "cells": [cell_row(c) for b in bundles for c in b.cells],
+        "latency": [r for b in bundles for c in b.cells for r in latency_rows(c)],
     }
     conn = db.connection
     conn.execute("BEGIN TRANSACTION")
     for table, rows in tables.items():
-        store_module._insert_rows(conn, table, rows)
+        insert_rows(conn, table, rows)
     conn.execute("COMMIT")
 
 

@@ -2,7 +2,8 @@
 
 Modules: ``store`` (the database), ``migrations`` (the DDL), ``bundle`` (run bundles on disk),
 ``ingest`` (bundles into the store), ``samples`` (the raw samples table), ``tables`` (whole
-tables read for analysis), ``telemetry`` (host events), ``errors`` (the tree).
+tables read for analysis), ``export`` (Parquet), ``telemetry`` (host events), ``errors`` (the
+tree).
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ if TYPE_CHECKING:
         MatrixLockedError,
         SchemaVersionError,
     )
+    from matrix.export import EXPORTED
     from matrix.ingest import IngestedBundle, IngestReport, ingest_bundles
+    from matrix.lock import LockWait
     from matrix.migrations import LATEST_VERSION, AppliedMigration
     from matrix.samples import SAMPLES_SCHEMA, conform_samples, empty_samples
-    from matrix.store import EXPORTED, MEMORY, LockWait, Store
+    from matrix.store import MEMORY, Store
 
 __all__ = [
     "EXPORTED",
@@ -51,11 +54,11 @@ __all__ = [
 _WHERE = {
     "AppliedMigration": "matrix.migrations",
     "BundleError": "matrix.errors",
-    "EXPORTED": "matrix.store",
+    "EXPORTED": "matrix.export",
     "IngestReport": "matrix.ingest",
     "IngestedBundle": "matrix.ingest",
     "LATEST_VERSION": "matrix.migrations",
-    "LockWait": "matrix.store",
+    "LockWait": "matrix.lock",
     "MEMORY": "matrix.store",
     "ManifestVersionError": "matrix.errors",
     "MatrixError": "matrix.errors",

@@ -1,7 +1,8 @@
 """What every part of the matrix store shares: the open connection, its path, mode and clock.
 
 `matrix.store.Store` is made of parts by what they record (runs and cells in ``store``,
-releases in ``releases``, annotations in ``annotations``); each part is a `Connected`.
+releases in ``releases``, annotations in ``annotations``) and Parquet export (``export``); each
+part is a `Connected`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """The matrix store: one DuckDB file holding runs, cells, latency, raw samples and manifests.
 
-Owns the connection (opening it, waiting politely for another process's file lock, migrating),
-writing a run in one transaction, the queries over runs and cells, Parquet export and the
-snapshot id a manifest cites. Its parts record releases (``matrix.releases``) and annotations
-(``matrix.annotations``). Only the ``matrix`` package holds SQL (``matrix.migrations`` the DDL).
+Owns the connection (opening it, migrating), writing a run in one transaction, the queries over
+runs, cells and samples, and the snapshot id a manifest cites. Its parts record releases
+(``matrix.releases``) and annotations (``matrix.annotations``) and export Parquet
+(``matrix.export``); the lock wait is ``matrix.lock``'s, the row encoders ``matrix.rows``'. Only
+the ``matrix`` package holds SQL (``matrix.migrations`` the DDL).
 
 Does not own the decision policy, manifest building or signing (``manifest``), bundle files
 (``matrix.bundle``) or what to print (callers pass ``on_wait``).
@@ -18,22 +19,20 @@ DuckDB lets one process write a database file at a time. Callers keep a store op
 from __future__ import annotations
 
 import json
-import os
-import re
-import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self
 
 import duckdb
 
 from matrix import lines
 from matrix.annotations import Annotations
-from matrix.errors import MatrixError, MatrixLockedError
+from matrix.errors import MatrixError
+from matrix.export import MATRIX_ORDER, ParquetExport
+from matrix.lock import LockWait, wait_for_lock
 from matrix.migrations import (
     AppliedMigration,
     _first,
@@ -44,6 +43,7 @@ from matrix.migrations import (
     current_version,
 )
 from matrix.releases import ReleaseRecords
+from matrix.rows import cell_row, insert_rows, latency_rows, run_row
 from schemas.atomic import read_bounded
 
 if TYPE_CHECKING:
@@ -53,203 +53,17 @@ if TYPE_CHECKING:
 
     from schemas.cell import Cell, LatencyConfig, RunBundle, RunRecord
 
-__all__ = ["EXPORTED", "MEMORY", "LockWait", "Store"]
+__all__ = ["MEMORY", "Store"]
 
 MEMORY = ":memory:"
 """Path that opens a private in-memory database (tests, dry runs)."""
 
-EXPORTED: tuple[str, ...] = (
-    "schema_migrations",
-    "runs",
-    "cells",
-    "latency",
-    "samples",
-    "manifests",
-    "matrix",
-)
-"""Tables (and the ``matrix`` view) that ``Store.export_parquet`` writes, one file each."""
-
-_MATRIX_ORDER = "hardware, runtime, provider, role, artifact_name, artifact_digest"
-
-_EXPORT_ORDER: dict[str, str] = {
-    "schema_migrations": "version",
-    "runs": "started_at, run_id",
-    "cells": "measured_at, run_id, artifact_digest",
-    "latency": "run_id, artifact_digest, batch_size, concurrency, dims",
-    "samples": "run_id, artifact_digest, batch_size, concurrency, dims, seq",
-    "manifests": "version",
-    "matrix": _MATRIX_ORDER,
-}
-
-_LOCK_MARK = "Could not set lock on file"
-_ANNOUNCE_EVERY_S = 10.0
-"""A wait for the file lock is said when it starts, when the holder changes, and this often."""
-_PID_RE = re.compile(r"PID (\d+)")
 _DUCKDB_MAGIC_START, _DUCKDB_MAGIC_END = 8, 12
 """Where a DuckDB file's header says ``DUCK``."""
-_FIRST_DELAY_S = 0.05
-_MAX_DELAY_S = 1.0
-_T = TypeVar("_T")
-
-
-@dataclass(frozen=True)
-class LockWait:
-    """Handed to ``on_wait`` when ``Store.open`` finds the file locked by another process.
-
-    Attributes:
-        path: The database file.
-        pid: The process holding the lock, as DuckDB reported it (None if it did not say).
-        waited_s: Seconds waited so far.
-        detail: DuckDB's message.
-    """
-
-    path: Path
-    pid: int | None
-    waited_s: float
-    detail: str
 
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def _run_row(bundle: RunBundle, sample_count: int, ingested_at: datetime) -> dict[str, Any]:
-    run = bundle.run
-    rollback = run.rollback
-    row: dict[str, Any] = {
-        "run_id": run.run_id,
-        "host_class": run.host_class,
-        "hardware": run.key.hardware,
-        "runtime": run.key.runtime,
-        "provider": run.key.provider,
-        "model": run.model,
-        "started_at": run.started_at,
-        "finished_at": run.finished_at,
-        "emulated": run.emulated,
-        "mismatches": list(run.mismatches),
-        "settings_digest": run.settings_digest,
-        "hostname": run.fingerprint.hostname,
-        "runtime_version": run.fingerprint.runtime.version,
-        "fingerprint": run.fingerprint.model_dump_json(),
-        "load_avg_before": list(run.load_avg_before),
-        "load_avg_after": list(run.load_avg_after),
-        "rollback_digest": rollback.artifact_digest if rollback else None,
-        "rollback_loaded": rollback.loaded if rollback else None,
-        "rollback_error": rollback.error if rollback else None,
-        "bundle_format": bundle.format,
-        "record": run.model_dump_json(),
-        "cell_count": len(bundle.cells),
-        "sample_count": sample_count,
-        "ingested_at": ingested_at,
-    }
-    return row
-
-
-def _insert_rows(conn: duckdb.DuckDBPyConnection, table: str, rows: list[dict[str, Any]]) -> None:
-    """``rows`` (dicts with the same keys: the table's column names) into ``table``."""
-    if not rows:
-        return
-    columns = list(rows[0])
-    names = ", ".join(f'"{c}"' for c in columns)
-    marks = ", ".join("?" for _ in columns)
-    conn.executemany(
-        f"INSERT INTO {table} ({names}) VALUES ({marks})",
-        [[row[c] for c in columns] for row in rows],
-    )
-
-
-def _cell_row(cell: Cell) -> dict[str, Any]:
-    gate = cell.gate_latency
-    placement = cell.placement
-    return {
-        "run_id": cell.run_id,
-        "artifact_digest": cell.artifact_digest,
-        "host_class": cell.host_class,
-        "hardware": cell.key.hardware,
-        "runtime": cell.key.runtime,
-        "provider": cell.key.provider,
-        "artifact_name": cell.artifact_name,
-        "role": cell.role,
-        "precision": cell.precision,
-        "verdict": cell.verdict,
-        "reason_codes": [reason.code for reason in cell.reasons],
-        "reasons": json.dumps([reason.model_dump(mode="json") for reason in cell.reasons]),
-        "emulated": cell.emulated,
-        "measured_at": cell.measured_at,
-        "settings_digest": cell.settings_digest,
-        "runtime_version": cell.runtime_version,
-        "cold_init_ms": cell.cold_init_ms,
-        "warm_init_ms": cell.warm_init_ms,
-        "peak_rss_mb": cell.peak_rss_mb,
-        "expected_provider": placement.expected_provider if placement else None,
-        "fallback_nodes": placement.fallback_nodes if placement else None,
-        "total_nodes": placement.total_nodes if placement else None,
-        "nodes_per_provider": (
-            json.dumps(placement.nodes_per_provider, sort_keys=True) if placement else None
-        ),
-        "off_provider_nodes": _off_provider_nodes(cell),
-        "parity_passed": cell.parity.passed if cell.parity else None,
-        "gate_batch_size": gate.batch_size if gate else None,
-        "gate_concurrency": gate.concurrency if gate else None,
-        "p50_ms": gate.p50_ms if gate else None,
-        "p90_ms": gate.p90_ms if gate else None,
-        "p99_ms": gate.p99_ms if gate else None,
-        "p99_lower_ms": gate.p99_lower_ms if gate else None,
-        "p99_upper_ms": gate.p99_upper_ms if gate else None,
-        "p99_decision": gate.decision if gate else None,
-        "samples": gate.samples if gate else None,
-        "throughput_ips": gate.throughput_ips if gate else None,
-        "error": cell.error,
-        "cell": cell.model_dump_json(),
-        "isa_mismatch": list(cell.isa_mismatch),
-        **_numerics_columns(cell),
-    }
-
-
-def _off_provider_nodes(cell: Cell) -> list[dict[str, str]] | None:
-    """The nodes that ran off the expected provider, as the column holds them; None where
-    the cell does not name them."""
-    nodes = cell.placement.off_provider_nodes if cell.placement is not None else None
-    return None if nodes is None else [n.model_dump() for n in nodes]
-
-
-def _numerics_columns(cell: Cell) -> dict[str, str | None]:
-    """How the cell's parity outputs were computed (`schemas.cell.Cell.numerics_source`)."""
-    return {
-        "numerics": cell.numerics_source,
-        "numerics_cpu": cell.numerics.cpu if cell.numerics is not None else None,
-    }
-
-
-def _latency_rows(cell: Cell) -> list[dict[str, Any]]:
-    from schemas.cell import dims_text
-
-    gate = cell.gate_latency
-    gate_config = gate.config if gate else None
-    return [
-        {
-            "run_id": cell.run_id,
-            "artifact_digest": cell.artifact_digest,
-            "batch_size": result.batch_size,
-            "concurrency": result.concurrency,
-            "dims": dims_text(result.dims),
-            "is_gate": result.config == gate_config,
-            "samples": result.samples,
-            "p50_ms": result.p50_ms,
-            "p90_ms": result.p90_ms,
-            "p99_ms": result.p99_ms,
-            "max_ms": result.max_ms,
-            "mean_ms": result.mean_ms,
-            "p99_lower_ms": result.p99_lower_ms,
-            "p99_upper_ms": result.p99_upper_ms,
-            "confidence": result.confidence,
-            "decision": result.decision,
-            "stopped": result.stopped,
-            "duration_s": result.duration_s,
-            "throughput_ips": result.throughput_ips,
-        }
-        for result in cell.latency
-    ]
 
 
 def _check_duckdb_file(file: Path) -> None:
@@ -266,55 +80,6 @@ def _check_duckdb_file(file: Path) -> None:
             f"{file} is not a qualify matrix (not a DuckDB database file); pass the path of a "
             "matrix qualify wrote, or a new path to create one"
         )
-
-
-def _wait_for_lock(
-    attempt: Callable[[], _T],
-    target: str,
-    *,
-    wait_s: float,
-    on_wait: Callable[[LockWait], None] | None,
-    sleep: Callable[[float], None],
-    monotonic: Callable[[], float],
-) -> _T:
-    """``attempt()`` (a connect or an attach of ``target``), retried with exponential backoff
-    while another process holds the file lock, for up to ``wait_s`` seconds.
-
-    Raises:
-        MatrixLockedError: The lock was still held after ``wait_s``.
-        MatrixError: Any other failure to open the file.
-    """
-    started = monotonic()
-    delay = _FIRST_DELAY_S
-    announced: tuple[int | None] | None = None
-    last_said = 0.0
-    while True:
-        try:
-            return attempt()
-        except duckdb.Error as error:
-            detail = str(error)
-            if _LOCK_MARK not in detail:
-                raise MatrixError(f"cannot open matrix {target}: {detail}") from error
-            found = _PID_RE.search(detail)
-            pid = int(found.group(1)) if found else None
-            waited = monotonic() - started
-            if waited >= wait_s:
-                holder = f"PID {pid}" if pid is not None else "another process"
-                raise MatrixLockedError(
-                    f"matrix {target} is locked by {holder}; gave up after waiting "
-                    f"{waited:.1f} s. Let that process (another `qualify run` or ingest) "
-                    "finish, or stop it, then retry",
-                    path=Path(target),
-                    pid=pid,
-                    waited_s=waited,
-                ) from error
-            if on_wait is not None and (
-                announced != (pid,) or waited - last_said >= _ANNOUNCE_EVERY_S
-            ):
-                announced, last_said = (pid,), waited
-                on_wait(LockWait(path=Path(target), pid=pid, waited_s=waited, detail=detail))
-            sleep(min(delay, max(wait_s - waited, 0.0)))
-            delay = min(delay * 2, _MAX_DELAY_S)
 
 
 def _attached_version(conn: duckdb.DuckDBPyConnection) -> int:
@@ -344,7 +109,7 @@ _CELL_ORDER = "ORDER BY c.measured_at, c.run_id, c.role, c.artifact_name, c.arti
 """How `Store.decision_cells` orders them."""
 
 
-class Store(ReleaseRecords, Annotations):
+class Store(ReleaseRecords, Annotations, ParquetExport):
     """An open matrix database. Create with ``Store.open``; use as a context manager.
 
     One store wraps one DuckDB connection: use it from one thread at a time. Keep it open only
@@ -480,7 +245,7 @@ class Store(ReleaseRecords, Annotations):
             conn.execute("SET enable_progress_bar = false")
             conn.execute("SET TimeZone = 'UTC'")
             quoted = str(file).replace("'", "''")
-            _wait_for_lock(
+            wait_for_lock(
                 lambda: conn.execute(f"ATTACH '{quoted}' AS source (READ_ONLY)"),
                 str(file),
                 wait_s=wait_s,
@@ -510,7 +275,7 @@ class Store(ReleaseRecords, Annotations):
         sleep: Callable[[float], None],
         monotonic: Callable[[], float],
     ) -> duckdb.DuckDBPyConnection:
-        conn = _wait_for_lock(
+        conn = wait_for_lock(
             lambda: duckdb.connect(target, read_only=read_only),
             target,
             wait_s=wait_s,
@@ -638,9 +403,9 @@ class Store(ReleaseRecords, Annotations):
         # The run's own rows go in as parameters; only the samples, which can be millions, go
         # through Arrow (pa.Table.from_pylist would make pyarrow import pandas, ~0.25 s).
         rows = [
-            ("runs", [_run_row(bundle, conformed.num_rows, self._clock())]),
-            ("cells", [_cell_row(c) for c in bundle.cells]),
-            ("latency", [row for c in bundle.cells for row in _latency_rows(c)]),
+            ("runs", [run_row(bundle, conformed.num_rows, self._clock())]),
+            ("cells", [cell_row(c) for c in bundle.cells]),
+            ("latency", [row for c in bundle.cells for row in latency_rows(c)]),
         ]
         incoming: list[tuple[str, pa.Table, str]] = [
             ("samples", conformed, "$run_id AS run_id, *"),
@@ -662,7 +427,7 @@ class Store(ReleaseRecords, Annotations):
                 now=self._clock(),
             )
             for table, values in rows:
-                _insert_rows(conn, table, values)
+                insert_rows(conn, table, values)
             for table, arrow, select in incoming:
                 source = f"_incoming_{table}"
                 conn.register(source, arrow)
@@ -839,7 +604,7 @@ class Store(ReleaseRecords, Annotations):
             Rows as dicts (column name to value; timestamps are UTC datetimes), ordered by
             hardware, runtime, provider, role (baseline first), artifact name, digest.
         """
-        result = self._conn.execute(f"SELECT * FROM matrix ORDER BY {_MATRIX_ORDER}")
+        result = self._conn.execute(f"SELECT * FROM matrix ORDER BY {MATRIX_ORDER}")
         names = [column[0] for column in result.description or ()]
         return [dict(zip(names, row, strict=True)) for row in result.fetchall()]
 
@@ -925,67 +690,3 @@ class Store(ReleaseRecords, Annotations):
             str(row[0]) for row in self._conn.execute("SELECT run_id FROM runs").fetchall()
         )
         return "sha256:" + hashlib.sha256("\n".join(run_ids).encode("utf-8")).hexdigest()
-
-    # -- export ------------------------------------------------------------------------------
-
-    def _write_parquet(self, name: str, temp: Path, final: Path) -> None:
-        """One table into ``temp`` (synced), or a `MatrixError` naming ``final``."""
-        from matrix.bundle import _fsync_path
-
-        try:
-            self._conn.sql(f"SELECT * FROM {name} ORDER BY {_EXPORT_ORDER[name]}").write_parquet(
-                str(temp), compression="zstd"
-            )
-            _fsync_path(temp)
-        except (duckdb.Error, OSError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise MatrixError(
-                f"{final}: cannot write the export ({' '.join(why.split())[:300]}); no file of "
-                "the export was replaced"
-            ) from exc
-
-    def export_parquet(
-        self, directory: str | Path, *, tables: Sequence[str] = EXPORTED
-    ) -> list[Path]:
-        """Write one Parquet file per table and one for the ``matrix`` view, each atomically.
-
-        Each file is written to a temp file beside it, fsynced and renamed over
-        ``<directory>/<name>.parquet``. Rows are in a fixed order.
-
-        Args:
-            directory: Where to write; created if missing.
-            tables: Which of ``EXPORTED`` to write (all by default).
-
-        Returns:
-            The written paths, in the order of ``tables``.
-
-        Raises:
-            MatrixError: A name in ``tables`` is not one of ``EXPORTED``.
-        """
-        from matrix.bundle import _fsync_path
-
-        unknown = [name for name in tables if name not in _EXPORT_ORDER]
-        if unknown:
-            raise MatrixError(f"cannot export {unknown}: choose from {list(EXPORTED)}")
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
-        # Every file is written to its temp first, and only then are they renamed over the old
-        # ones: a disk that fills up half-way leaves the old set whole, not half replaced.
-        staged: list[tuple[Path, Path]] = []
-        try:
-            for name in tables:
-                final = out / f"{name}.parquet"
-                fd, temp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".parquet.tmp", dir=out)
-                os.close(fd)
-                staged.append((Path(temp_name), final))
-                self._write_parquet(name, Path(temp_name), final)
-            for temp, final in staged:
-                os.replace(temp, final)
-        except BaseException:
-            for temp, _ in staged:
-                temp.unlink(missing_ok=True)
-                (temp.parent / f"tmp_{temp.name}").unlink(missing_ok=True)  # DuckDB's own
-            raise
-        written = [final for _, final in staged]
-        _fsync_path(out)
-        return written

@@ -21,10 +21,6 @@ LONG_FUNCTIONS: dict[str, str] = {}
 """``path:qualified name`` -> why it stays longer than a screen."""
 
 LONG_MODULES: dict[str, str] = {
-    "matrix/store.py": "runs, cells and samples with their lock and export (releases and "
-    "annotations are split off already); next: the lock wait and the row encoders",
-    "matrix/telemetry.py": "telemetry ingest's one streaming pass (blocks, validation, "
-    "columns); next: the per-line checks into a module of their own",
 }
 """``path`` -> why it stays longer than 800 lines, and what splits it next."""
 

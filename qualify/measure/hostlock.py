@@ -25,7 +25,7 @@ from qualify.errors import QualifyError
 from qualify.text import one_line
 
 if TYPE_CHECKING:
-    from matrix.store import LockWait
+    from matrix.lock import LockWait
 
 __all__ = [
     "DEFAULT_WAIT_S",

@@ -3,7 +3,7 @@
 Owns ``check_telemetry``, the judgement of ``qualify telemetry check``: a pure function over the
 manifest, the cells and the window's aggregates (no clock, no database, no printing), and what it
 needs read from the matrix (``TelemetryAggregates``; ``tails_needed`` and ``tail_size`` say which
-latency tails and how long). Does not own the queries (``matrix.telemetry``, run by
+latency tails and how long). Does not own the queries (``matrix.telemetry_queries``, run by
 ``qualify.telemetry.watch.gather_aggregates``), the event and result models (``schemas.telemetry``),
 the runtime revisions a class counts as qualified (``qualify.telemetry.staleness``, so that an
 ``unqualified_runtime`` alert and ``qualify matrix stale`` agree), the text people read
@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from matrix.telemetry import ProfileRow, TelemetryProfile
+from matrix.telemetry_queries import ProfileRow, TelemetryProfile
 from matrix.telemetry_scope import HostState
 from qualify.measure.stats import quantile_bound_ranks
 from qualify.telemetry.staleness import qualified_revisions

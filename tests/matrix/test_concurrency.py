@@ -20,7 +20,8 @@ import duckdb
 import pytest
 
 from matrix.errors import MatrixLockedError
-from matrix.store import LockWait, Store
+from matrix.lock import LockWait
+from matrix.store import Store
 from tests.matrix.factories import make_bundle, make_samples
 
 REPO = Path(__file__).resolve().parents[2]

@@ -113,11 +113,11 @@ def _version_12_matrix(path: Path, bundles: list[RunBundle]) -> None:
 
 
 def _write_unchecked(store: Store, bundle: RunBundle) -> None:
-    from matrix import store as module
+    from matrix import rows as module
 
     conn = store.connection
-    rows = [("runs", module._run_row(bundle, 0, FIXED))]
-    rows += [("cells", module._cell_row(c)) for c in bundle.cells]
+    rows = [("runs", module.run_row(bundle, 0, FIXED))]
+    rows += [("cells", module.cell_row(c)) for c in bundle.cells]
     for table, whole in rows:
         # Only the columns the old schema has: columns added since were not the old writer's.
         have = {

@@ -16,8 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from matrix.errors import BundleError, ManifestVersionError, MatrixError
+from matrix.export import EXPORTED
 from matrix.samples import empty_samples
-from matrix.store import EXPORTED, MEMORY, Store
+from matrix.store import MEMORY, Store
 from schemas.cell import LatencyConfig, RunBundle
 from schemas.project import HostClassKey
 from tests.matrix.factories import EPOCH, KEY, digest_of, make_bundle, make_cell, make_samples

@@ -15,13 +15,15 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import matrix.telemetry as mt
+import matrix.telemetry_blocks as tb
+import matrix.telemetry_checks as checks
 from matrix.errors import MatrixError
 from matrix.store import Store
-from matrix.telemetry import (
-    TelemetryFileError,
-    ingest_telemetry,
+from matrix.telemetry import TelemetryFileError, ingest_telemetry
+from matrix.telemetry_queries import (
     latency_tails,
     revisions_by_class,
+    rollout_reported,
     telemetry_profile,
 )
 from schemas.telemetry import TelemetryEvent
@@ -428,7 +430,7 @@ def test_the_fast_path_reads_damaged_bytes_exactly_as_the_line_by_line_path(
         path.write_bytes(data)
         with monkeypatch.context() as patch:
             if slow:
-                patch.setattr(mt, "_fast", lambda *_: False)
+                patch.setattr(tb, "_fast", lambda *_: False)
             with Store.open(folder / "m.duckdb") as db:
                 done = ingest_telemetry(db, [path], now=NOW).files[0]
                 rows = db.connection.execute(
@@ -492,8 +494,8 @@ def test_a_rollouts_canary_is_told_from_the_rest_by_what_its_hosts_report(
     assert latency_tails(store, start=DAY[0], end=DAY[1], wanted=wanted, cohort=(rid, "rest"))[
         ("x86", DIGEST)
     ].tolist() == [3.0, 2.0, 1.0]
-    assert mt.rollout_reported(store, rid, start=DAY[0], end=DAY[1])
-    assert not mt.rollout_reported(store, "nope", start=DAY[0], end=DAY[1])
+    assert rollout_reported(store, rid, start=DAY[0], end=DAY[1])
+    assert not rollout_reported(store, "nope", start=DAY[0], end=DAY[1])
     with pytest.raises(ValueError, match="canary"):
         telemetry_profile(store, start=DAY[0], end=DAY[1], cohort=(rid, "sideways"))
 
@@ -516,13 +518,13 @@ def test_ingest_holds_a_few_blocks_of_events_in_memory_not_the_whole_file(
     path = write(tmp_path / "t.jsonl", lines)
     monkeypatch.setattr(mt, "BLOCK_BYTES", 64 << 10)  # ~200 lines a block, ~20 blocks
     held: list[int] = []
-    parse = mt._parse_block
+    parse = mt.parse_block
 
     def parse_and_measure(data: bytes, first_line: int) -> Any:
         held.append(pa.total_allocated_bytes())
         return parse(data, first_line)
 
-    monkeypatch.setattr(mt, "_parse_block", parse_and_measure)
+    monkeypatch.setattr(mt, "parse_block", parse_and_measure)
     [done] = ingest_telemetry(store, [path], now=NOW).files
     assert done.events == 4000 and len(held) >= 15
     block_bytes = path.stat().st_size / len(held)
@@ -560,7 +562,7 @@ def test_an_overlong_line_is_skipped_unread_and_the_rest_kept(
 ) -> None:
     # Small limits so that one line spans several blocks, as a 200 MB line would in real ones.
     monkeypatch.setattr(mt, "BLOCK_BYTES", 4096)
-    monkeypatch.setattr(mt, "MAX_LINE_BYTES", 1024)
+    monkeypatch.setattr(checks, "MAX_LINE_BYTES", 1024)
     huge = line(host_id="x" * 20_000)
     inside = line(host_id="y" * 2_000)  # longer than the limit, shorter than a block
     path = write(
@@ -744,14 +746,6 @@ def test_mangled_lines_never_land_unless_the_model_accepts_them(
 # -- what the fast path costs and how it reads ---------------------------------------------------
 
 
-def test_the_limits_mirror_the_event_model() -> None:
-    import schemas.telemetry as st_model
-
-    assert mt.TELEMETRY_FORMAT == st_model.TELEMETRY_FORMAT
-    assert mt.MAX_TEXT_CHARS == st_model.MAX_TEXT_CHARS
-    assert mt.MAX_PROVIDERS == st_model.MAX_PROVIDERS
-
-
 def test_a_clean_file_is_ingested_without_pandas_or_pydantic(tmp_path: Path) -> None:
     import subprocess
     import sys
@@ -845,7 +839,7 @@ def test_a_failure_while_parsing_rolls_the_file_back(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = _many_small_blocks(tmp_path, monkeypatch)
-    parse = mt._parse_block
+    parse = mt.parse_block
     calls: list[int] = []
 
     def fail_on_the_third(data: bytes, first_line: int) -> Any:
@@ -854,12 +848,12 @@ def test_a_failure_while_parsing_rolls_the_file_back(
             raise RuntimeError("disk on fire")
         return parse(data, first_line)
 
-    monkeypatch.setattr(mt, "_parse_block", fail_on_the_third)
+    monkeypatch.setattr(mt, "parse_block", fail_on_the_third)
     with pytest.raises(RuntimeError, match="disk on fire"):
         ingest_telemetry(store, [path], now=NOW)
     assert count(store) == 0
     assert not _parse_threads()  # the thread that parsed ahead was stopped and waited for
-    monkeypatch.setattr(mt, "_parse_block", parse)
+    monkeypatch.setattr(mt, "parse_block", parse)
     assert ingest_telemetry(store, [path], now=NOW).files[0].events == 200
 
 
@@ -949,7 +943,7 @@ def test_an_unterminated_overlong_last_line_waits_and_is_reported_once(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(mt, "BLOCK_BYTES", 4096)
-    monkeypatch.setattr(mt, "MAX_LINE_BYTES", 1024)
+    monkeypatch.setattr(checks, "MAX_LINE_BYTES", 1024)
     path = write(tmp_path / "t.jsonl", [line(host_id="a"), "x" * 20_000], end="")
     first = ingest_telemetry(store, [path], now=NOW).files[0]
     assert (first.events, first.bad_lines, first.pending_bytes) == (1, 0, 20_000)
@@ -959,82 +953,7 @@ def test_an_unterminated_overlong_last_line_waits_and_is_reported_once(
     assert (second.first_line, second.events, [b.line for b in second.bad]) == (2, 1, [2])
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    values=st.lists(st.one_of(st.none(), st.integers(-(2**40), 2**40)), max_size=70),
-    cut=st.integers(0, 70),
-    parts=st.integers(1, 4),
-)
-def test_arrow_columns_read_through_buffers_match_their_values(
-    values: list[int | None], cut: int, parts: int
-) -> None:
-    import numpy as np
-    import pyarrow as pa
-
-    start = min(cut, len(values))
-
-    def in_pieces(array: pa.Array) -> pa.ChunkedArray:
-        """``array`` from ``start`` on, in chunks that are slices of its buffers (offsets)."""
-        tail = array.slice(start)
-        size = max(1, -(-len(tail) // parts))
-        chunks = [tail.slice(i, size) for i in range(0, len(tail), size)] or [tail]
-        return pa.chunked_array(chunks, type=array.type)
-
-    chunked = in_pieces(pa.array(values, type=pa.int64()))
-    expected = values[start:]
-    valid = [v is not None for v in expected]
-    assert mt._valid(chunked).tolist() == valid
-    numbers = mt._numbers(chunked, np.int64)
-    assert [int(n) for n, ok in zip(numbers, valid, strict=True) if ok] == [
-        v for v in expected if v is not None
-    ]
-    positive = in_pieces(pa.array([None if v is None else v > 0 for v in values], pa.bool_()))
-    assert mt._truth(positive).tolist() == [v is not None and v > 0 for v in expected]
-    mask = np.array([v is not None for v in expected], dtype=bool)
-    assert mt._arrow_bool(mask).to_pylist() == mask.tolist()
-
-
 # -- the fast path's own shortcuts: each must land exactly what the model would -----------------
-
-
-@settings(max_examples=80, deadline=None)
-@given(
-    rows=st.lists(
-        st.one_of(
-            st.none(),
-            st.dictionaries(
-                st.sampled_from([f"P{i}" for i in range(32)]),
-                st.one_of(st.none(), st.integers(0, 2**62)),
-                max_size=32,
-            ),
-        ),
-        min_size=1,
-        max_size=60,
-    ),
-    spread=st.integers(1, 40),
-)
-def test_node_counts_are_dictionary_encoded_without_changing_a_map(
-    rows: list[dict[str, int | None] | None], spread: int
-) -> None:
-    import pyarrow as pa
-
-    # Many providers and many distinct counts push the per-row key past 2**62 (re-coded).
-    rows = [
-        None if row is None else {k: None if v is None else v % spread for k, v in row.items()}
-        for row in rows
-    ] + [{f"P{i}": (i + j) % 8 for i in range(32)} for j in range(8)]
-    names = sorted({name for row in rows if row for name in row})
-    struct = pa.array(rows, type=pa.struct([(name, pa.int64()) for name in names]))
-    encoded = mt._nodes_map(struct)
-    expected = [
-        None if row is None else [(k, v) for k, v in sorted(row.items()) if v is not None]
-        for row in rows
-    ]
-    maps = encoded.dictionary.take(encoded.indices).to_pylist()
-    assert [None if m is None else sorted(m) for m in maps] == expected
-    # Each distinct map once (a null row shares the empty map's entry, behind a null index).
-    assert len(encoded.dictionary) == len({tuple(m or ()) for m in expected})
-    assert encoded.dictionary.null_count == 0
 
 
 def test_node_counts_land_as_maps_with_null_and_empty_ones_kept(
