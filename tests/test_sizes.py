@@ -20,8 +20,7 @@ MODULE_MOST_LINES = 800
 LONG_FUNCTIONS: dict[str, str] = {}
 """``path:qualified name`` -> why it stays longer than a screen."""
 
-LONG_MODULES: dict[str, str] = {
-}
+LONG_MODULES: dict[str, str] = {}
 """``path`` -> why it stays longer than 800 lines, and what splits it next."""
 
 
