@@ -14,7 +14,7 @@ import duckdb
 
 from matrix.connected import Connected
 from matrix.errors import MatrixError
-from matrix.migrations import _first
+from matrix.migrations import first_row
 
 if TYPE_CHECKING:
     from schemas.lineage import Lineage
@@ -143,7 +143,7 @@ class Annotations(Connected):
     def project_view(self, key: str) -> str | None:
         """The view recorded under ``key``, or None (the caller validates the file instead)."""
         try:
-            row = _first(
+            row = first_row(
                 self._conn.execute("SELECT view FROM project_views WHERE view_key = ?", [key])
             )
         except duckdb.Error:  # a damaged table is a miss, not a failure to show the matrix

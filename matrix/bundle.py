@@ -31,6 +31,7 @@ __all__ = [
     "SAMPLES_PARQUET",
     "bundle_paths",
     "check_bundle",
+    "fsync_path",
     "read_bundle",
     "read_run",
     "write_bundle",
@@ -281,17 +282,18 @@ def write_bundle(bundle: RunBundle, samples: pa.Table, directory: str | Path) ->
             handle.flush()
             os.fsync(handle.fileno())
         pq.write_table(conformed, staging / SAMPLES_PARQUET, compression="zstd")
-        _fsync_path(staging / SAMPLES_PARQUET)
-        _fsync_path(staging)
+        fsync_path(staging / SAMPLES_PARQUET)
+        fsync_path(staging)
         os.rename(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    _fsync_path(parent)
+    fsync_path(parent)
     return target
 
 
-def _fsync_path(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """fsync ``path`` (a file or, after a rename into it, a directory)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

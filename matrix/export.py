@@ -49,13 +49,13 @@ class ParquetExport(Connected):
 
     def _write_parquet(self, name: str, temp: Path, final: Path) -> None:
         """One table into ``temp`` (synced), or a `MatrixError` naming ``final``."""
-        from matrix.bundle import _fsync_path
+        from matrix.bundle import fsync_path
 
         try:
             self._conn.sql(f"SELECT * FROM {name} ORDER BY {_EXPORT_ORDER[name]}").write_parquet(
                 str(temp), compression="zstd"
             )
-            _fsync_path(temp)
+            fsync_path(temp)
         except (duckdb.Error, OSError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise MatrixError(
@@ -81,7 +81,7 @@ class ParquetExport(Connected):
         Raises:
             MatrixError: A name in ``tables`` is not one of ``EXPORTED``.
         """
-        from matrix.bundle import _fsync_path
+        from matrix.bundle import fsync_path
 
         unknown = [name for name in tables if name not in _EXPORT_ORDER]
         if unknown:
@@ -106,5 +106,5 @@ class ParquetExport(Connected):
                 (temp.parent / f"tmp_{temp.name}").unlink(missing_ok=True)  # DuckDB's own
             raise
         written = [final for _, final in staged]
-        _fsync_path(out)
+        fsync_path(out)
         return written

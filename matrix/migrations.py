@@ -28,6 +28,9 @@ __all__ = [
     "apply_migrations",
     "check_current",
     "current_version",
+    "first_row",
+    "refuse_newer",
+    "rollback_quietly",
 ]
 
 
@@ -504,7 +507,8 @@ MIGRATIONS: tuple[Migration, ...] = (
 LATEST_VERSION: int = MIGRATIONS[-1].version
 
 
-def _first(result: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
+def first_row(result: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
+    """The first row of ``result`` (all of it read), or None when it has none."""
     # fetchall, not fetchone: DuckDB 2 keeps a half-read result open and refuses other work
     # (register, the next statement's arrow scan) on the connection until it is finished.
     rows = result.fetchall()
@@ -520,7 +524,7 @@ def current_version(conn: duckdb.DuckDBPyConnection) -> int:
     Returns:
         The recorded schema version.
     """
-    exists = _first(
+    exists = first_row(
         conn.execute(
             "SELECT count(*) FROM information_schema.tables "
             "WHERE table_schema = 'main' AND table_name = 'schema_migrations'"
@@ -528,11 +532,12 @@ def current_version(conn: duckdb.DuckDBPyConnection) -> int:
     )
     if exists is None or exists[0] == 0:
         return 0
-    row = _first(conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations"))
+    row = first_row(conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations"))
     return int(row[0]) if row is not None else 0
 
 
-def _refuse_newer(version: int, source: str) -> None:
+def refuse_newer(version: int, source: str) -> None:
+    """Raise `SchemaVersionError` for a matrix a newer qualify wrote (``source`` names it)."""
     if version > LATEST_VERSION:
         raise SchemaVersionError(
             f"matrix {source} has schema version {version}, but this qualify knows versions up to "
@@ -565,7 +570,7 @@ def apply_migrations(
     """
     conn.execute(_BOOTSTRAP)
     version = current_version(conn)
-    _refuse_newer(version, source)
+    refuse_newer(version, source)
     pending = [m for m in MIGRATIONS if m.version > version]
     if not pending:
         return []
@@ -580,7 +585,7 @@ def apply_migrations(
             )
         conn.execute("COMMIT")
     except BaseException:
-        _rollback_quietly(conn)
+        rollback_quietly(conn)
         raise
     return [m.version for m in pending]
 
@@ -596,7 +601,7 @@ def check_current(conn: duckdb.DuckDBPyConnection, *, source: str) -> None:
         SchemaVersionError: The schema is newer than this code, or older and needs migrating.
     """
     version = current_version(conn)
-    _refuse_newer(version, source)
+    refuse_newer(version, source)
     if version < LATEST_VERSION:
         raise SchemaVersionError(
             f"matrix {source} has schema version {version}, this qualify needs {LATEST_VERSION}: "
@@ -606,7 +611,8 @@ def check_current(conn: duckdb.DuckDBPyConnection, *, source: str) -> None:
         )
 
 
-def _rollback_quietly(conn: duckdb.DuckDBPyConnection) -> None:
+def rollback_quietly(conn: duckdb.DuckDBPyConnection) -> None:
+    """ROLLBACK the open transaction, if there still is one."""
     # A failed COMMIT has already rolled back; a second ROLLBACK would raise and mask the cause.
     with contextlib.suppress(duckdb.Error):
         conn.execute("ROLLBACK")

@@ -10,7 +10,6 @@ More: docs/internals.md, ``matrix.publications``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from typing import Any
 import duckdb
 
 from matrix.errors import ManifestVersionError, MatrixError
+from matrix.migrations import first_row, rollback_quietly
 from matrix.store import Store
 
 __all__ = [
@@ -65,17 +65,6 @@ class Pending:
     """What ``begin`` was told: at least ``draft`` (bool) and ``log`` (rollout rows)."""
 
 
-def _first(result: duckdb.DuckDBPyConnection) -> tuple[Any, ...] | None:
-    rows = result.fetchall()  # fetchall: a half-read result blocks the connection (store.py)
-    return tuple(rows[0]) if rows else None
-
-
-def _rollback_quietly(conn: duckdb.DuckDBPyConnection) -> None:
-    # A failed COMMIT has already rolled back; a second ROLLBACK would raise and mask the cause.
-    with contextlib.suppress(duckdb.Error):
-        conn.execute("ROLLBACK")
-
-
 def _writable(store: Store, what: str) -> None:
     if store.read_only:
         raise MatrixError(f"cannot {what}: the matrix {store.path} was opened read-only")
@@ -111,7 +100,7 @@ def begin(
     text = json.dumps({**intent, "draft": draft}, sort_keys=True)
     conn.execute("BEGIN TRANSACTION")
     try:
-        newest = _first(
+        newest = first_row(
             conn.execute(
                 "SELECT coalesce(max(version), 0) FROM manifests WHERE published_at IS NOT NULL"
             )
@@ -124,7 +113,7 @@ def begin(
                 [document_json, text, version],
             )
         else:
-            row = _first(conn.execute("SELECT max(version) FROM manifests"))
+            row = first_row(conn.execute("SELECT max(version) FROM manifests"))
             if row is not None and row[0] is not None and version <= row[0]:
                 raise ManifestVersionError(
                     f"new manifest version {version} must be greater than the latest stored "
@@ -137,12 +126,12 @@ def begin(
             )
         conn.execute("COMMIT")
     except BaseException:
-        _rollback_quietly(conn)
+        rollback_quietly(conn)
         raise
 
 
 def _check_draft(conn: duckdb.DuckDBPyConnection, version: int, published: int) -> None:
-    row = _first(
+    row = first_row(
         conn.execute(
             "SELECT published_at IS NOT NULL, discarded_at IS NOT NULL, pending IS NOT NULL "
             "FROM manifests WHERE version = ?",
@@ -165,7 +154,7 @@ def _check_draft(conn: duckdb.DuckDBPyConnection, version: int, published: int) 
 
 
 def _pending_row(conn: duckdb.DuckDBPyConnection, version: int) -> dict[str, Any]:
-    row = _first(conn.execute("SELECT pending FROM manifests WHERE version = ?", [version]))
+    row = first_row(conn.execute("SELECT pending FROM manifests WHERE version = ?", [version]))
     if row is None or row[0] is None:
         raise MatrixError(f"manifest version {version} is not being published")
     intent: dict[str, Any] = json.loads(row[0])
@@ -202,7 +191,7 @@ def finish(store: Store, version: int) -> None:
             )
         conn.execute("COMMIT")
     except BaseException:
-        _rollback_quietly(conn)
+        rollback_quietly(conn)
         raise
 
 
@@ -230,7 +219,7 @@ def discard(store: Store, version: int) -> None:
             )
         conn.execute("COMMIT")
     except BaseException:
-        _rollback_quietly(conn)
+        rollback_quietly(conn)
         raise
 
 
@@ -260,7 +249,7 @@ def steering(store: Store, actions: Sequence[str] = STEERING) -> dict[str, dict[
 
 def published_before(store: Store, version: int) -> str | None:
     """The document of the newest version published before ``version``, or None."""
-    row = _first(
+    row = first_row(
         store.connection.execute(
             "SELECT document FROM manifests WHERE published_at IS NOT NULL AND version < ? "
             "ORDER BY version DESC LIMIT 1",

@@ -13,7 +13,7 @@ from typing import Any
 
 from matrix.connected import Connected
 from matrix.errors import ManifestVersionError, MatrixError
-from matrix.migrations import _first, _rollback_quietly
+from matrix.migrations import first_row, rollback_quietly
 
 __all__ = ["ReleaseRecords"]
 
@@ -66,7 +66,7 @@ class ReleaseRecords(Connected):
         conn = self._conn
         conn.execute("BEGIN TRANSACTION")
         try:
-            row = _first(conn.execute("SELECT max(version) FROM manifests"))
+            row = first_row(conn.execute("SELECT max(version) FROM manifests"))
             latest = row[0] if row is not None else None
             if latest is not None and version <= latest:
                 raise ManifestVersionError(
@@ -80,7 +80,7 @@ class ReleaseRecords(Connected):
             )
             conn.execute("COMMIT")
         except BaseException:
-            _rollback_quietly(conn)
+            rollback_quietly(conn)
             raise
 
     def mark_published(self, version: int) -> None:
@@ -93,7 +93,7 @@ class ReleaseRecords(Connected):
         conn = self._conn
         conn.execute("BEGIN TRANSACTION")
         try:
-            row = _first(
+            row = first_row(
                 conn.execute("SELECT count(*) FROM manifests WHERE version = ?", [version])
             )
             if row is None or not row[0]:
@@ -104,7 +104,7 @@ class ReleaseRecords(Connected):
             )
             conn.execute("COMMIT")
         except BaseException:
-            _rollback_quietly(conn)
+            rollback_quietly(conn)
             raise
 
     def record_rollout(
@@ -154,7 +154,7 @@ class ReleaseRecords(Connected):
 
     def latest_manifest(self) -> tuple[int, str] | None:
         """The highest *published* manifest as (version, document JSON), or None."""
-        row = _first(
+        row = first_row(
             self._conn.execute(
                 "SELECT version, document FROM manifests WHERE published_at IS NOT NULL "
                 "ORDER BY version DESC LIMIT 1"
@@ -174,7 +174,7 @@ class ReleaseRecords(Connected):
     def latest_draft(self) -> tuple[int, str] | None:
         """The newest *draft* as (version, document JSON): recorded, never published, and newer
         than every published version (an older one can no longer be published); or None."""
-        row = _first(
+        row = first_row(
             self._conn.execute(
                 "SELECT version, document FROM manifests WHERE published_at IS NULL AND "
                 "discarded_at IS NULL AND pending IS NULL AND version > "
@@ -188,7 +188,7 @@ class ReleaseRecords(Connected):
         """``draft``, ``publishing`` (a publication began and was neither finished nor
         discarded), ``published`` or ``discarded`` for a recorded version; None for one never
         recorded."""
-        row = _first(
+        row = first_row(
             self._conn.execute(
                 "SELECT published_at IS NOT NULL, discarded_at IS NOT NULL, pending IS NOT NULL "
                 "FROM manifests WHERE version = ?",
@@ -222,12 +222,12 @@ class ReleaseRecords(Connected):
 
     def highest_manifest_version(self) -> int:
         """The highest version recorded, published or only reserved (0 without any)."""
-        row = _first(self._conn.execute("SELECT coalesce(max(version), 0) FROM manifests"))
+        row = first_row(self._conn.execute("SELECT coalesce(max(version), 0) FROM manifests"))
         return int(row[0]) if row is not None else 0
 
     def manifest(self, version: int) -> str | None:
         """The stored document of manifest ``version``, or None."""
-        row = _first(
+        row = first_row(
             self._conn.execute("SELECT document FROM manifests WHERE version = ?", [version])
         )
         return str(row[0]) if row is not None else None

@@ -35,12 +35,12 @@ from matrix.export import MATRIX_ORDER, ParquetExport
 from matrix.lock import LockWait, wait_for_lock
 from matrix.migrations import (
     AppliedMigration,
-    _first,
-    _refuse_newer,
-    _rollback_quietly,
     apply_migrations,
     check_current,
     current_version,
+    first_row,
+    refuse_newer,
+    rollback_quietly,
 )
 from matrix.releases import ReleaseRecords
 from matrix.rows import cell_row, insert_rows, latency_rows, run_row
@@ -84,7 +84,7 @@ def _check_duckdb_file(file: Path) -> None:
 
 def _attached_version(conn: duckdb.DuckDBPyConnection) -> int:
     """The schema version of the database attached as ``source`` (0 without migrations)."""
-    row = _first(
+    row = first_row(
         conn.execute(
             "SELECT count(*) FROM duckdb_tables() WHERE database_name = 'source' "
             "AND schema_name = 'main' AND table_name = 'schema_migrations'"
@@ -92,7 +92,7 @@ def _attached_version(conn: duckdb.DuckDBPyConnection) -> int:
     )
     if row is None or row[0] == 0:
         return 0
-    row = _first(conn.execute("SELECT coalesce(max(version), 0) FROM source.schema_migrations"))
+    row = first_row(conn.execute("SELECT coalesce(max(version), 0) FROM source.schema_migrations"))
     return int(row[0]) if row is not None else 0
 
 
@@ -253,7 +253,7 @@ class Store(ReleaseRecords, Annotations, ParquetExport):
                 sleep=sleep,
                 monotonic=monotonic,
             )
-            _refuse_newer(_attached_version(conn), str(file))
+            refuse_newer(_attached_version(conn), str(file))
             conn.execute("COPY FROM DATABASE source TO memory")
             conn.execute("DETACH source")
             apply_migrations(conn, source=str(file), now=clock)
@@ -439,7 +439,7 @@ class Store(ReleaseRecords, Annotations, ParquetExport):
             self._before_commit(run_id)
             conn.execute("COMMIT")
         except BaseException:
-            _rollback_quietly(conn)
+            rollback_quietly(conn)
             raise
         finally:
             for source in registered:
@@ -452,7 +452,7 @@ class Store(ReleaseRecords, Annotations, ParquetExport):
     # -- queries -----------------------------------------------------------------------------
 
     def _has_run(self, run_id: str) -> bool:
-        row = _first(self._conn.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]))
+        row = first_row(self._conn.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]))
         return row is not None and row[0] > 0
 
     def has_run(self, run_id: str) -> bool:
@@ -619,7 +619,7 @@ class Store(ReleaseRecords, Annotations, ParquetExport):
         """The stored run with this id, or None."""
         from schemas.cell import RunRecord
 
-        row = _first(self._conn.execute("SELECT record FROM runs WHERE run_id = ?", [run_id]))
+        row = first_row(self._conn.execute("SELECT record FROM runs WHERE run_id = ?", [run_id]))
         return RunRecord.model_validate_json(row[0]) if row is not None else None
 
     def samples(self, run_id: str, artifact_digest: str) -> pa.Table:

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from matrix import telemetry_checks as checks
 from matrix.errors import MatrixError, TelemetryFileError
-from matrix.migrations import _rollback_quietly
+from matrix.migrations import rollback_quietly
 from matrix.store import Store
 from matrix.telemetry_blocks import FAST_ROW_SCHEMA, parse_block
 
@@ -300,10 +300,10 @@ def _ingest_one(conn: duckdb.DuckDBPyConnection, path: Path, *, now: datetime) -
         )  # fmt: skip
         conn.execute("COMMIT")
     except OSError as error:
-        _rollback_quietly(conn)
+        rollback_quietly(conn)
         raise _unreadable(path, error) from error
     except BaseException:
-        _rollback_quietly(conn)
+        rollback_quietly(conn)
         raise
     return IngestedTelemetry(path, plan.sha256, "ingested", first_line, tally.lines,
                              tally.events, tally.bad_count, tuple(tally.bad), pending)  # fmt: skip
