@@ -7,7 +7,7 @@ measured and reported too, but not judged: there, LoadGen's own per-query work i
 of what LoadGen times (see 'Where a difference comes from' in the output). Each round measures
 every case twice, each side in its own fresh subprocess:
 
-- **qualify**: the real code path. A worker job (the fields of ``qualify.run._job``) goes to
+- **qualify**: the real code path. A worker job (the fields of ``qualify.measure.job.WorkerJob``) goes to
   ``qualify.measure.runner.run_worker``, which spawns ``python -m qualify.measure.worker``; the raw samples come
   back from the job's ``samples_path`` (``.npz`` key ``b{batch}_c1``) and are summarised with
   ``qualify.measure.stats.percentiles``. ``min_samples = max_samples = N`` (a multiple of 64, the worker's
