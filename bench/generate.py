@@ -232,6 +232,15 @@ def _pipeline(fx: Fixture, out: Path, key: Any, inputs: dict[str, Any]) -> dict[
     return signed
 
 
+def _build_only(
+    fx: Fixture, out: Path, key: Any, inputs: dict[str, Any], decisions: list[Any]
+) -> None:
+    """build + sign + write from decisions already made: `_pipeline` less the policy, to show
+    which part of the generation the ratio is spent in."""
+    signed = build_manifest(fx.loaded.project, decisions, **inputs["build"], encoded=True)
+    write_manifest(sign_encoded(signed, key)[1], out)
+
+
 def _inputs(fx: Fixture, now: datetime) -> dict[str, Any]:
     with Store.open(fx.db_path, read_only=True) as db:
         previous = previous_manifest(db)
@@ -267,7 +276,11 @@ def measure(
     inputs = _inputs(fx, now)
     generate_s: list[float] = []
     pipeline_s: list[float] = []
+    build_s: list[float] = []
     reference_s: list[float] = []
+    decided = list(
+        decide_each(fx.loaded.project, inputs["cells"], inputs["runs"], **inputs["kwargs"])
+    )
     size = 0
     for round_ in range(repeats):
         now += timedelta(minutes=1)
@@ -283,6 +296,8 @@ def measure(
             raise SystemExit("the reference did not reproduce the written manifest's bytes")
         with _timed(pipeline_s):
             _pipeline(fx, fx.work / "pipeline.json", key, inputs)
+        with _timed(build_s):
+            _build_only(fx, fx.work / "build.json", key, inputs, decided)
         if on_round is not None:
             on_round(round_)
     decisions: dict[str, int] = {}
@@ -292,6 +307,8 @@ def measure(
     return {
         "generate": statistics.median(generate_s),
         "pipeline": statistics.median(pipeline_s),
+        "build": statistics.median(build_s),
+        "build_ratios": [b / r for b, r in zip(build_s, reference_s, strict=True)],
         "reference": statistics.median(reference_s),
         "ratios": [g / r for g, r in zip(generate_s, reference_s, strict=True)],
         "pipeline_ratios": [p / r for p, r in zip(pipeline_s, reference_s, strict=True)],
@@ -361,6 +378,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"| {pipe:.2f}x ({pipe_low:.2f}..{pipe_high:.2f}) "
         f"| <= {TARGET:g}x | {'yes' if pipe <= TARGET else '**no**'} "
         f"| {load_before[0]:.2f} / {load_after[0]:.2f} | `{command}` |"
+    )
+    build = result["build"] / result["reference"]
+    print(
+        f"| {args.classes:,} classes, decisions in memory: build + sign + write (no policy) "
+        f"| | {result['build']:.2f} s | {result['reference']:.2f} s "
+        f"| {build:.2f}x ({min(result['build_ratios']):.2f}..{max(result['build_ratios']):.2f}) "
+        f"| none | | {load_before[0]:.2f} / {load_after[0]:.2f} | `{command}` |"
     )
     print()
     print(f"Share of one generation's time per stage (cProfile, cumulative): {stages}.")
