@@ -14,8 +14,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from manifest import envelope
 from manifest._batch import paused_gc
 from manifest.encoded import EncodedEntries, EntryText
@@ -32,7 +30,6 @@ __all__ = [
     "per_class_documents",
     "sign_document",
     "write_manifest",
-    "write_per_class",
 ]
 
 
@@ -281,30 +278,3 @@ def write_manifest(doc: Mapping[str, Any] | bytes, path: Path) -> None:
     if not path.parent.is_dir():
         raise BuildError(f"{path.parent}: no such directory for the manifest; create it first")
     write_atomic(path, doc if isinstance(doc, bytes) else envelope.encode_canonical(doc))
-
-
-def write_per_class(
-    doc: Mapping[str, Any], key: Ed25519PrivateKey, directory: Path
-) -> dict[str, Path]:
-    """Publish one signed document per class, all at once, into ``directory``: the version's
-    set staged (``manifest.perclass.stage``), then the pointer moved to it and older sets
-    removed (``perclass.point``). Only what qualify wrote there is ever removed, and a
-    directory holding anything else is refused (``perclass.claim``).
-
-    Args:
-        doc: the manifest (signed document or its ``signed`` part).
-        key: the signing key.
-        directory: created if missing.
-
-    Returns:
-        class name -> path written (inside ``v<version>/``).
-
-    Raises:
-        BuildError: a directory that is not qualify's, a class name that cannot be a file name,
-            or this version already published there.
-    """
-    from manifest import perclass
-
-    written = perclass.stage(doc, key, directory)
-    perclass.point(directory, int(doc.get("signed", doc)["version"]))
-    return written

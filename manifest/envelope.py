@@ -97,7 +97,7 @@ POINTER_RE = re.compile(r"v[0-9]{1,19}\n?")
 
 CURRENT_POINTER = "current"
 """The file of a per-class directory naming its published set, ``v<version>`` (see
-``manifest.build.write_per_class``)."""
+``manifest.perclass.write_per_class``)."""
 
 MAX_SIGNATURES = 16
 """Most signatures a document may carry: more are refused before any is checked."""

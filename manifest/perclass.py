@@ -3,7 +3,7 @@
 Owns the directory's layout, its ownership marker, and the three steps that publish a version
 into it: `stage` (the version's set written into ``v<version>/``, hosts see nothing yet),
 `point` (the pointer ``current`` moved to it, older sets removed) and `discard` (a staged set
-that was never pointed at, removed). ``manifest.build.write_per_class`` is `stage` then `point`;
+that was never pointed at, removed). `write_per_class` is `stage` then `point`;
 a publishing command runs them around writing the whole manifest, so that a kill at any
 instant leaves the matrix's record and the files in agreement (``qualify.release.publishing``).
 
@@ -29,7 +29,7 @@ from manifest.errors import BuildError
 from manifest.signing import key_id, sign_encoded
 from schemas.atomic import remove_leftovers, temp_prefix, write_atomic
 
-__all__ = ["MARKER", "Ownership", "claim", "discard", "point", "stage"]
+__all__ = ["MARKER", "Ownership", "claim", "discard", "point", "stage", "write_per_class"]
 
 MARKER = ".qualify-per-class.json"
 """The file that makes a directory qualify's: ``{"format", "model", "sets"}``."""
@@ -268,3 +268,28 @@ def discard(directory: Path, version: int) -> bool:
     remove_leftovers(directory)
     _write_marker(directory, Ownership(owned.model, tuple(s for s in owned.sets if s != name)))
     return found
+
+
+def write_per_class(
+    doc: Mapping[str, Any], key: Ed25519PrivateKey, directory: Path
+) -> dict[str, Path]:
+    """Publish one signed document per class, all at once, into ``directory``: the version's
+    set staged (`stage`), then the pointer moved to it and older sets
+    removed (`point`). Only what qualify wrote there is ever removed, and a
+    directory holding anything else is refused (`claim`).
+
+    Args:
+        doc: the manifest (signed document or its ``signed`` part).
+        key: the signing key.
+        directory: created if missing.
+
+    Returns:
+        class name -> path written (inside ``v<version>/``).
+
+    Raises:
+        BuildError: a directory that is not qualify's, a class name that cannot be a file name,
+            or this version already published there.
+    """
+    written = stage(doc, key, directory)
+    point(directory, int(doc.get("signed", doc)["version"]))
+    return written

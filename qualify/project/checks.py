@@ -13,16 +13,13 @@ import difflib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from qualify.errors import ArtifactError
 from qualify.project.graph import ModelSignature, TensorSignature, read_signature
+from qualify.project.loaded import LoadedProject
 from qualify.project.problems import Document, Loc, Problem, show
 from schemas.atomic import kind_of, open_binary, read_bounded
 from schemas.project import ArtifactSpec, InputSpec, Project, Workload
-
-if TYPE_CHECKING:
-    from qualify.project.load import LoadedProject
 
 __all__ = ["hook_problem", "hook_source", "model_problems", "reference_problems"]
 

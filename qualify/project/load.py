@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -26,6 +25,7 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from qualify.errors import ProjectError
 from qualify.project.checks import model_problems, reference_problems
+from qualify.project.loaded import LoadedProject
 from qualify.project.problems import Document, Loc, Problem, fail, problem_from_error, show
 from qualify.project.view import MAX_PROJECT_BYTES
 from schemas.atomic import read_bounded, write_atomic
@@ -51,34 +51,6 @@ MAX_DEPTH = 64
 """Deepest nesting of mappings and lists a project file may have."""
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-@dataclass(frozen=True)
-class LoadedProject:
-    """A validated project file and the folder its relative paths are resolved against."""
-
-    path: Path
-    """The project file, absolute."""
-    root: Path
-    """The folder of the project file, absolute."""
-    project: Project
-    """The validated project."""
-    sha256: str | None = None
-    """Hex sha256 of the exact bytes validated (None for a project built in code): the key a
-    writer records the project's view under (`qualify.project.view`)."""
-
-    def resolve(self, relpath: str | os.PathLike[str]) -> Path:
-        """Resolve a path written in the project file.
-
-        Args:
-            relpath: A path as written in the file; relative paths are relative to the folder of
-                the project file (never the current directory), absolute paths are kept.
-
-        Returns:
-            An absolute path (symbolic links are not resolved).
-        """
-        candidate = Path(relpath)
-        return candidate if candidate.is_absolute() else self.root / candidate
 
 
 class _Builder:

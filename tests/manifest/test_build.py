@@ -17,10 +17,9 @@ from manifest.build import (
     next_version,
     per_class_documents,
     write_manifest,
-    write_per_class,
 )
 from manifest.errors import BuildError
-from manifest.perclass import MARKER
+from manifest.perclass import MARKER, write_per_class
 from manifest.signing import verify
 from schemas import manifest as schema
 from schemas.manifest import ClassDocument, Manifest

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from manifest import envelope, hoststate, resolve
-from manifest.build import write_per_class
+from manifest.perclass import write_per_class
 from manifest.signing import public_raw, sign_document
 from tests.manifest.factories import GOLDEN, fixed_key, scenario, signed_manifest
 
