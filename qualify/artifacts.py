@@ -2,8 +2,8 @@
 
 Owns identifying artifacts by ``sha256:<hex>`` of their bytes and keeping one immutable copy of
 each under ``<store>/sha256/<hex>.onnx``. A copy is written atomically and verified again before
-every load (the worker re-hashes the exact bytes it hands to onnxruntime), because a flipped byte
-in the weights loads without any error.
+every load (the runner re-hashes the file before the measuring child starts and once it has loaded
+it: `qualify.measure.digest`), because a flipped byte in the weights loads without any error.
 """
 
 from __future__ import annotations

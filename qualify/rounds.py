@@ -200,8 +200,8 @@ def _prepare_all(
         run.on_event(f"{spec.label} ({role}, {digest[:19]}): preparing")
         work = run.work_root / f"a{index}"
         work.mkdir()
-        # No re-hash here: ``store.add`` just hashed the copy, and the worker re-hashes the
-        # exact bytes it hands to onnxruntime before loading them.
+        # No re-hash here: ``store.add`` just hashed the copy, and the runner re-hashes it
+        # before the child starts and once it has loaded it (`qualify.measure.digest`).
         job = run.job(stored_path, digest, work, "serve")
         into.jobs.append(job)
         worker = run.serve(job, work, spec.label)

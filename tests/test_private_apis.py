@@ -1,5 +1,8 @@
 """Public APIs only: no package module imports a private module or name of a dependency (the
-standard library included: ``_json``, ``_sha2``), nor reaches for a private attribute of one.
+standard library included: ``_json``, ``_sha2``), statically or by a string literal handed to
+``importlib.import_module`` or ``__import__`` (or any string naming exactly a private module of the
+standard library: a loop over ``("_sha2", "_sha256")`` imports them as well), nor reaches for a
+private attribute of one.
 
 A private name is one with a single leading underscore (``_rust``, ``_compute``); dunders
 (``__future__``, ``__version__``) are public. Our own packages may import each other's private
@@ -9,6 +12,7 @@ names: that is a matter of the architecture test, not of our dependencies' promi
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +33,10 @@ KNOWN_PRIVATE = frozenset(
     }
 )
 """Dunder names that are private all the same (the generic rule lets dunders through)."""
+PRIVATE_STDLIB = frozenset(
+    n for n in sys.stdlib_module_names if n.startswith("_") and not n.startswith("__")
+)
+"""The standard library's private modules (``_json``, ``_sha2``, ``_hashlib``...)."""
 DOCUMENTED = frozenset({("os", "_exit")})
 """Underscored names their library documents as public (``os._exit``: exit without cleanup)."""
 
@@ -82,6 +90,25 @@ def _import_uses(node: ast.AST) -> list[str]:
     return found + [f"from {module} import {a.name}" for a in node.names if _private(a.name)]
 
 
+def _dynamic_import(node: ast.AST) -> str | None:
+    """A dependency's private module named by a string literal to ``import_module`` (bare or
+    as ``importlib.import_module``) or ``__import__``, or a standard library's private module
+    named by any string literal."""
+    if isinstance(node, ast.Constant) and node.value in PRIVATE_STDLIB:
+        return f"name {node.value!r}"  # for name in ("_sha2", "_sha256"): import_module(name)
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    func = node.func
+    called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    first = node.args[0]
+    if called not in ("import_module", "__import__") or not isinstance(first, ast.Constant):
+        return None
+    module = first.value
+    if not isinstance(module, str) or module.startswith(".") or _ours(module):
+        return None  # a relative name is within the calling package: ours
+    return f"{called}({module!r})" if any(map(_private, module.split("."))) else None
+
+
 def _attribute_use(node: ast.AST, foreign: set[str]) -> str | None:
     """A private attribute of a dependency's module or object, or a known private name."""
     if isinstance(node, ast.Attribute) and _private(node.attr):
@@ -103,8 +130,7 @@ def violations(source: str, filename: str = "<source>") -> list[str]:
     found: list[str] = []
     for node in ast.walk(tree):
         uses = _import_uses(node)
-        attribute = _attribute_use(node, foreign)
-        uses += [attribute] if attribute else []
+        uses += [use for use in (_attribute_use(node, foreign), _dynamic_import(node)) if use]
         found += [f"{filename}:{getattr(node, 'lineno', 0)}: {use}" for use in uses]
     return found
 
@@ -137,6 +163,11 @@ def test_no_package_module_uses_a_private_api_of_a_dependency() -> None:
         "def f(m):\n    m.__pydantic_fields_set__ = set()",
         "def f(m):\n    return type(m).__pydantic_serializer__.to_json(m)",
         "import numpy as np\nnp._core",
+        "import importlib\nimportlib.import_module('_sha2').sha256()",
+        "from importlib import import_module\nimport_module('_json')",
+        "__import__('_sha256')",
+        "import importlib\nimportlib.import_module('cryptography.hazmat.bindings._rust')",
+        "import importlib\nfor n in ('_sha2', '_sha256'):\n    importlib.import_module(n)",
     ],
 )
 def test_the_check_finds_each_kind_of_private_use(source: str) -> None:
@@ -155,6 +186,11 @@ def test_the_check_finds_each_kind_of_private_use(source: str) -> None:
         "from pydantic import BaseModel\nBaseModel.model_construct()",
         "import qualify\nqualify.__version__",
         "import os\nos._exit(0)",
+        "import importlib\nimportlib.import_module('json')",
+        "__import__('hashlib')",
+        "import importlib\nimportlib.import_module('qualify.measure._x')",
+        "import importlib\nimportlib.import_module('._x', 'qualify')",
+        "import importlib\nimportlib.import_module(name)",
     ],
 )
 def test_the_check_lets_public_apis_and_our_own_private_names_through(source: str) -> None:

@@ -15,7 +15,8 @@ OOM_MARKERS = ("bad_alloc", "failed to allocate", "out of memory", "cannot alloc
 
 class Failure(Exception):
     """A measurement that cannot go on: ``code`` is the result's reason code (``load_failed``,
-    ``hook_failed``, ``digest_mismatch``...), the message says what happened."""
+    ``hook_failed``, ``run_failed``...), the message says what happened. (``digest_mismatch`` is
+    the parent's: it hashes the artifact around the child's load, `qualify.measure.digest`.)"""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)

@@ -72,7 +72,8 @@ class WorkerJob:
     mode: JobMode
     artifact_path: str
     expected_digest: str
-    """sha256 of the bytes; the child re-hashes what it hands to onnxruntime."""
+    """sha256 of the bytes; the parent hashes the file before the child starts and again once it
+    has loaded it (`qualify.measure.digest`); the child itself does not hash."""
     provider: ProviderJob
     memory_limit_mb: int | None
     inputs_path: str

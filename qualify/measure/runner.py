@@ -1,8 +1,9 @@
 """Parent side of the runner: one artifact in one fresh, watched subprocess.
 
-Owns spawning ``python -m qualify.measure.worker``, its timeout, its peak RSS (``os.wait4``) and
-turning every way a child ends (result, error, crash, hang, out of memory, a damaged result) into
-one `WorkerOutcome`. It does not import onnxruntime and does not judge results.
+Owns spawning ``python -m qualify.measure.worker``, its timeout, its peak RSS (``os.wait4``), the
+artifact's digest checked around the child's load (`qualify.measure.digest`) and turning every way a
+child ends (result, error, crash, hang, out of memory, a damaged result, modified bytes) into one
+`WorkerOutcome`. It does not import onnxruntime and does not judge results.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-import functools
 import json
 import os
 import re
@@ -25,6 +25,8 @@ from typing import Any, Protocol
 
 from qualify.errors import QualifyError
 from qualify.measure import contain
+from qualify.measure.bytecode import cache_child_bytecode
+from qualify.measure.digest import AFTER_LOADING, BEFORE_LOADING, mismatch
 from qualify.measure.job import (
     RESULT_MOST_BYTES,
     FeedJob,
@@ -37,14 +39,12 @@ from qualify.measure.runtime_log import read_log
 from schemas.cell import PeakRssSource
 
 __all__ = [
-    "CHILD_MODULES",
     "SUBPROCESSES",
     "Launch",
     "RoundWorker",
     "ServedWorker",
     "WorkerOutcome",
     "Workers",
-    "cache_child_bytecode",
     "child_peak_rss_mb",
     "hwm_kb",
     "probe_runtime",
@@ -87,86 +87,6 @@ class WorkerOutcome:
     """How the child's descendants were contained (`qualify.measure.contain`): what the cell records."""
     stray_processes: int = 0
     """Processes the child left running that the parent killed once it had ended."""
-
-
-CHILD_MODULES = (
-    "qualify/__init__.py",
-    "qualify/measure/__init__.py",
-    "qualify/measure/worker.py",
-    "qualify/measure/contain.py",
-    "qualify/measure/job.py",
-    "qualify/measure/procfs.py",
-    "qualify/measure/failures.py",
-    "qualify/measure/hooks.py",
-    "qualify/measure/feeds.py",
-    "qualify/measure/session.py",
-    "qualify/measure/timing.py",
-    "qualify/measure/arrivals.py",
-    "qualify/measure/energy.py",
-    "qualify/measure/cpus.py",
-    "qualify/measure/stats.py",
-    "schemas/__init__.py",
-    "schemas/rules.py",
-    "schemas/atomic.py",
-    "schemas/settings.py",
-)
-"""qualify's own modules the measuring child imports (a test holds this to what it loads)."""
-
-
-@functools.cache
-def cache_child_bytecode() -> int:
-    """Compile the measuring child's own modules to their bytecode cache, once per process.
-
-    A child that finds no cached bytecode (``PYTHONDONTWRITEBYTECODE`` set, or a checkout never
-    imported) compiles qualify's sources itself, and the compiler's transient memory lands in
-    the very peak it reports: +1.5 to 2.3 MB on the demo's 58 MB fp32 MLP, which no installed
-    service pays (a wheel ships its bytecode). A read-only install that already has it is left
-    alone; one that cannot be written is skipped, the cost then stays in the number.
-
-    Returns:
-        How many modules were (re)compiled.
-    """
-    import importlib.util
-    import py_compile
-
-    root = Path(__file__).resolve().parents[2]
-    compiled = 0
-    for rel in CHILD_MODULES:
-        source = root / rel
-        try:
-            cached = Path(importlib.util.cache_from_source(str(source)))
-            if _bytecode_current(cached, source):
-                continue
-            py_compile.compile(
-                str(source),
-                cfile=str(cached),
-                doraise=True,
-                invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP,
-            )
-            compiled += 1
-        except (OSError, py_compile.PyCompileError, NotImplementedError, ValueError):
-            continue
-    return compiled
-
-
-def _bytecode_current(cached: Path, source: Path) -> bool:
-    """Whether ``cached`` is what the import system would accept for ``source`` as it is now
-    (a timestamp pyc: magic, flags 0, the source's mtime and size)."""
-    import importlib.util
-
-    try:
-        with cached.open("rb") as fh:
-            head = fh.read(16)
-        st = source.stat()
-    except OSError:
-        return False
-    return (
-        len(head) == 16
-        and head[:4] == importlib.util.MAGIC_NUMBER
-        and int.from_bytes(head[4:8], "little") == 0
-        and int.from_bytes(head[8:12], "little") == int(st.st_mtime) & 0xFFFFFFFF
-        and int.from_bytes(head[12:16], "little") == st.st_size & 0xFFFFFFFF
-    )
 
 
 @dataclass(frozen=True)
@@ -559,24 +479,59 @@ def run_worker(
     Returns:
         The outcome; never raises for anything the child did.
     """
+    if isinstance(job, WorkerJob) and (refused := mismatch(job, BEFORE_LOADING)) is not None:
+        return _not_started(*refused)
     proc, job, started = _spawn(job, workdir, launch=launch)
     if on_start is not None:
         on_start(proc.pid)
     ended = _reap(proc, started + timeout_s, result_path=job.result_path)
     assert ended is not None
-    return _outcome(proc, job, workdir, ended, time.monotonic() - started, timeout_s)
+    outcome = _outcome(proc, job, workdir, ended, time.monotonic() - started, timeout_s)
+    if isinstance(job, WorkerJob):
+        return _held_to_digest(outcome, mismatch(job, AFTER_LOADING))
+    return outcome
+
+
+# The artifact's digest is checked here, in the parent, not in the child: ``hashlib`` would add
+# OpenSSL's ~3.5 MB to the child's measured peak. The file is hashed just before the child starts
+# and again once it has loaded it (after it ended, for `run_worker`; once ready and again after it
+# ended, for `ServedWorker`). onnxruntime reads the file by its path between the two, so bytes
+# that match at both ends are the ones it loaded, as when the child hashed around its own load
+# (a change put back within the window escapes either way); the check after the end also covers
+# the later loads (warm init, the profiled pass) that the child's own check did not.
+def _not_started(code: str, message: str) -> WorkerOutcome:
+    """The outcome of a child not started: its artifact failed the check before loading."""
+    return WorkerOutcome(
+        result=WorkerResult(),
+        error_code=code,
+        error_message=message,
+        peak_rss_mb=None,
+        exit_status=None,
+        signal_name=None,
+        wall_s=0.0,
+    )
+
+
+def _held_to_digest(outcome: WorkerOutcome, refused: tuple[str, str] | None) -> WorkerOutcome:
+    """``outcome``, failed with ``refused`` when the bytes did not hold after the load:
+    whatever the child measured or said, it was not of the bytes the digest names."""
+    if refused is None:
+        return outcome
+    return dataclasses.replace(outcome, error_code=refused[0], error_message=refused[1])
 
 
 class ServedWorker:
     """One artifact's fresh process kept alive across the rounds of an interleaved A/B.
 
-    The child (``qualify.measure.worker`` in ``serve`` mode) prepares (digest, cold and warm init,
+    The child (``qualify.measure.worker`` in ``serve`` mode) prepares (cold and warm init,
     placement, parity outputs), says ready, then answers one command per line: ``round`` (timed
     samples back on a private pipe) and ``finish`` (throughput and profile, then it exits and is
     reaped like any worker, so its peak RSS comes from ``wait4``). ``timeout_s`` bounds the time
     spent waiting on this child in total, so other artifacts' rounds do not count against it.
     Any way the child ends early (error, crash, hang, out of memory) is kept for `finish`,
-    which then returns the same `WorkerOutcome` `run_worker` would.
+    which then returns the same `WorkerOutcome` `run_worker` would. The artifact's bytes are
+    checked before the child starts (none starts if they do not match), once it is ready and
+    after it ended (`_held_to_digest`).
     """
 
     def __init__(
@@ -586,6 +541,19 @@ class ServedWorker:
         *,
         timeout_s: float,
         on_start: Callable[[int], None] | None = None,
+    ) -> None:
+        self._refused = mismatch(job, BEFORE_LOADING)
+        """Why the artifact's bytes did not hold, once found: the outcome's code and message."""
+        self.alive = self._spawned = self._refused is None
+        if self._spawned:
+            self._start(job, workdir, timeout_s, on_start)
+
+    def _start(
+        self,
+        job: WorkerJob,
+        workdir: Path,
+        timeout_s: float,
+        on_start: Callable[[int], None] | None,
     ) -> None:
         self._read_fd, write_fd = os.pipe()
         commands_r, commands_w = os.pipe()
@@ -605,14 +573,13 @@ class ServedWorker:
         self._started = started
         self._buffer = b""
         self._ended: tuple[int, Any, bool, int | None] | None = None
-        self.alive = True
         if on_start is not None:
             on_start(self._proc.pid)
 
     @property
     def pid(self) -> int:
-        """The child's process id."""
-        return self._proc.pid
+        """The child's process id; -1 for one never started (its bytes did not match)."""
+        return self._proc.pid if self._spawned else -1
 
     def _read_line(self) -> dict[str, Any] | None:
         """The child's next reply, or None once it has ended (or used up its time)."""
@@ -673,9 +640,18 @@ class ServedWorker:
         return True
 
     def ready(self) -> bool:
-        """Wait for the child to finish preparing; False if it ended instead."""
+        """Wait for the child to finish preparing; False if it ended instead, or if the bytes
+        it loaded are not the ones the digest names (then it is stopped)."""
+        if not self.alive:
+            return False
         reply = self._read_line()
-        return bool(reply and reply.get("ready"))
+        if not (reply and reply.get("ready")):
+            return False
+        self._refused = mismatch(self._job, AFTER_LOADING)
+        if self._refused is not None:
+            self._stop(kill=True)
+            return False
+        return True
 
     def round(self, cmd: dict[str, Any]) -> dict[str, Any] | None:
         """One timed round; None if the child ended instead of answering."""
@@ -689,15 +665,22 @@ class ServedWorker:
 
     def finish(self, configs: list[dict[str, Any]]) -> WorkerOutcome:
         """Ask for throughput and the profile, let the child exit, and reap it."""
+        if not self._spawned:
+            assert self._refused is not None
+            return _not_started(*self._refused)
         if self.alive and self._send({"cmd": "finish", "configs": configs}):
             self._stop(kill=False)
         self.close()
         assert self._ended is not None
         wall = time.monotonic() - self._started
-        return _outcome(self._proc, self._job, self._workdir, self._ended, wall, self._timeout_s)
+        outcome = _outcome(self._proc, self._job, self._workdir, self._ended, wall, self._timeout_s)
+        # Checked again once it ended: the profiled pass loaded the file once more.
+        return _held_to_digest(outcome, self._refused or mismatch(self._job, AFTER_LOADING))
 
     def close(self) -> None:
         """Kill the child if it still runs and release the pipes (safe to call twice)."""
+        if not self._spawned:
+            return
         if self._ended is None:
             self._stop(kill=True)
         with contextlib.suppress(OSError):

@@ -1,10 +1,10 @@
-"""The onnxruntime session inside the measuring child: built, verified, placed and profiled.
+"""The onnxruntime session inside the measuring child: built, placed and profiled.
 
-Owns the session's options from the class's ``provider`` settings, the artifact's digest checked on
-the exact bytes before and after onnxruntime loads them, cold and warm init, where the graph's nodes
-were placed (onnxruntime's graph assignment, else its profiler) and the profiled pass's kernel time
-per provider. Takes the onnxruntime module as an argument: the worker alone imports it. Does not
-feed the model (`qualify.measure.feeds`) or time it (`qualify.measure.timing`).
+Owns the session's options from the class's ``provider`` settings, cold and warm init, where the
+graph's nodes were placed (onnxruntime's graph assignment, else its profiler) and the profiled
+pass's kernel time per provider. Takes the onnxruntime module as an argument: the worker alone
+imports it. Does not feed the model (`qualify.measure.feeds`), time it (`qualify.measure.timing`)
+or hash its file (the parent does, around the load: `qualify.measure.digest`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from qualify.measure.procfs import hwm_kb, reset_hwm
 from schemas.rules import OFF_PROVIDER_KEPT, fallback_count
 from schemas.settings import option_text
 
-__all__ = ["cold_init", "create", "profile", "verify", "warm_init"]
+__all__ = ["cold_init", "create", "profile", "warm_init"]
 
 
 def _session_options(ort: Any, job: WorkerJob, record_placement: bool) -> Any:
@@ -48,43 +48,6 @@ def _session_options(ort: Any, job: WorkerJob, record_placement: bool) -> Any:
     if record_placement:
         so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     return so
-
-
-def _sha256_file(path: str) -> str:
-    """sha256 of a file, read in bounded chunks, with CPython's built-in implementation where it
-    has one: ``hashlib`` loads OpenSSL's libcrypto, 3.7 MB of resident memory the measured peak
-    would carry."""
-    import importlib
-
-    hasher: Any = None
-    for name in ("_sha2", "_sha256"):  # CPython 3.12+, then 3.11
-        try:
-            hasher = importlib.import_module(name).sha256()
-            break
-        except ImportError:
-            continue
-    if hasher is None:
-        import hashlib
-
-        hasher = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            hasher.update(chunk)
-    return "sha256:" + str(hasher.hexdigest())
-
-
-def verify(job: WorkerJob, when: str) -> None:
-    """The artifact's bytes on disk are the ones the job names, or a ``digest_mismatch``."""
-    try:
-        digest = _sha256_file(job.artifact_path)
-    except OSError as exc:
-        raise Failure("load_failed", f"cannot read {job.artifact_path}: {exc}") from exc
-    if digest != job.expected_digest:
-        raise Failure(
-            "digest_mismatch",
-            f"{job.artifact_path} has {digest} {when}, expected {job.expected_digest}; "
-            "the stored copy was modified",
-        )
 
 
 def _trim_heap() -> None:
@@ -245,8 +208,8 @@ def cold_init(
     model_feed: Callable[[int], dict[str, Any]],
     result: dict[str, Any],
 ) -> tuple[Any, dict[str, Any]]:
-    """Cold init: session creation plus first inference in this fresh process, the bytes
-    verified again after the load, then where the nodes were placed."""
+    """Cold init: session creation plus first inference in this fresh process, then where the
+    nodes were placed."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         t0 = time.perf_counter_ns()
@@ -262,7 +225,6 @@ def cold_init(
     except Exception as exc:
         raise Failure(classify_exception(exc, "run"), f"{type(exc).__name__}: {exc}") from exc
     t2 = time.perf_counter_ns()
-    verify(job, "after loading")
     result["session_create_ms"] = (t1 - t0) / 1e6
     result["cold_init_ms"] = (t2 - t0) / 1e6
     result["placement"] = _placement(session, job.provider.expected)

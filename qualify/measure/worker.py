@@ -1,12 +1,12 @@
 """The measuring child: one artifact, one fresh interpreter, real onnxruntime.
 
 Owns the child's process (its parent's death, its memory limit, its peak read last), its modes and
-their order: the digest on the exact bytes it loads, cold and warm init, parity outputs, then the
-timed loops (``full``) or the parent's rounds (``serve``). It is the only module (with conversion)
-that imports onnxruntime; it reads a `qualify.measure.job.WorkerJob` and writes the result
-`qualify.measure.job.WorkerResult` reads. It judges nothing. Kept lean (no pydantic, no pandas): its
-imports count towards the measured memory, so what only one mode runs (the timed loops, open-loop
-arrivals, energy counters) is imported when that mode runs.
+their order: cold and warm init, parity outputs, then the timed loops (``full``) or the parent's
+rounds (``serve``). It is the only module (with conversion) that imports onnxruntime; it reads a
+`qualify.measure.job.WorkerJob` and writes the result `qualify.measure.job.WorkerResult` reads. It
+judges nothing, and does not hash the artifact (the parent does). Kept lean (no pydantic, no
+pandas, no hashlib): its imports count towards the measured memory, so what only one mode runs
+(the timed loops, open-loop arrivals, energy counters) is imported when that mode runs.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from qualify.measure.feeds import (
 from qualify.measure.hooks import Hook
 from qualify.measure.job import FeedJob, JobError, WorkerJob
 from qualify.measure.procfs import hwm_kb
-from qualify.measure.session import cold_init, profile, verify, warm_init
+from qualify.measure.session import cold_init, profile, warm_init
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -231,7 +231,7 @@ def _place_on_cores(job: WorkerJob, result: dict[str, Any]) -> None:
 
 
 def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
-    """Digest check, cold init, placement, warm init and parity outputs; None in check mode
+    """Cold init, placement, warm init and parity outputs; None in check mode
     and in parity mode (which saves the parity outputs and nothing more)."""
     _place_on_cores(job, result)
     t_numpy = time.perf_counter_ns()
@@ -249,10 +249,10 @@ def _prepare(job: WorkerJob, result: dict[str, Any]) -> _Prepared | None:
     result["runtime_version"] = ort.__version__
 
     # onnxruntime loads the file itself, as a host does (holding the model's bytes here would
-    # add the file's size to the peak, and external data would not resolve); the bytes are
-    # hashed before and again after the load, so what was measured is what the digest names.
+    # add the file's size to the peak, and external data would not resolve). The parent hashes
+    # the file before this process starts and again once it has loaded it
+    # (`qualify.measure.digest`): hashlib here would add OpenSSL's ~3.5 MB to the peak.
     model = job.artifact_path
-    verify(job, "before loading")
     pool = dict(np.load(job.inputs_path))
     pre = Hook("pre", job.pre_hook, job.hook_root) if job.pre_hook else None
     post = Hook("post", job.post_hook, job.hook_root) if job.post_hook else None

@@ -68,7 +68,7 @@ def test_the_child_reads_its_peak_with_only_numpy_and_onnxruntime_loaded(tmp_pat
 
 def test_the_runner_caches_the_bytecode_of_every_module_the_child_imports(tmp_path: Path) -> None:
     # A child that compiles qualify's sources itself counts the compiler's memory in its peak.
-    from qualify.measure.runner import CHILD_MODULES, _bytecode_current, cache_child_bytecode
+    from qualify.measure.bytecode import CHILD_MODULES, _bytecode_current, cache_child_bytecode
     from tests.models import build
     from tests.qualify.jobs import make_job
 
