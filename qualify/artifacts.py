@@ -8,14 +8,13 @@ it: `qualify.measure.digest`), because a flipped byte in the weights loads witho
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from qualify.errors import ArtifactError
-from schemas.atomic import open_binary
+from schemas.atomic import file_sha256, open_binary
 
 __all__ = ["ArtifactStore", "digest_file"]
 
@@ -28,14 +27,10 @@ def digest_file(path: Path) -> str:
     Raises:
         ArtifactError: the file cannot be read.
     """
-    h = hashlib.sha256()
     try:
-        with open_binary(path) as fh:  # a pipe or a device is refused by name
-            while chunk := fh.read(CHUNK):
-                h.update(chunk)
+        return file_sha256(path)  # a pipe or a device is refused by name
     except OSError as exc:
         raise ArtifactError(f"{path}: cannot read artifact: {exc.strerror or exc}") from exc
-    return "sha256:" + h.hexdigest()
 
 
 class ArtifactStore:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from typing import BinaryIO
 
 __all__ = [
+    "file_sha256",
     "kind_of",
     "open_binary",
     "open_regular",
@@ -89,6 +90,21 @@ def open_binary(path: Path | str) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
+
+
+def file_sha256(path: Path | str) -> str:
+    """``sha256:<hex>`` of a regular file's bytes (`open_binary`), read 1 MiB at a time.
+
+    Raises:
+        OSError: as `open_regular`, or a read that fails.
+    """
+    import hashlib  # here, not at the top: the measuring child imports this module
+
+    hasher = hashlib.sha256()
+    with open_binary(path) as fh:
+        while chunk := fh.read(1 << 20):
+            hasher.update(chunk)
+    return "sha256:" + hasher.hexdigest()
 
 
 def read_bounded(path: Path | str, max_bytes: int) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -18,6 +19,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.slow
 def test_wheel_carries_demo_assets_templates_static_files_and_schemas(tmp_path: Path) -> None:
+    # Built from a copy: setuptools writes build/ and *.egg-info beside the sources it builds.
+    src = tmp_path / "src"
+    ignore = shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache"
+    )
+    shutil.copytree(ROOT, src, ignore=ignore)
     subprocess.run(
         [
             sys.executable,
@@ -29,7 +36,7 @@ def test_wheel_carries_demo_assets_templates_static_files_and_schemas(tmp_path: 
             "-q",
             "-w",
             str(tmp_path),
-            str(ROOT),
+            str(src),
         ],
         check=True,
         capture_output=True,

@@ -8,29 +8,13 @@ loads OpenSSL's libcrypto, ~3.5 MB resident that the child's measured peak would
 
 from __future__ import annotations
 
-import hashlib
-
 from qualify.measure.job import WorkerJob
-from schemas.atomic import open_binary
+from schemas.atomic import file_sha256
 
-__all__ = ["AFTER_LOADING", "BEFORE_LOADING", "file_digest", "mismatch"]
+__all__ = ["AFTER_LOADING", "BEFORE_LOADING", "mismatch"]
 
 BEFORE_LOADING = "before the measuring process started"
 AFTER_LOADING = "after the measuring process loaded it"
-CHUNK = 1 << 20
-
-
-def file_digest(path: str) -> str:
-    """``sha256:<hex>`` of a regular file's bytes, read in bounded chunks.
-
-    Raises:
-        OSError: the file cannot be read, or is not a regular file.
-    """
-    hasher = hashlib.sha256()
-    with open_binary(path) as fh:  # a pipe or a device is refused by name
-        while chunk := fh.read(CHUNK):
-            hasher.update(chunk)
-    return "sha256:" + hasher.hexdigest()
 
 
 def mismatch(job: WorkerJob, when: str) -> tuple[str, str] | None:
@@ -38,7 +22,7 @@ def mismatch(job: WorkerJob, when: str) -> tuple[str, str] | None:
     ``expected_digest`` names (``digest_mismatch``) or cannot be read (``load_failed``), said
     as found ``when``; None when it holds them."""
     try:
-        found = file_digest(job.artifact_path)
+        found = file_sha256(job.artifact_path)
     except OSError as exc:
         return "load_failed", f"cannot read {job.artifact_path} {when}: {exc.strerror or exc}"
     if found != job.expected_digest:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import onnx
 
-from qualify.measure.digest import file_digest
 from qualify.measure.runner import ServedWorker, run_worker
+from schemas.atomic import file_sha256 as file_digest
 from tests.models import build
 from tests.qualify.jobs import make_job
 
