@@ -274,9 +274,9 @@ def write_per_class(
     doc: Mapping[str, Any], key: Ed25519PrivateKey, directory: Path
 ) -> dict[str, Path]:
     """Publish one signed document per class, all at once, into ``directory``: the version's
-    set staged (`stage`), then the pointer moved to it and older sets
-    removed (`point`). Only what qualify wrote there is ever removed, and a
-    directory holding anything else is refused (`claim`).
+    set staged (`stage`), then the pointer moved to it and older sets removed (`point`). Only
+    what qualify wrote there is ever removed, and a directory holding anything else is refused
+    (`claim`).
 
     Args:
         doc: the manifest (signed document or its ``signed`` part).

@@ -549,7 +549,7 @@ def test_a_per_class_set_synced_out_of_order_serves_the_last_known_good(
     host: Host, arrived: str
 ) -> None:
     # rsync or a CDN may deliver the new `current` pointer before (all of) the set it names.
-    from manifest.build import write_per_class
+    from manifest.perclass import write_per_class
 
     directory = host.tmp / "classes"
     write_per_class(fresh(version=2), fixed_key(), directory)

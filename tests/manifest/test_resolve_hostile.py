@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from manifest import envelope, resolve
-from manifest.build import write_per_class
 from manifest.errors import ForkError, MalformedError, ValidityError, VerificationError
 from manifest.load import load_manifest
+from manifest.perclass import write_per_class
 from manifest.signing import public_raw, sign_document
 from tests.manifest.factories import GOLDEN, fixed_key, scenario, signed_manifest
 from tests.manifest.test_resolve import Host as BaseHost
