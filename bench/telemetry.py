@@ -161,7 +161,7 @@ def _peak_rss_mb() -> float:
 
 def phase_ingest(db: Path, file: Path) -> dict[str, Any]:
     from matrix.store import Store
-    from matrix.telemetry import ingest_telemetry
+    from matrix.telemetry.ingest import ingest_telemetry
 
     started = time.perf_counter()
     with Store.open(db) as store:

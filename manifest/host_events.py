@@ -5,7 +5,7 @@ Owns what a deployed host writes about the path its model takes: the event of a
 onnxruntime session (``record_session``), and appending one line per event (``append_event``).
 Does not own the event schema (``schemas.telemetry.TelemetryEvent`` and the published
 ``schemas/telemetry-event.schema.json``; a test keeps this module's output valid against it),
-storing events (``matrix.telemetry``) or judging them (``qualify.telemetry.check``).
+storing events (``matrix.telemetry.ingest``) or judging them (``qualify.telemetry.check``).
 
 More: docs/internals.md, ``manifest.host_events``.
 

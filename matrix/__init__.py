@@ -2,8 +2,8 @@
 
 Modules: ``store`` (the database), ``migrations`` (the DDL), ``bundle`` (run bundles on disk),
 ``ingest`` (bundles into the store), ``samples`` (the raw samples table), ``tables`` (whole
-tables read for analysis), ``export`` (Parquet), ``telemetry`` (host events), ``errors`` (the
-tree).
+tables read for analysis), ``export`` (Parquet), ``telemetry/`` (host events: their ingest and
+queries), ``errors`` (the tree).
 """
 
 from __future__ import annotations

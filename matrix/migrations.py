@@ -200,10 +200,10 @@ FROM (
 WHERE recency = 1
 """
 
-# Telemetry from deployed hosts (matrix.telemetry). No key constraint on the events, as for raw
-# samples: idempotency is per file prefix (telemetry_files), and an index over tens of millions
-# of rows would cost more at insert than it protects. DuckDB's zone maps make the time filter
-# cheap as events arrive roughly in time order.
+# Telemetry from deployed hosts (matrix.telemetry.ingest). No key constraint on the events, as
+# for raw samples: idempotency is per file prefix (telemetry_files), and an index over tens of
+# millions of rows would cost more at insert than it protects. DuckDB's zone maps make the time
+# filter cheap as events arrive roughly in time order.
 _TELEMETRY = """
 CREATE TABLE telemetry (
     time               TIMESTAMPTZ NOT NULL,

@@ -4,8 +4,9 @@ Owns the models only: ``TelemetryEvent`` (one JSON line a host appends; publishe
 ``telemetry-event.schema.json``), ``Alert``, ``ClassState`` and ``TelemetryCheck`` (what
 ``qualify telemetry check`` prints) and ``StaleItem`` (what ``qualify matrix stale`` prints).
 Hosts write events with ``manifest.host_events`` (standard library only, so it does not import
-this module: the schema file and a test keep the two in step); ``matrix.telemetry`` stores them;
-``qualify.telemetry.check`` judges them and ``qualify.telemetry.staleness`` lists what to re-run.
+this module: the schema file and a test keep the two in step); ``matrix.telemetry.ingest``
+stores them; ``qualify.telemetry.check`` judges them and ``qualify.telemetry.staleness`` lists
+what to re-run.
 
 An event line looks like::
 

@@ -1,7 +1,7 @@
 """The telemetry event format's name and size limits, without pydantic.
 
 Owns the constants both readers of an event apply: the model (``schemas.telemetry``) and the
-fast ingest path (``matrix.telemetry_checks``), which checks a clean file without importing pydantic.
+fast ingest path (``matrix.telemetry.checks``), which checks a clean file without importing pydantic.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from matrix.store import Store
-from matrix.telemetry_queries import rollout_reported
-from matrix.telemetry_scope import Cohort
+from matrix.telemetry.queries import rollout_reported
+from matrix.telemetry.scope import Cohort
 from qualify.errors import QualifyError
 from schemas.manifest import Manifest, Rollback
 from schemas.telemetry import CheckSettings, ClassState, TelemetryCheck

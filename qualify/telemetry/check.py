@@ -3,7 +3,7 @@
 Owns ``check_telemetry``, the judgement of ``qualify telemetry check``: a pure function over the
 manifest, the cells and the window's aggregates (no clock, no database, no printing), and what it
 needs read from the matrix (``TelemetryAggregates``; ``tails_needed`` and ``tail_size`` say which
-latency tails and how long). Does not own the queries (``matrix.telemetry_queries``, run by
+latency tails and how long). Does not own the queries (``matrix.telemetry.queries``, run by
 ``qualify.telemetry.watch.gather_aggregates``), the event and result models (``schemas.telemetry``),
 the runtime revisions a class counts as qualified (``qualify.telemetry.staleness``, so that an
 ``unqualified_runtime`` alert and ``qualify matrix stale`` agree), the text people read
@@ -11,7 +11,7 @@ the runtime revisions a class counts as qualified (``qualify.telemetry.staleness
 
 Each event is judged against the manifest version it reports, or the one published at its time
 (``qualify.telemetry.timeline``: the releases, host states and lagging hosts; only the model line's
-own events are read, ``matrix.telemetry_scope``). Per class in the current manifest, the check
+own events are read, ``matrix.telemetry.scope``). Per class in the current manifest, the check
 raises:
 
 * ``unexpected_digest``: hosts whose latest event runs a digest its own version does not give
@@ -44,8 +44,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from matrix.telemetry_queries import ProfileRow, TelemetryProfile
-from matrix.telemetry_scope import HostState
+from matrix.telemetry.queries import ProfileRow, TelemetryProfile
+from matrix.telemetry.scope import HostState
 from qualify.measure.stats import quantile_bound_ranks
 from qualify.telemetry.staleness import qualified_revisions
 from qualify.telemetry.timeline import (

@@ -2,7 +2,7 @@
 
 Owns the time rule of ``qualify telemetry check`` (pure: no clock, no database): each event
 judged against the version it reports (or the one published at its time), a host's state as its
-latest event, and lagging hosts. Does not read events (``matrix.telemetry_scope``) or raise the
+latest event, and lagging hosts. Does not read events (``matrix.telemetry.scope``) or raise the
 alerts (``qualify.telemetry.check``). The rule in full: docs/internals.md,
 ``qualify.telemetry.timeline``.
 """
@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from manifest.envelope import parse_time
 from manifest.resolve import cohort_point
-from matrix.telemetry_scope import Attribution, HostState, Versions
+from matrix.telemetry.scope import Attribution, HostState, Versions
 from schemas.cell import Cell
 from schemas.manifest import Manifest, ManifestEntry
 from schemas.telemetry import Alert, LaggingHosts
@@ -95,7 +95,7 @@ class Releases:
 
     def attribution(self, cells: Iterable[Cell]) -> Attribution:
         """Which events are this line's: its name, and every digest its manifests and cells
-        know (see ``matrix.telemetry_scope.Attribution``)."""
+        know (see ``matrix.telemetry.scope.Attribution``)."""
         digests: set[str] = {c.artifact_digest for c in cells}
         for item in self.items:
             for entry in item.manifest.signed.entries.values():
@@ -202,7 +202,7 @@ def judge_hosts(
 
     Args:
         releases: The published manifests the events are judged against.
-        states: Each host's latest event (``matrix.telemetry_scope.host_states``).
+        states: Each host's latest event (``matrix.telemetry.scope.host_states``).
         now: The check's reference time.
         deadline: How long a host may lag behind a newer assignment before it is a warning.
 

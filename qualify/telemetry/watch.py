@@ -7,8 +7,8 @@ manifest a check compares with), ``load_releases`` (the published versions befor
 window's events may be judged against), ``run_check`` (``qualify telemetry check``) and ``run_stale``
 (``qualify matrix stale``), each with the clock as a parameter. Does not own the judgement
 (``qualify.telemetry.check``), what is stale (``qualify.telemetry.staleness``), the text people read
-(``qualify.telemetry.render``), SQL or parsing event files (``matrix.telemetry``,
-``matrix.telemetry_queries``), the event format (``schemas.telemetry``) nor what hosts write
+(``qualify.telemetry.render``), SQL or parsing event files (``matrix.telemetry.ingest``,
+``matrix.telemetry.queries``), the event format (``schemas.telemetry``) nor what hosts write
 (``manifest.host_events``).
 """
 
@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from matrix.store import Store
-from matrix.telemetry import TelemetryIngestReport, ingest_telemetry
-from matrix.telemetry_queries import latency_tails, revisions_by_class, telemetry_profile
-from matrix.telemetry_scope import (
+from matrix.telemetry.ingest import TelemetryIngestReport, ingest_telemetry
+from matrix.telemetry.queries import latency_tails, revisions_by_class, telemetry_profile
+from matrix.telemetry.scope import (
     Attribution,
     Cohort,
     host_states,
@@ -77,7 +77,7 @@ def gather_aggregates(
         end: Window end (the check's ``now``).
         settings: min_samples and confidence decide which tails are read and how long
             (``qualify.telemetry.check.tails_needed``).
-        cohort: Only one side of a staged rollout (``matrix.telemetry_scope.Cohort``).
+        cohort: Only one side of a staged rollout (``matrix.telemetry.scope.Cohort``).
         releases: The published manifests events are judged against (`load_releases`); by
             default ``manifest`` alone (every event judged against it: a rollout's cohort view).
         cells: The matrix's cells, whose digests tell this line's events from others' (default:

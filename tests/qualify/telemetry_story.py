@@ -19,7 +19,7 @@ from typing import Any
 from manifest import envelope
 from matrix.samples import empty_samples
 from matrix.store import Store
-from matrix.telemetry import ingest_telemetry
+from matrix.telemetry.ingest import ingest_telemetry
 from qualify.telemetry.watch import run_check
 from schemas.cell import RunBundle
 from schemas.manifest import Manifest, ManifestArtifact, Rollback, Rollout

@@ -15,7 +15,7 @@ import pytest
 from manifest import envelope
 from matrix.samples import empty_samples
 from matrix.store import Store
-from matrix.telemetry import ingest_telemetry
+from matrix.telemetry.ingest import ingest_telemetry
 from qualify.demo.telemetry import write_demo_telemetry
 from qualify.errors import QualifyError
 from qualify.release.generate import parse_duration

@@ -1,12 +1,12 @@
 """A block's columns as the fast path builds them (whole files through both paths are tested in
-``test_telemetry``)."""
+``test_ingest``)."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import matrix.telemetry_blocks as tb
+import matrix.telemetry.blocks as tb
 
 
 @settings(max_examples=80, deadline=None)

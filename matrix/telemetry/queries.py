@@ -2,8 +2,8 @@
 reported, the largest latencies of chosen (class, digest) pairs, the runtime revisions per
 class, and whether a rollout's canary reported.
 
-Reads only; what is in scope is ``matrix.telemetry_scope``'s. Does not own ingest
-(``matrix.telemetry``) nor judging events (``qualify.telemetry.check``).
+Reads only; what is in scope is ``matrix.telemetry.scope``'s. Does not own ingest
+(``matrix.telemetry.ingest``) nor judging events (``qualify.telemetry.check``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from matrix.store import Store
-from matrix.telemetry_scope import Attribution, Cohort, Versions, scope_sql
+from matrix.telemetry.scope import Attribution, Cohort, Versions, scope_sql
 
 __all__ = [
     "ProfileRow",
@@ -53,7 +53,7 @@ class ProfileRow:
         settings: The session settings the hosts reported (`schemas.settings` encoding; None:
             not reported).
         version: The manifest version these events are judged against
-            (``matrix.telemetry_scope``): the one they report, or the one published at their
+            (``matrix.telemetry.scope``): the one they report, or the one published at their
             time; None without versions given and none reported.
     """
 
@@ -167,9 +167,9 @@ def telemetry_profile(
         start: Window start (inclusive, aware).
         end: Window end (inclusive, aware).
         cohort: Only one side of a staged rollout (see `Cohort`).
-        attribution: Only this model line's events (``matrix.telemetry_scope.Attribution``).
+        attribution: Only this model line's events (``matrix.telemetry.scope.Attribution``).
         versions: The published versions each group's judged version is read from
-            (``matrix.telemetry_scope.Versions``).
+            (``matrix.telemetry.scope.Versions``).
 
     Returns:
         One row per (class, digest, runtime, placement kind, providers, fallback, settings,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from matrix.arrow_buffers import arrow_bool, not_null, numbers, truth
+from matrix.telemetry.arrow import arrow_bool, not_null, numbers, truth
 
 
 @settings(max_examples=60, deadline=None)

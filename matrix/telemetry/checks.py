@@ -4,7 +4,7 @@ message).
 
 The vectorised rules are a subset of ``schemas.telemetry.TelemetryEvent``'s: a row they pass,
 the model passes too, and any other is read again by the model, which says what is wrong. Does
-not own reading blocks (``matrix.telemetry_blocks``) nor the event model itself.
+not own reading blocks (``matrix.telemetry.blocks``) nor the event model itself.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow.compute import MatchSubstringOptions, SetLookupOptions
 
-from matrix.arrow_buffers import not_null, numbers, truth
+from matrix.telemetry.arrow import not_null, numbers, truth
 from schemas.settings import MAX_SETTINGS_CHARS, decode_settings
 from schemas.telemetry_format import MAX_PROVIDERS, MAX_TEXT_CHARS, TELEMETRY_FORMAT
 
@@ -146,7 +146,7 @@ def _row_of(event: TelemetryEvent, line: int) -> dict[str, Any]:
 def validate_lines(
     lines: Iterable[tuple[int, Data]], bad: list[BadLine], rows: list[dict[str, Any]]
 ) -> None:
-    """The model's verdict on each (line number, bytes): a row (as `matrix.telemetry_blocks`
+    """The model's verdict on each (line number, bytes): a row (as `matrix.telemetry.blocks`
     stores it) appended to ``rows``, or a bad line appended to ``bad``."""
     # Loaded here: only the lines the fast path cannot vouch for need pydantic and the model.
     from pydantic import ValidationError

@@ -3,7 +3,7 @@
 ``to_numpy``, ``pa.array`` and Python scalars make pyarrow import pandas (~0.12 s and ~35 MiB
 in a fresh process), which a telemetry ingest has no use for; these read and make columns from
 their validity and data buffers instead. Owns nothing else: what the columns mean is
-``matrix.telemetry_checks``' and ``matrix.telemetry_blocks``'.
+``matrix.telemetry.checks``' and ``matrix.telemetry.blocks``'.
 """
 
 from __future__ import annotations

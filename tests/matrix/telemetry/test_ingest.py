@@ -14,13 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-import matrix.telemetry as mt
-import matrix.telemetry_blocks as tb
-import matrix.telemetry_checks as checks
+import matrix.telemetry.blocks as tb
+import matrix.telemetry.checks as checks
+import matrix.telemetry.ingest as mt
 from matrix.errors import MatrixError
 from matrix.store import Store
-from matrix.telemetry import TelemetryFileError, ingest_telemetry
-from matrix.telemetry_queries import (
+from matrix.telemetry.ingest import TelemetryFileError, ingest_telemetry
+from matrix.telemetry.queries import (
     latency_tails,
     revisions_by_class,
     rollout_reported,
@@ -755,14 +755,14 @@ def test_a_clean_file_is_ingested_without_pandas_or_pydantic(tmp_path: Path) -> 
         "import sys\n"
         "from datetime import UTC, datetime\n"
         "from matrix.store import Store\n"
-        "from matrix.telemetry import ingest_telemetry\n"
+        "from matrix.telemetry.ingest import ingest_telemetry\n"
         "with Store.open(sys.argv[1]) as store:\n"
         "    done = ingest_telemetry(store, [sys.argv[2]], now=datetime.now(UTC))\n"
         "assert done.events == 100, done\n"
         "heavy = ('pandas', 'pydantic', 'schemas.telemetry')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
     )
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     out = subprocess.run(
         [sys.executable, "-c", code, str(tmp_path / "m.duckdb"), str(path)],
         capture_output=True,

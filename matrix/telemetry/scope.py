@@ -3,7 +3,7 @@
 Owns the part of the telemetry queries that a check over a product's life needs beyond the
 window itself (each event's version, each host's latest event, the hosts that lag). Does not
 judge anything (``qualify.telemetry.timeline``, ``qualify.telemetry.check``). More:
-docs/internals.md, ``matrix.telemetry_scope``.
+docs/internals.md, ``matrix.telemetry.scope``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The per-line checks of a telemetry ingest hold the event model's limits (their behaviour on
-real files is tested through the ingest, in ``test_telemetry``)."""
+real files is tested through the ingest, in ``test_ingest``)."""
 
 from __future__ import annotations
 
-import matrix.telemetry_checks as checks
+import matrix.telemetry.checks as checks
 
 
 def test_the_limits_mirror_the_event_model() -> None:

@@ -4,8 +4,8 @@ Owns the one streaming pass over a ``qualify-telemetry/1`` file (read in blocks 
 each parsed in a thread of its own while DuckDB stores the one before, into the ``telemetry``
 table in one transaction per file) and the record of ingested prefixes (``telemetry_files``)
 that makes an ingest idempotent and a grown file resume. Does not own parsing a block
-(``matrix.telemetry_blocks``), the per-line checks (``matrix.telemetry_checks``), the window
-queries (``matrix.telemetry_queries``), the event model (``schemas.telemetry``) nor judging
+(``matrix.telemetry.blocks``), the per-line checks (``matrix.telemetry.checks``), the window
+queries (``matrix.telemetry.queries``), the event model (``schemas.telemetry``) nor judging
 events (``qualify.telemetry.check``).
 """
 
@@ -28,11 +28,11 @@ from typing import Any, Literal
 import duckdb
 import pyarrow as pa
 
-from matrix import telemetry_checks as checks
 from matrix.errors import MatrixError, TelemetryFileError
 from matrix.migrations import rollback_quietly
 from matrix.store import Store
-from matrix.telemetry_blocks import FAST_ROW_SCHEMA, parse_block
+from matrix.telemetry import checks
+from matrix.telemetry.blocks import FAST_ROW_SCHEMA, parse_block
 
 __all__ = [
     "BLOCK_BYTES",

@@ -4,7 +4,8 @@ stores, and its bad lines.
 A block is parsed whole by pyarrow where it can be (the fast path: vectorised checks, columns
 built through their buffers, node counts dictionary-encoded), else line by line by the event
 model; either way the rows are the same. Does not own the checks themselves
-(``matrix.telemetry_checks``), reading the file in blocks or storing them (``matrix.telemetry``).
+(``matrix.telemetry.checks``), reading the file in blocks or storing them
+(``matrix.telemetry.ingest``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 from pyarrow.compute import CastOptions
 
-from matrix import telemetry_checks as checks
-from matrix.arrow_buffers import (
+from matrix.telemetry import checks
+from matrix.telemetry.arrow import (
     arrow_bool,
     arrow_numbers,
     arrow_strings,
