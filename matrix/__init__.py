@@ -1,9 +1,10 @@
 """The DuckDB matrix: migrations, writes, queries and bundle ingest. The only SQL in qualify.
 
-Modules: ``store`` (the database), ``migrations`` (the DDL), ``bundle`` (run bundles on disk),
-``ingest`` (bundles into the store), ``samples`` (the raw samples table), ``tables`` (whole
-tables read for analysis), ``export`` (Parquet), ``telemetry/`` (host events: their ingest and
-queries), ``errors`` (the tree).
+Modules: ``store`` (the database; its parts ``releases``, ``annotations`` and ``export``, over
+``connected``, with ``lock`` and ``rows``), ``migrations`` (the DDL), ``publications`` (the
+publish journal), ``bundle`` (run bundles on disk), ``ingest`` (bundles into the store),
+``lines`` (model lines), ``samples`` (the raw samples table), ``tables`` (whole tables read for
+analysis), ``telemetry/`` (host events: their ingest and queries), ``errors`` (the tree).
 """
 
 from __future__ import annotations

@@ -44,7 +44,6 @@ __all__ = [
     "class_spec",
     "digest_of",
     "fixed_key",
-    "generic_entry",
     "make_project",
     "scenario",
     "signed_manifest",
@@ -390,51 +389,3 @@ def signed_manifest(
         previous=previous,
     )
     return sign_document(signed, key)
-
-
-def generic_entry(
-    project: Project,
-    d: ClassDecision,
-    artifacts: Mapping[str, ArtifactRef],
-    previous: Manifest | None = None,
-) -> dict[str, Any]:
-    """The manifest entry of decision ``d``, made the slow, generic way: each part's
-    ``model_dump``. The oracle the builder's written text is held equal to (once encoded)."""
-    cls = project.host_classes[d.host_class]
-
-    def where(digest: str) -> dict[str, Any]:
-        ref = artifacts.get(digest)
-        if ref is not None:
-            return {"name": ref.name, "digest": digest, "length": ref.length, "uri": ref.uri}
-        for entry in previous.signed.entries.values() if previous else ():
-            for item in (entry.artifact, entry.rollback):
-                if item is not None and item.digest == digest:
-                    return {k: getattr(item, k) for k in ("name", "digest", "length", "uri")}
-        raise AssertionError(f"no location for {digest}")
-
-    rollback = None
-    if d.rollback_digest is not None:
-        rollback = {
-            **where(d.rollback_digest),
-            "proven_to_load": d.rollback_proven,
-            "runtime": None
-            if d.rollback_runtime == cls.runtime
-            else d.rollback_runtime.model_dump(mode="json", exclude_none=True),
-            "provider": None
-            if d.rollback_provider == cls.provider
-            else d.rollback_provider.model_dump(mode="json", exclude_none=True),
-        }
-    return {
-        "host_class": d.host_class,
-        "key": cls.key.model_dump(mode="json"),
-        "match": cls.match.model_dump(mode="json", exclude_defaults=True),
-        "decision": d.decision,
-        "artifact": None if d.artifact_digest is None else where(d.artifact_digest),
-        "runtime": cls.runtime.model_dump(mode="json", exclude_none=True),
-        "provider": cls.provider.model_dump(mode="json", exclude_none=True),
-        "rollback": rollback,
-        "evidence": None if d.evidence is None else d.evidence.model_dump(mode="json"),
-        "reasons": [r.model_dump(mode="json") for r in d.reasons],
-        "summary": d.summary,
-        "run_ids": list(d.run_ids),
-    }

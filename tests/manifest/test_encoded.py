@@ -1,5 +1,5 @@
 """Entries held as their canonical text: read as JSON objects, encoded without encoding again,
-and the builder's text equal to the generic encoding whatever the strings hold."""
+and the builder's text canonical and read back as what was decided, whatever the strings hold."""
 
 from __future__ import annotations
 
@@ -17,9 +17,15 @@ from manifest.encoded import EncodedEntries, EntryText
 from manifest.errors import CanonicalError, MalformedError
 from manifest.signing import check_publishable, sign_encoded
 from schemas.cell import Reason
-from schemas.manifest import ClassDecision, Evidence, OutputParitySummary, ParitySummary
+from schemas.manifest import (
+    ClassDecision,
+    Evidence,
+    ManifestEntry,
+    OutputParitySummary,
+    ParitySummary,
+)
 from schemas.project import Project
-from tests.manifest.factories import CLOCK, artifact_refs, fixed_key, generic_entry, scenario
+from tests.manifest.factories import CLOCK, artifact_refs, fixed_key, scenario
 
 
 def _build(project: Project, decisions: list[ClassDecision], encoded: bool) -> dict[str, Any]:
@@ -163,25 +169,36 @@ def evidence(draw: st.DrawFn) -> Evidence:
     )
 
 
+def _entry_bytes(signed: dict[str, Any], name: str) -> bytes:
+    return b"".join(signed["entries"].encoded(name).canonical_parts())
+
+
 @settings(max_examples=60, deadline=None)
 @given(evidence())
-def test_an_entry_with_any_evidence_is_the_generic_encoding(e: Evidence) -> None:
+def test_an_entry_with_any_evidence_reads_back_as_that_evidence(e: Evidence) -> None:
     fleet = scenario()
-    refs = artifact_refs(fleet.project)
     decisions = [ClassDecision.trusted({**dict(d), "evidence": e}) for d in fleet.decide().values()]
     signed = _build(fleet.project, decisions, encoded=True)
     for d in decisions:
-        expected = envelope.encode_canonical(generic_entry(fleet.project, d, refs))
-        assert b"".join(signed["entries"].encoded(d.host_class).canonical_parts()) == expected
+        data = _entry_bytes(signed, d.host_class)
+        parsed = json.loads(data)
+        assert envelope.encode_canonical(parsed) == data  # canonical as written
+        entry = ManifestEntry.model_validate(parsed)  # what a reader of the manifest accepts
+        assert entry.evidence == e
+        assert (entry.host_class, entry.decision, entry.summary) == (
+            d.host_class,
+            d.decision,
+            d.summary,
+        )
+        assert entry.reasons == list(d.reasons)
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(hostile, hostile), min_size=1, max_size=4), hostile)
-def test_an_entry_with_hostile_reasons_and_summary_is_the_generic_encoding(
+def test_an_entry_with_hostile_reasons_and_summary_reads_back_as_written(
     reasons: list[tuple[str, str]], summary: str
 ) -> None:
     fleet = scenario()
-    refs = artifact_refs(fleet.project)
     decisions = []
     for d in fleet.decide().values():
         fields = dict(d.__dict__)
@@ -190,9 +207,12 @@ def test_an_entry_with_hostile_reasons_and_summary_is_the_generic_encoding(
         decisions.append(ClassDecision.trusted(fields))
     signed = _build(fleet.project, decisions, encoded=True)
     for d in decisions:
-        expected = envelope.encode_canonical(generic_entry(fleet.project, d, refs))
-        assert b"".join(signed["entries"].encoded(d.host_class).canonical_parts()) == expected
-        assert signed["entries"][d.host_class] == json.loads(expected)
+        data = _entry_bytes(signed, d.host_class)
+        parsed = json.loads(data)
+        assert envelope.encode_canonical(parsed) == data
+        assert parsed["reasons"] == [{"code": f"x{c}", "message": m} for c, m in reasons]
+        assert parsed["summary"] == summary
+        assert signed["entries"][d.host_class] == parsed
 
 
 def test_encoded_values_splice_anywhere_as_their_plain_twins_encode() -> None:
