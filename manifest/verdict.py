@@ -21,7 +21,8 @@ from manifest.gates import judge
 from schemas.base import Role
 from schemas.cell import Cell, OutputParity, Reason, latest
 from schemas.project import HostClass, HostClassKey, OutputTolerance, Project, TaskTolerance
-from schemas.rules import applicable, resolve_tolerance, task_failures, tolerance_failures
+from schemas.rules import task_failures, tolerance_failures
+from schemas.tolerance import applicable, resolve_tolerance
 
 __all__ = [
     "STALE_CODES",

@@ -18,7 +18,7 @@ from pydantic_core import PydanticCustomError
 
 from schemas.base import NAME_RE, NAME_RULE, Name, Precision
 from schemas.emulation import CPU_MODELS, NATIVE, EmulatedCpu
-from schemas.rules import merge_tolerance
+from schemas.tolerance import OutputTolerance, TaskTolerance, Tolerance, merge_tolerance
 from schemas.workload import (
     DIM_RE,
     HOOK_RE,
@@ -161,79 +161,6 @@ class Artifacts(ProjectPart):
                 f"artifact names must be unique, found {dupes} more than once; set 'name' on one"
             )
         return self
-
-
-_INHERITED = (
-    " Left out: inherited (per output from its family's entry, a family's from the built-in "
-    "default); null: not checked."
-)
-
-
-class OutputTolerance(ProjectPart):
-    """Parity tolerances for one output. A limit left out is inherited field by field (an
-    output's from its family's entry, a family's from the built-in defaults); a limit set to
-    null is not checked (`schemas.rules.merge_tolerance`)."""
-
-    max_abs: float | None = Field(
-        default=None, ge=0, description="Largest allowed |a-b|." + _INHERITED
-    )
-    mean_abs: float | None = Field(
-        default=None, ge=0, description="Largest allowed mean |a-b|." + _INHERITED
-    )
-    max_rel: float | None = Field(
-        default=None, ge=0, description="Largest allowed |a-b| / max(|a|, eps)." + _INHERITED
-    )
-    cosine_min: float | None = Field(
-        default=None,
-        ge=-1,
-        le=1,
-        description="Smallest allowed cosine similarity per sample." + _INHERITED,
-    )
-    top1_agreement_min: float | None = Field(
-        default=None,
-        ge=0,
-        le=1,
-        description="Smallest allowed share of positions whose arg-max over the last axis agrees "
-        "(class-score outputs of rank 2 or more: per row, or per step of a sequence)." + _INHERITED,
-    )
-
-
-class Tolerance(OutputTolerance):
-    """Parity tolerances of one precision family, overridable per output."""
-
-    outputs: dict[str, OutputTolerance] = Field(
-        default_factory=dict,
-        description="Per-output overrides, by output name: each limit given here replaces the "
-        "family's for that output alone (null turns it off there); the others are the family's.",
-    )
-
-
-class TaskTolerance(ProjectPart):
-    """Task-level parity of one answer of the workload's post hook: what a user of the service
-    sees, compared as a task is scored (tensor parity can pass a detector that lost every box)."""
-
-    exact_match_min: float | None = Field(
-        default=None,
-        ge=0,
-        le=1,
-        description="Smallest share of samples whose answer (a string, integers: the whole "
-        "answer to one sample) equals the baseline's exactly.",
-    )
-    box_f1_min: float | None = Field(
-        default=None,
-        ge=0,
-        le=1,
-        description="Smallest F1 of the candidate's boxes against the baseline's over all "
-        "samples. Each sample's answer is an array of boxes [K, 4 or more]: columns x1, y1, x2, "
-        "y2 (then anything, e.g. score and class); a candidate box matches one baseline box of "
-        "IoU at least iou, one to one, the best overlaps first.",
-    )
-    iou: float = Field(
-        default=0.5,
-        gt=0,
-        le=1,
-        description="Intersection over union at which two boxes match, for box_f1_min.",
-    )
 
 
 class Parity(ProjectPart):
@@ -744,7 +671,7 @@ class Project(ProjectPart):
     def tolerance(self, precision: str) -> Tolerance:
         """The tolerance of a precision family: the built-in default, with each limit the
         project's family entry sets (null included) in its place, and the entry's per-output
-        overrides (`schemas.rules.merge_tolerance`, `schemas.rules.resolve_tolerance`)."""
+        overrides (`schemas.tolerance.merge_tolerance`, `schemas.tolerance.resolve_tolerance`)."""
         default = DEFAULT_TOLERANCES[precision]
         found = self.parity.families().get(precision)
         return merge_tolerance(default, found) if found is not None else default

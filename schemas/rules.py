@@ -1,6 +1,7 @@
 """The rules every layer applies the same way, owned once: quantile rank (`order_rank`), p99
 against a budget (`p99_outcome`), slowdown (`slower_than`), fallback count (`fallback_count`),
-parity tolerance (`merge_tolerance`, `resolve_tolerance`, `tolerance_failures`).
+parity against its limits (`tolerance_failures`, `task_failures`; the limits themselves are
+``schemas.tolerance``).
 
 Owns the rules, not their inputs: the runner, the gates, the current verdict, the report and
 telemetry call them (who uses which: docs/internals.md, ``schemas.rules``). Lives in the bottom
@@ -14,23 +15,43 @@ import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
-    from typing import Literal
+    from collections.abc import Mapping
+    from typing import Literal, Protocol
 
-    from schemas.project import OutputTolerance, TaskTolerance, Tolerance
+    class Limits(Protocol):
+        """What `tolerance_failures` reads of measured values and of their limits (an
+        ``OutputTolerance``'s fields: ``schemas.tolerance``)."""
+
+        @property
+        def max_abs(self) -> float | None: ...
+        @property
+        def mean_abs(self) -> float | None: ...
+        @property
+        def max_rel(self) -> float | None: ...
+        @property
+        def cosine_min(self) -> float | None: ...
+        @property
+        def top1_agreement_min(self) -> float | None: ...
+
+    class TaskLimits(Protocol):
+        """What `task_failures` reads of a ``TaskTolerance`` (``schemas.tolerance``)."""
+
+        @property
+        def exact_match_min(self) -> float | None: ...
+        @property
+        def box_f1_min(self) -> float | None: ...
+        @property
+        def iou(self) -> float: ...
 
     Outcome = Literal["pass", "fail", "undecided"]
 
 __all__ = [
     "OFF_PROVIDER_KEPT",
     "TOLERANCE_FIELDS",
-    "applicable",
     "batched_on",
     "fallback_count",
-    "merge_tolerance",
     "order_rank",
     "p99_outcome",
-    "resolve_tolerance",
     "sample_at",
     "show_pair",
     "slower_than",
@@ -110,34 +131,6 @@ def fallback_count(nodes_per_provider: Mapping[str, int], expected: str) -> int:
     return sum(nodes_per_provider.values()) - nodes_per_provider.get(expected, 0)
 
 
-def merge_tolerance(base: Tolerance, entry: Tolerance) -> Tolerance:
-    """A precision family's tolerance: ``base`` (the built-in default) with each limit that
-    ``entry`` (the project's family entry) sets in its place, a null included (that check is
-    off), and ``entry``'s per-output overrides. A limit ``entry`` leaves out keeps ``base``'s:
-    setting ``max_abs`` alone does not drop the family's cosine or top-1 limits."""
-    from schemas.project import Tolerance
-
-    given = entry.model_fields_set
-    values: dict[str, float | None] = {
-        field: getattr(entry if field in given else base, field) for field in TOLERANCE_FIELDS
-    }
-    return Tolerance(**values, outputs={**base.outputs, **entry.outputs})
-
-
-def resolve_tolerance(tolerance: Tolerance, name: str) -> OutputTolerance:
-    """The limits applied to one output: each limit its per-output override sets (a null
-    included: that check is off for this output), else the family's (`merge_tolerance`)."""
-    from schemas.project import OutputTolerance
-
-    override = tolerance.outputs.get(name)
-    given = override.model_fields_set if override is not None else frozenset()
-    values: dict[str, float | None] = {
-        field: getattr(override if field in given else tolerance, field)
-        for field in TOLERANCE_FIELDS
-    }
-    return OutputTolerance(**values)
-
-
 def show_pair(measured: float, limit: float) -> tuple[str, str]:
     """``(measured, limit)`` as text: the limit exactly (shortest round-trip repr), the measured
     value to 3 significant digits, or more when fewer would land on or across the limit."""
@@ -150,7 +143,7 @@ def show_pair(measured: float, limit: float) -> tuple[str, str]:
     return repr(float(measured)), exact
 
 
-def tolerance_failures(measured: OutputTolerance, limits: OutputTolerance) -> list[str]:
+def tolerance_failures(measured: Limits, limits: Limits) -> list[str]:
     """What fails ``limits`` among the measured values of one output, one phrase each.
 
     Args:
@@ -187,20 +180,11 @@ def tolerance_failures(measured: OutputTolerance, limits: OutputTolerance) -> li
     return found
 
 
-def applicable(limits: OutputTolerance, skipped: Iterable[str]) -> OutputTolerance:
-    """``limits`` without those of the metrics that do not apply to an output (an
-    `OutputParity`'s ``skipped``: ``top1_agreement`` on a recurrent state, the tensor metrics
-    on strings), so that a family-level limit is not failed by a metric nobody measured."""
-    names = {("top1_agreement_min" if m == "top1_agreement" else m) for m in skipped}
-    drop = {field: None for field in TOLERANCE_FIELDS if field in names}
-    return limits.model_copy(update=drop) if drop else limits
-
-
 def task_failures(
     exact_match: float | None,
     box_f1: float | None,
     iou: float | None,
-    limits: TaskTolerance | None,
+    limits: TaskLimits | None,
 ) -> list[str]:
     """What fails a task-level tolerance (``parity.post``) among one answer's measured values,
     one phrase each, worded as `tolerance_failures` words the tensor ones.

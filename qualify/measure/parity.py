@@ -19,7 +19,8 @@ import numpy.typing as npt
 
 from schemas.cell import OutputParity, ParityResult
 from schemas.project import OutputTolerance, TaskTolerance, Tolerance, Workload
-from schemas.rules import applicable, resolve_tolerance, task_failures, tolerance_failures
+from schemas.rules import task_failures, tolerance_failures
+from schemas.tolerance import applicable, resolve_tolerance
 
 __all__ = [
     "REL_EPS",

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from qualify.project.load import dump_project, parse_project
 from schemas.project import DEFAULT_TOLERANCES, OutputTolerance, Project, Tolerance
-from schemas.rules import TOLERANCE_FIELDS, merge_tolerance, resolve_tolerance
+from schemas.rules import TOLERANCE_FIELDS
+from schemas.tolerance import merge_tolerance, resolve_tolerance
 
 PROJECT = """\
 model: m

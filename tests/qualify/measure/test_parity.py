@@ -23,7 +23,7 @@ from schemas.project import (
     Tolerance,
     Workload,
 )
-from schemas.rules import resolve_tolerance
+from schemas.tolerance import resolve_tolerance
 
 DIGEST = "sha256:" + "ab" * 32
 Arrays = dict[str, npt.NDArray[np.generic]]
