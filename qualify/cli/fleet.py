@@ -237,7 +237,7 @@ def fleet_run_cmd(
     address or project error, 3 with --gate when every class came back but the release cannot
     proceed.
     """
-    from qualify.fleet.cluster import fleet_run
+    from qualify.fleet.start import fleet_run
     from qualify.project.load import load_project
     from qualify.table import shorten
 

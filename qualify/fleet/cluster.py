@@ -2,7 +2,8 @@
 
 Owns a host's offer (`node_offer`: a resource per class it matches, its labels), the ``ray start``
 it joins with (`join_argv`), who serves which class (`fleet_status`), the bounded connect and the
-shipment; `fleet_run` connects and hands over to `qualify.fleet.driver`. Ray is imported lazily.
+shipment. `qualify.fleet.start` connects and hands over to `qualify.fleet.driver`. Ray is imported
+lazily.
 
 Errors::
 
@@ -20,8 +21,8 @@ import re
 import secrets
 import socket
 import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
@@ -48,12 +49,14 @@ __all__ = [
     "FleetOutcome",
     "FleetStatus",
     "NodeOffer",
+    "check_shipment",
+    "connect",
     "disagreement",
     "expected_labels",
-    "fleet_run",
     "fleet_status",
     "is_loopback",
     "join_argv",
+    "local_auth",
     "machine_id",
     "node_offer",
     "parse_address",
@@ -303,7 +306,7 @@ _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 
 
 
 @contextmanager
-def _local_auth() -> Iterator[None]:
+def local_auth() -> Iterator[None]:
     """A cluster this run starts on this machine alone gets a token of its own through the
     environment (``RAY_AUTH_TOKEN``): Ray turns token authentication on for a new local cluster
     and would otherwise write a token to ``~/.ray/auth_token`` and leave it there. A token or
@@ -329,7 +332,7 @@ def _ray() -> Any:
     return ray
 
 
-def _connect(
+def connect(
     address: str | None,
     *,
     timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
@@ -388,9 +391,9 @@ def read_nodes(
     """The nodes of the cluster at ``address`` (``ray.nodes()``).
 
     Raises:
-        FleetAddressError, FleetError: as `_connect`.
+        FleetAddressError, FleetError: as `connect`.
     """
-    ray = _connect(address, timeout_s=timeout_s)
+    ray = connect(address, timeout_s=timeout_s)
     try:
         return list(ray.nodes())
     finally:
@@ -515,7 +518,7 @@ def shipment_files(loaded: LoadedProject) -> dict[str, Path]:
     return files
 
 
-def _check_shipment(loaded: LoadedProject, files: Mapping[str, Path]) -> None:
+def check_shipment(loaded: LoadedProject, files: Mapping[str, Path]) -> None:
     for rel, path in files.items():
         if not path.is_file():
             raise ProjectError(f"{loaded.path}: {rel}: not found ({path})")
@@ -588,104 +591,3 @@ class FleetOutcome:
     def gaps(self) -> dict[str, str]:
         """Per class that ended without cells: its reason code and sentence."""
         return {c.host_class: f"{c.reason}: {c.message}" for c in self.classes if c.state == "gap"}
-
-
-def fleet_run(
-    loaded: LoadedProject,
-    options: FleetOptions,
-    *,
-    classes: Sequence[str] | None = None,
-    on_event: Callable[[str], None] = lambda _msg: None,
-    local_fingerprint: Callable[[], Fingerprint] | None = None,
-    stop: Callable[[], bool] = lambda: False,
-    signals: bool = False,
-) -> FleetOutcome:
-    """Qualify each requested class (default: all) on a host of that class, in parallel across
-    hosts, and write what comes back to the matrix at ``options.db_path`` as it arrives.
-
-    Every class ends as cells or as a gap with its reason, recorded in the matrix. Without
-    ``options.address`` a cluster on this machine alone is started whose one node offers the
-    classes this host matches (``local_fingerprint`` fingerprints it). ``stop`` is asked at
-    every look: True ends the run at once, every class not back becoming ``driver_stopped``;
-    with ``signals``, SIGTERM and SIGINT do the same (a second one stops at once), from the
-    moment Ray is connected (``ray.init`` installs a SIGTERM handler of its own).
-
-    Raises:
-        ProjectError: an unknown class, or a file outside the project's folder.
-        FleetAddressError: the address is malformed or does not answer.
-        FleetError: Ray is missing, refused the connection, or the driver failed mid-run (the
-            classes not back are recorded as ``driver_failed`` first).
-    """
-    from qualify.fleet.driver import Driver
-
-    known = loaded.project.host_classes
-    wanted = list(dict.fromkeys(classes)) if classes else list(known)
-    for name in wanted:
-        if name not in known:
-            raise ProjectError(
-                f"{loaded.path}: host_classes: no class named {name!r}. "
-                f"Fix: pick from {', '.join(known)}."
-            )
-    if options.db_path.exists():  # a matrix of another model line is refused before any host runs
-        from matrix.store import Store
-
-        Store.open(options.db_path, model=loaded.project.model).close()
-    files = shipment_files(loaded)
-    _check_shipment(loaded, files)
-    if options.address is not None:
-        ray = _connect(options.address, timeout_s=options.connect_timeout_s)
-        return _drive(ray, Driver, loaded, wanted, files, options, on_event, stop, signals)
-    from qualify.measure.fingerprint import take_fingerprint
-    from qualify.measure.runner import probe_runtime
-
-    fp = local_fingerprint() if local_fingerprint else take_fingerprint(probe_runtime)
-    offer = node_offer(loaded, fp, boot_id=read_boot_id())
-    with _local_auth():
-        ray = _connect(None, resources=offer.resources, labels=offer.labels)
-        return _drive(ray, Driver, loaded, wanted, files, options, on_event, stop, signals)
-
-
-def _drive(
-    ray: Any,
-    driver: Any,
-    loaded: LoadedProject,
-    wanted: list[str],
-    files: dict[str, Path],
-    options: FleetOptions,
-    on_event: Callable[[str], None],
-    stop: Callable[[], bool],
-    signals: bool,
-) -> FleetOutcome:
-    try:
-        with _stop_on_signals(on_event) if signals else nullcontext(lambda: False) as signalled:
-            run = driver(ray, loaded, files, options, on_event, lambda: stop() or signalled())
-            outcome: FleetOutcome = run.run(wanted)
-        return outcome
-    finally:
-        ray.shutdown()
-
-
-@contextmanager
-def _stop_on_signals(on_event: Callable[[str], None]) -> Iterator[Callable[[], bool]]:
-    """SIGTERM and SIGINT ask the run to stop (within a look, ``FleetOptions.poll_s``); a
-    second one interrupts at once. Main thread only (elsewhere signals are not ours)."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: False
-        return
-    asked: list[int] = []
-
-    def handler(signum: int, _frame: Any) -> None:
-        if asked:
-            raise KeyboardInterrupt
-        asked.append(signum)
-        on_event("stopping: every class not back ends as driver_stopped")
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield lambda: bool(asked)
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)

@@ -30,7 +30,6 @@ from qualify.fleet.cluster import (
     VERSION_LABEL,
     FleetAddressError,
     FleetOptions,
-    fleet_run,
     fleet_status,
     join_argv,
     node_offer,
@@ -40,6 +39,7 @@ from qualify.fleet.cluster import (
     shipment_files,
 )
 from qualify.fleet.driver import can_take
+from qualify.fleet.start import fleet_run
 from qualify.measure.fingerprint import take_fingerprint
 from qualify.measure.runner import probe_runtime
 from qualify.project.load import load_project

@@ -23,7 +23,8 @@ from click.testing import CliRunner
 
 from matrix.store import Store
 from qualify.cli import cli
-from qualify.fleet.cluster import LOCAL_ENV, PROJECT_LABEL, VERSION_LABEL, FleetOptions, fleet_run
+from qualify.fleet.cluster import LOCAL_ENV, PROJECT_LABEL, VERSION_LABEL, FleetOptions
+from qualify.fleet.start import fleet_run
 from qualify.project.load import load_project
 from tests.qualify.fleet.test_cluster import fleet_project, on_cluster
 from tests.qualify.fleet_cluster import (
