@@ -5,8 +5,8 @@ standard library: a loop over ``("_sha2", "_sha256")`` imports them as well), no
 private attribute of one.
 
 A private name is one with a single leading underscore (``_rust``, ``_compute``); dunders
-(``__future__``, ``__version__``) are public. Our own packages may import each other's private
-names: that is a matter of the architecture test, not of our dependencies' promises.
+(``__future__``, ``__version__``) are public, pydantic's own ``__pydantic_*__`` apart (its
+documented hooks aside). Our own packages may import each other's private names: that is a matter of the architecture test, not of our dependencies' promises.
 """
 
 from __future__ import annotations
@@ -21,18 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("qualify", "manifest", "matrix", "schemas", "reports")
 OURS = frozenset(PACKAGES)
 
-KNOWN_PRIVATE = frozenset(
-    {
-        # pydantic's instance slots: write them through model_construct or validation instead.
-        "__pydantic_fields_set__",
-        "__pydantic_extra__",
-        "__pydantic_private__",
-        # pydantic's core serializer and validator: model_dump_json / model_validate instead.
-        "__pydantic_serializer__",
-        "__pydantic_validator__",
-    }
-)
-"""Dunder names that are private all the same (the generic rule lets dunders through)."""
+PRIVATE_DUNDER_PREFIX = "__pydantic_"
+"""pydantic's own dunders (its instance slots ``__pydantic_fields_set__``..., its core
+``__pydantic_serializer__`` and ``__pydantic_validator__``) are private all the same: write through
+``model_construct`` or validation, read through ``model_dump_json`` or ``model_validate``."""
+DOCUMENTED_HOOKS = frozenset({"__pydantic_init_subclass__", "__pydantic_on_complete__"})
+"""Such dunders pydantic documents as hooks a model may define."""
 PRIVATE_STDLIB = frozenset(
     n for n in sys.stdlib_module_names if n.startswith("_") and not n.startswith("__")
 )
@@ -41,8 +35,12 @@ DOCUMENTED = frozenset({("os", "_exit")})
 """Underscored names their library documents as public (``os._exit``: exit without cleanup)."""
 
 
+def _private_dunder(name: str) -> bool:
+    return name.startswith(PRIVATE_DUNDER_PREFIX) and name not in DOCUMENTED_HOOKS
+
+
 def _private(name: str) -> bool:
-    return (name.startswith("_") and not name.startswith("__")) or name in KNOWN_PRIVATE
+    return (name.startswith("_") and not name.startswith("__")) or _private_dunder(name)
 
 
 def _ours(module: str) -> bool:
@@ -116,9 +114,13 @@ def _attribute_use(node: ast.AST, foreign: set[str]) -> str | None:
         named = isinstance(base, ast.Name) and base.id in foreign
         if named and (base.id, node.attr) in DOCUMENTED:  # type: ignore[attr-defined]
             return None
-        if named or node.attr in KNOWN_PRIVATE:
+        if named or _private_dunder(node.attr):
             return f"attribute .{node.attr}"
-    if isinstance(node, ast.Constant) and node.value in KNOWN_PRIVATE:
+    if (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and _private_dunder(node.value)
+    ):
         return f"name {node.value!r}"  # BaseModel.__dict__["__pydantic_extra__"]
     return None
 
@@ -162,6 +164,7 @@ def test_no_package_module_uses_a_private_api_of_a_dependency() -> None:
         "from pydantic import BaseModel\nBaseModel.__dict__['__pydantic_extra__']",
         "def f(m):\n    m.__pydantic_fields_set__ = set()",
         "def f(m):\n    return type(m).__pydantic_serializer__.to_json(m)",
+        "def f(m):\n    return type(m).__pydantic_decorators__",
         "import numpy as np\nnp._core",
         "import importlib\nimportlib.import_module('_sha2').sha256()",
         "from importlib import import_module\nimport_module('_json')",
@@ -185,6 +188,9 @@ def test_the_check_finds_each_kind_of_private_use(source: str) -> None:
         "class A:\n    def f(self):\n        return self._x",
         "from pydantic import BaseModel\nBaseModel.model_construct()",
         "import qualify\nqualify.__version__",
+        "from pydantic import BaseModel\nclass M(BaseModel):\n    @classmethod\n"
+        "    def __pydantic_init_subclass__(cls, **kw):\n"
+        "        super().__pydantic_init_subclass__(**kw)",
         "import os\nos._exit(0)",
         "import importlib\nimportlib.import_module('json')",
         "__import__('hashlib')",
