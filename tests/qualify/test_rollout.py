@@ -244,8 +244,11 @@ def test_a_step_advances_on_healthy_cohort_telemetry_and_halts_on_a_fallback(
 
     new, old, members, rest = _rollout_sides(db)
     healthy = new.nodes
+    # Healthy: both sides report the candidate's qualified p50. The two qualified p50s are both
+    # measured, and the loosened slowdown gate lets the twin qualify slower by noise alone
+    # (CI once measured 0.0112 against 0.00766 ms), which the cohort check rightly halts on.
     _events(tmp_path / "ok.jsonl", new.digest, healthy, new.p50_ms, members)
-    _events(tmp_path / "rest.jsonl", old.digest, old.nodes, old.p50_ms, rest)
+    _events(tmp_path / "rest.jsonl", old.digest, old.nodes, new.p50_ms, rest)
     _cli(
         "telemetry",
         "ingest",
