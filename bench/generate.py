@@ -52,6 +52,7 @@ from matrix.store import Store  # noqa: E402
 from qualify.artifacts import ArtifactStore, digest_file  # noqa: E402
 from qualify.project.load import LoadedProject  # noqa: E402
 from qualify.release.generate import artifact_refs, generate_manifest, previous_manifest  # noqa: E402
+from qualify.release.publishing import PublishOptions  # noqa: E402
 from schemas.cell import Cell, RunBundle, RunRecord  # noqa: E402
 
 __all__ = ["Fixture", "fixture", "main"]
@@ -148,11 +149,13 @@ def _generate(fx: Fixture, out: Path, now: datetime) -> bytes:
         made = generate_manifest(
             fx.loaded,
             db,
+            PublishOptions(
+                key_path=fx.key_path,
+                out=out,
+                now=now,
+                expires_in=timedelta(days=30),
+            ),
             release="bench",
-            out=out,
-            now=now,
-            expires_in=timedelta(days=30),
-            key_path=fx.key_path,
             artifact_base_uri="https://models.example/store",
         )
     return made.canonical

@@ -9,9 +9,9 @@ from typing import Any
 import click
 
 from qualify.cli.errors import _fail
-from qualify.cli.options import F, _db_option, _project_option, _RegularFile, _require_db
+from qualify.cli.options import _db_option, _project_option, _RegularFile, _require_db
 from qualify.cli.output import echo_json, json_option
-from qualify.cli.publish import _recover, _warn_if_hosts_refuse
+from qualify.cli.publish import Publishing, _recover, _warn_if_hosts_refuse, publish_options
 
 __all__ = ["manifest_group"]
 
@@ -19,45 +19,6 @@ __all__ = ["manifest_group"]
 @click.group("manifest")
 def manifest_group() -> None:
     """Generate, verify, compare and show signed release manifests."""
-
-
-def _key_option(f: F) -> F:
-    return click.option(
-        "--key",
-        "key_path",
-        type=_RegularFile(exists=True),
-        help="Ed25519 private key (from 'qualify keygen').",
-    )(f)
-
-
-def _publish_options(f: F) -> F:
-    for option in reversed(
-        (
-            _key_option,
-            click.option("--unsigned", is_flag=True, help="Publish it unsigned (hosts refuse it)."),
-            click.option(
-                "--expires", default="30d", show_default=True, help="Validity, e.g. 30d, 12h."
-            ),
-            click.option(
-                "--per-class",
-                "per_class_dir",
-                type=click.Path(path_type=Path, file_okay=False),
-                help="Also write one signed document per host class into this directory.",
-            ),
-        )
-    ):
-        f = option(f)
-    return f
-
-
-def _signing_choice(key_path: Path | None, unsigned: bool, expires: str) -> Any:
-    from qualify.release.generate import MAX_VALIDITY, parse_duration
-
-    if key_path is None and not unsigned:
-        _fail("pass --key KEYFILE to sign the manifest (or --unsigned to write one hosts refuse)")
-    if key_path is not None and unsigned:
-        _fail("--key and --unsigned contradict each other; pass one")
-    return parse_duration(expires, what="--expires", most=MAX_VALIDITY)
 
 
 def _echo_published(result: Any, out: Path, per_class_dir: Path | None) -> None:
@@ -81,20 +42,16 @@ def _echo_published(result: Any, out: Path, per_class_dir: Path | None) -> None:
     _warn_if_hosts_refuse(out, per_class_dir)
 
 
-def _validity(
-    publish: bool, key_path: Path | None, unsigned: bool, expires: str, per_class_dir: Path | None
-) -> Any:
-    """How long the manifest is valid; signing options are refused for a draft."""
+def _draft_validity(publishing: Publishing) -> Any:
+    """How long the draft is valid; signing options are refused for a draft."""
     from qualify.release.generate import MAX_VALIDITY, parse_duration
 
-    if publish:
-        return _signing_choice(key_path, unsigned, expires)
-    if key_path is not None or unsigned or per_class_dir is not None:
+    if publishing.key_path is not None or publishing.unsigned or publishing.per_class_dir:
         _fail(
             "a draft is not signed: add --publish to sign and publish now, or run "
             "qualify manifest publish --key KEYFILE after reviewing the draft"
         )
-    return parse_duration(expires, what="--expires", most=MAX_VALIDITY)
+    return parse_duration(publishing.expires, what="--expires", most=MAX_VALIDITY)
 
 
 def _echo_draft(draft: Any, target: Path, release: str) -> None:
@@ -117,17 +74,17 @@ def _echo_draft(draft: Any, target: Path, release: str) -> None:
 @manifest_group.command("generate")
 @click.option("--release", required=True, help="Release name, e.g. digits-2026.12.")
 @click.option(
-    "--out",
-    type=_RegularFile(),
-    help="File to write: the draft (default manifest.draft.json), or with --publish the "
-    "published manifest (default manifest.json).",
-)
-@click.option(
     "--publish",
+    "publish_now",
     is_flag=True,
     help="Publish at once (as 'qualify manifest publish' would): needs --key or --unsigned.",
 )
-@_publish_options
+@publish_options(
+    out_help="File to write: the draft (default manifest.draft.json), or with --publish the "
+    "published manifest (default manifest.json).",
+    out_default=None,
+    unsigned=True,
+)
 @click.option(
     "--artifact-base-uri",
     help="Base URL hosts fetch artifacts from (BASE/sha256/<hex>.onnx); default: file:// URIs "
@@ -137,12 +94,8 @@ def _echo_draft(draft: Any, target: Path, release: str) -> None:
 @_db_option
 def manifest_generate(
     release: str,
-    out: Path | None,
-    publish: bool,
-    key_path: Path | None,
-    unsigned: bool,
-    expires: str,
-    per_class_dir: Path | None,
+    publish_now: bool,
+    publishing: Publishing,
     artifact_base_uri: str | None,
     project_path: Path,
     db_path: Path,
@@ -164,26 +117,22 @@ def manifest_generate(
     from qualify.project.view import record_view
     from qualify.release.generate import draft_manifest, generate_manifest
 
-    validity = _validity(publish, key_path, unsigned, expires, per_class_dir)
-    target = out or Path("manifest.json" if publish else "manifest.draft.json")
+    validity = publishing.validity() if publish_now else _draft_validity(publishing)
+    target = publishing.out or Path("manifest.json" if publish_now else "manifest.draft.json")
     loaded = load_project(project_path)
     _require_db(db_path)
     with Store.open(db_path, on_wait=lock_wait_message(), model=loaded.project.model) as db:
         _recover(db)
         record_view(db, loaded.project, loaded.sha256)
-        if publish:
+        if publish_now:
             result = generate_manifest(
                 loaded,
                 db,
+                publishing.options(out=target),
                 release=release,
-                out=target,
-                now=datetime.now(UTC),
-                expires_in=validity,
-                key_path=key_path,
-                per_class_dir=per_class_dir,
                 artifact_base_uri=artifact_base_uri,
             )
-            _echo_published(result, target, per_class_dir)
+            _echo_published(result, target, publishing.per_class_dir)
             return
         draft = draft_manifest(
             loaded,
@@ -199,49 +148,25 @@ def manifest_generate(
 
 @manifest_group.command("publish")
 @click.argument("draft", required=False, type=_RegularFile(exists=True))
-@click.option(
-    "--out",
-    type=_RegularFile(),
-    default="manifest.json",
-    show_default=True,
-    help="Manifest file hosts read (replaced atomically).",
-)
-@_publish_options
+@publish_options(out_help="Manifest file hosts read (replaced atomically).", unsigned=True)
 @_db_option
-def manifest_publish(
-    draft: Path | None,
-    out: Path,
-    key_path: Path | None,
-    unsigned: bool,
-    expires: str,
-    per_class_dir: Path | None,
-    db_path: Path,
-) -> None:
+def manifest_publish(draft: Path | None, publishing: Publishing, db_path: Path) -> None:
     """Sign the draft DRAFT (default: the matrix's newest) and make it the current manifest.
 
     DRAFT must be exactly what manifest generate recorded; a draft older than a published
     version (a rollout step came after it) is refused: generate a new one.
     """
-    from datetime import UTC, datetime
-
     from matrix.store import Store
     from qualify.measure.hostlock import lock_wait_message
     from qualify.release.generate import publish_manifest
 
-    validity = _signing_choice(key_path, unsigned, expires)
+    publishing.validity()  # a bad --expires or signing choice fails before the matrix opens
     _require_db(db_path)
     with Store.open(db_path, on_wait=lock_wait_message()) as db:
         _recover(db)
-        result = publish_manifest(
-            db,
-            out=out,
-            now=datetime.now(UTC),
-            expires_in=validity,
-            key_path=key_path,
-            draft_path=draft,
-            per_class_dir=per_class_dir,
-        )
-    _echo_published(result, out, per_class_dir)
+        options = publishing.options()
+        result = publish_manifest(db, options, draft_path=draft)
+    _echo_published(result, options.out, publishing.per_class_dir)
 
 
 @manifest_group.command("verify")

@@ -1,15 +1,137 @@
 """What every publishing command (``manifest generate --publish``, ``manifest publish``, each
-``qualify rollout`` step) does around its publish: complete or discard what an interrupted one
-left first, and warn when hosts would refuse the whole manifest written."""
+``qualify rollout`` step) shares: its publish options, read as one value (`Publishing`), and
+what it does around its publish: complete or discard what an interrupted one left first, and
+warn when hosts would refuse the whole manifest written."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from qualify.cli.errors import _fail
+from qualify.cli.options import _RegularFile
+
+if TYPE_CHECKING:
+    from qualify.release.publishing import PublishOptions
+
 __all__ = []
+
+
+@dataclass(frozen=True)
+class Publishing:
+    """The publish options as given on the command line, one value; `options` makes them the
+    action's `PublishOptions` once the matrix is open (the action's time is taken then)."""
+
+    out: Path | None
+    """``--out``; ``None`` where the command's default depends on what it does."""
+    key_path: Path | None
+    unsigned: bool
+    expires: str
+    per_class_dir: Path | None
+
+    def validity(self) -> timedelta:
+        """``--expires`` as a span; a usage error for a bad one or a contradictory signing
+        choice (neither ``--key`` nor ``--unsigned``, or both)."""
+        from qualify.release.generate import MAX_VALIDITY, parse_duration
+
+        if self.key_path is None and not self.unsigned:
+            _fail(
+                "pass --key KEYFILE to sign the manifest (or --unsigned to write one hosts refuse)"
+            )
+        if self.key_path is not None and self.unsigned:
+            _fail("--key and --unsigned contradict each other; pass one")
+        return parse_duration(self.expires, what="--expires", most=MAX_VALIDITY)
+
+    def options(self, *, out: Path | None = None, why: str = "", who: str = "") -> PublishOptions:
+        """The action's `PublishOptions`, its time now (``out``: where ``--out`` was left to
+        the command's default)."""
+        from datetime import UTC, datetime
+
+        from qualify.release.publishing import PublishOptions
+
+        target = out or self.out
+        if target is None:  # a command that leaves --out to a default passes it here
+            raise ValueError("Publishing.options needs out= when --out has no default")
+        validity = self.validity()
+        return PublishOptions(
+            key_path=self.key_path,
+            out=target,
+            now=datetime.now(UTC),
+            expires_in=validity,
+            per_class_dir=self.per_class_dir,
+            why=why,
+            who=who,
+        )
+
+
+def publish_options(
+    *, out_help: str, out_default: str | None = "manifest.json", unsigned: bool = False
+) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """``--out``, ``--key`` (``--unsigned`` too where ``unsigned``: else the key is
+    required), ``--expires`` and ``--per-class``, handed to the command as one ``publishing``
+    argument (`Publishing`)."""
+
+    def decorate(f: Callable[..., None]) -> Callable[..., None]:
+        @functools.wraps(f)
+        def command(
+            *args: Any,
+            out: Path | None,
+            key_path: Path | None,
+            expires: str,
+            per_class_dir: Path | None,
+            **kwargs: Any,
+        ) -> None:
+            said = kwargs.pop("unsigned", False)
+            publishing = Publishing(out, key_path, said, expires, per_class_dir)
+            f(*args, publishing=publishing, **kwargs)
+
+        options = [
+            click.option(
+                "--out",
+                type=_RegularFile(),
+                default=out_default,
+                show_default=out_default is not None,
+                help=out_help,
+            ),
+            click.option(
+                "--key",
+                "key_path",
+                required=not unsigned,
+                type=_RegularFile(exists=True),
+                help="Ed25519 private key (from 'qualify keygen'); every version is signed with it.",
+            ),
+            *(
+                [
+                    click.option(
+                        "--unsigned", is_flag=True, help="Publish it unsigned (hosts refuse it)."
+                    )
+                ]
+                if unsigned
+                else []
+            ),
+            click.option(
+                "--expires", default="30d", show_default=True, help="Validity, e.g. 30d, 12h."
+            ),
+            click.option(
+                "--per-class",
+                "per_class_dir",
+                type=click.Path(path_type=Path, file_okay=False),
+                help="Also write the version as one signed document per host class into this "
+                "directory (where hosts of a large fleet read theirs).",
+            ),
+        ]
+        wrapped: Callable[..., None] = command
+        for option in reversed(options):
+            wrapped = option(wrapped)
+        return wrapped
+
+    return decorate
 
 
 def _recover(db: Any) -> None:

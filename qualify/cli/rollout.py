@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,13 +16,12 @@ from qualify.cli.options import (
     _db_option,
     _min_samples_option,
     _project_option,
-    _RegularFile,
     _require_db,
     _settings,
     _tolerance_option,
 )
 from qualify.cli.output import echo_json, json_option
-from qualify.cli.publish import _recover, _warn_if_hosts_refuse
+from qualify.cli.publish import Publishing, _recover, _warn_if_hosts_refuse, publish_options
 
 if TYPE_CHECKING:
     from matrix.store import Store
@@ -39,56 +36,11 @@ def rollout_group() -> None:
     """Staged rollouts: a class's new artifact to a cohort of its hosts, then a rollback."""
 
 
-@dataclass(frozen=True)
-class _Publishing:
-    """The publish options as given on the command line (read into `PublishOptions` once the
-    matrix is open: the action's time is taken then)."""
-
-    out: Path
-    key_path: Path
-    expires: str
-    per_class_dir: Path | None
-
-
-def _rollout_publish_options(f: Callable[..., None]) -> Callable[..., None]:
-    """``--out``, ``--key``, ``--expires`` and ``--per-class``, handed to the command as one
-    ``publishing`` argument."""
-
-    @functools.wraps(f)
-    def command(
-        *args: Any,
-        out: Path,
-        key_path: Path,
-        expires: str,
-        per_class_dir: Path | None,
-        **kwargs: Any,
-    ) -> None:
-        f(*args, publishing=_Publishing(out, key_path, expires, per_class_dir), **kwargs)
-
-    wrapped = click.option(
-        "--per-class",
-        "per_class_dir",
-        type=click.Path(path_type=Path, file_okay=False),
-        help="Also write the version as one signed document per host class into this directory "
-        "(where hosts of a large fleet read theirs).",
-    )(command)
-    wrapped = click.option(
-        "--expires", default="30d", show_default=True, help="Validity, e.g. 30d, 12h."
-    )(wrapped)
-    wrapped = click.option(
-        "--key",
-        "key_path",
-        required=True,
-        type=_RegularFile(exists=True),
-        help="Ed25519 private key (from 'qualify keygen'); every step is a signed version.",
-    )(wrapped)
-    return click.option(
-        "--out",
-        type=_RegularFile(),
-        default="manifest.json",
-        show_default=True,
-        help="Manifest file hosts read (the new version replaces it atomically).",
-    )(wrapped)
+_rollout_publish_options = publish_options(
+    out_help="Manifest file hosts read (the new version replaces it atomically)."
+)
+"""``--out``, ``--key`` (required: every step is a signed version), ``--expires`` and
+``--per-class``, as one ``publishing`` argument."""
 
 
 @contextlib.contextmanager
@@ -106,33 +58,18 @@ def _matrix(db_path: Path, model: str | None = None) -> Iterator[Store]:
 
 @contextlib.contextmanager
 def _publishing_session(
-    db_path: Path, publishing: _Publishing, why: str, model: str | None = None
+    db_path: Path, publishing: Publishing, why: str, model: str | None = None
 ) -> Iterator[tuple[Store, PublishOptions]]:
     """`_matrix`, and the action's publish options: its time, taken once the matrix is open,
     and who runs it (`qualify.rollout.actor`)."""
-    from datetime import UTC, datetime
-
-    from qualify.release.generate import MAX_VALIDITY, parse_duration
-    from qualify.release.publishing import PublishOptions
     from qualify.rollout import actor
 
-    validity = parse_duration(publishing.expires, what="--expires", most=MAX_VALIDITY)
+    publishing.validity()  # a bad --expires fails before the matrix opens
     with _matrix(db_path, model) as db:
-        yield (
-            db,
-            PublishOptions(
-                key_path=publishing.key_path,
-                out=publishing.out,
-                now=datetime.now(UTC),
-                expires_in=validity,
-                per_class_dir=publishing.per_class_dir,
-                why=why,
-                who=actor(),
-            ),
-        )
+        yield db, publishing.options(why=why, who=actor())
 
 
-def _published(done: RolloutAction, publishing: _Publishing) -> None:
+def _published(done: RolloutAction, publishing: Publishing) -> None:
     click.echo(f"{done.summary}; wrote {done.path}")
     _warn_if_hosts_refuse(done.path, publishing.per_class_dir)
 
@@ -154,7 +91,7 @@ def rollout_start(
     artifact: str | None,
     why: str,
     artifact_base_uri: str | None,
-    publishing: _Publishing,
+    publishing: Publishing,
     project_path: Path,
     db_path: Path,
 ) -> None:
@@ -185,7 +122,7 @@ def rollout_start(
 @_project_option
 @_db_option
 def rollout_abort(
-    host_class: str, why: str, publishing: _Publishing, project_path: Path, db_path: Path
+    host_class: str, why: str, publishing: Publishing, project_path: Path, db_path: Path
 ) -> None:
     """Publish a sanctioned rollback: a newer version sending every host of HOST_CLASS, canary
     or not, to what the rest of the class runs (a held class: its rollback package), so that
@@ -218,7 +155,7 @@ def rollout_advance(
     why: str,
     tolerance: float,
     min_samples: int,
-    publishing: _Publishing,
+    publishing: Publishing,
     project_path: Path | None,
     db_path: Path,
 ) -> None:
@@ -257,7 +194,7 @@ def rollout_advance(
 @click.option("--why", required=True, help="Why, recorded with the hold.")
 @_rollout_publish_options
 @_db_option
-def rollout_hold(host_class: str, why: str, publishing: _Publishing, db_path: Path) -> None:
+def rollout_hold(host_class: str, why: str, publishing: Publishing, db_path: Path) -> None:
     """Publish HOST_CLASS as held: its hosts keep what they run (a rollout stops where it
     is), and later releases keep the hold until 'qualify rollout clear'."""
     from qualify.rollout import hold_class
@@ -278,7 +215,7 @@ def rollout_pin(
     host_class: str,
     artifact: str | None,
     why: str,
-    publishing: _Publishing,
+    publishing: Publishing,
     project_path: Path,
     db_path: Path,
 ) -> None:

@@ -429,6 +429,7 @@ def _release(
     from manifest.signing import generate_keypair
     from matrix.store import Store
     from qualify.release.generate import draft_manifest, publish_manifest
+    from qualify.release.publishing import PublishOptions
     from qualify.reporting import write_qualification_report
 
     # The release and its day of telemetry end three hours ago, and the rollouts that answer
@@ -451,15 +452,14 @@ def _release(
             f"\n== qualify manifest generate --release digits-demo\n  manifest.draft.json: "
             f"version {draft.version}, a draft (unsigned; no host or reader takes it as current)"
         )
-        result = publish_manifest(
-            db,
+        publish = PublishOptions(
+            key_path=key_path,
             out=workdir / "manifest.json",
             now=now,
             expires_in=timedelta(days=30),
-            key_path=key_path,
-            draft_path=workdir / "manifest.draft.json",
             per_class_dir=workdir / "manifest.d",
         )
+        result = publish_manifest(db, publish, draft_path=workdir / "manifest.draft.json")
     signed = result.manifest.signed
     echo(
         f"== qualify manifest publish manifest.draft.json --key release.key --per-class "

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from manifest import envelope
 from manifest.load import load_editable, load_manifest
-from manifest.signing import load_private_key, sign_encoded
+from manifest.signing import sign_encoded
 from matrix.store import Store
 from qualify.errors import QualifyError
 from qualify.release.generate import latest_published
@@ -108,7 +108,9 @@ def _publish(db: Store, edit: ManifestEdit, published: dict[str, Any]) -> int:
     """``edit`` as the next version, signed and published with its rollout-log rows, so that
     the version is current exactly when the log records it."""
     options = edit.options
-    key = load_private_key(options.key_path)
+    key = options.signing_key()
+    if key is None:  # hosts refuse an unsigned version: an edit would take the class off them
+        raise QualifyError("a manifest edit (a rollout step, a hold, a pin) is signed: pass --key")
     version = max(edit.manifest.signed.version + 1, db.highest_manifest_version() + 1)
     signed = {
         **published,

@@ -26,7 +26,7 @@ from manifest.build import build_manifest, next_version, write_manifest
 from manifest.envelope import encode_canonical, encode_envelope, format_time
 from manifest.load import load_manifest, load_previous, validate_entry
 from manifest.policy import decide, decide_each
-from manifest.signing import check_publishable, load_private_key, sign_encoded
+from manifest.signing import check_publishable, sign_encoded
 from matrix.publications import steering
 from matrix.store import Store
 from qualify.artifacts import ArtifactStore, digest_file
@@ -40,7 +40,8 @@ from qualify.release.coverage import (
     with_fleet_gaps,
 )
 from qualify.release.current import read_now
-from qualify.release.publishing import Publication, publish
+from qualify.release.publishing import Publication, PublishOptions
+from qualify.release.publishing import publish as publish_version
 from schemas.cell import Cell, latest
 from schemas.manifest import ArtifactRef, Manifest, PreviousManifest
 
@@ -379,44 +380,26 @@ def read_draft(db: Store, draft_path: Path | None) -> tuple[int, dict[str, Any]]
 
 
 def publish_manifest(
-    db: Store,
-    *,
-    out: Path,
-    now: datetime,
-    expires_in: timedelta,
-    key_path: Path | None,
-    draft_path: Path | None = None,
-    per_class_dir: Path | None = None,
+    db: Store, publish: PublishOptions, *, draft_path: Path | None = None
 ) -> GeneratedManifest:
-    """Sign a draft (`read_draft`) and make it the current manifest: written to ``out`` (and one
-    document per class to ``per_class_dir``), then marked published, the only step hosts and
-    readers see. ``created`` and ``expires`` are stamped now; the entries are the draft's.
+    """Sign a draft (`read_draft`) and make it the current manifest: written to
+    ``publish.out`` (and one document per class to ``publish.per_class_dir``), then marked
+    published, the only step hosts and readers see. ``created`` and ``expires`` are stamped
+    ``publish.now``; the entries are the draft's.
 
     Raises:
         QualifyError, ManifestError, MatrixError: no draft, an edited or stale one (a newer
             version was published after it), a bad key.
     """
-    if per_class_dir is not None and key_path is None:
-        raise QualifyError("per-class documents must be signed: pass --key or drop --per-class")
-    key = load_private_key(key_path) if key_path is not None else None
+    key = publish.signing_key()
     version, signed = read_draft(db, draft_path)
     signed = {
         **signed,
-        "created": format_time(now),
-        "expires": format_time(now + expires_in),
+        "created": format_time(publish.now),
+        "expires": format_time(publish.now + publish.expires_in),
     }
     with paused_gc():
-        return _sign_and_publish(
-            db,
-            version,
-            signed,
-            key,
-            out=out,
-            now=now,
-            expires_in=expires_in,
-            per_class_dir=per_class_dir,
-            from_matrix=True,
-        )
+        return _sign_and_publish(db, version, signed, key, publish, from_matrix=True)
 
 
 def _sign_and_publish(
@@ -424,20 +407,18 @@ def _sign_and_publish(
     version: int,
     signed: dict[str, Any],
     key: Ed25519PrivateKey | None,
+    publish: PublishOptions,
     *,
-    out: Path,
-    now: datetime,
-    expires_in: timedelta,
-    per_class_dir: Path | None,
     draft_release: str | None = None,
     from_matrix: bool = False,
 ) -> GeneratedManifest:
     """Sign ``signed`` (encoded once), check it as a host will, and publish it as one
-    transaction (``qualify.release.publishing``: recorded, written to ``out`` and per class, made
-    current). ``draft_release``: the version is not drafted yet (a generate that drafts and
-    publishes in one step): reserve it with the signed document itself, so the 17 MB of a
-    10,000-class document are stored once. ``from_matrix``: ``signed`` was read from the
+    transaction (``qualify.release.publishing``: recorded, written to ``publish.out`` and per
+    class, made current). ``draft_release``: the version is not drafted yet (a generate that
+    drafts and publishes in one step): reserve it with the signed document itself, so the 17 MB
+    of a 10,000-class document are stored once. ``from_matrix``: ``signed`` was read from the
     matrix or a file (a draft), not built here, so it is validated whole first."""
+    out = publish.out
     if key is not None:
         document, canonical = sign_encoded(signed, key)
     else:
@@ -445,8 +426,8 @@ def _sign_and_publish(
         canonical = encode_envelope([], encode_canonical(signed))
     # what is published must load, and pass a host's checks
     validated = load_manifest(canonical, source=str(out)) if from_matrix else None
-    check_publishable(canonical, signed, key, now=now, source=str(out))
-    publish(
+    check_publishable(canonical, signed, key, now=publish.now, source=str(out))
+    publish_version(
         db,
         Publication(
             version=version,
@@ -455,10 +436,10 @@ def _sign_and_publish(
             canonical=canonical,
             key=key,
             out=out,
-            created=now,
-            expires=now + expires_in,
+            created=publish.now,
+            expires=publish.now + publish.expires_in,
             what="manifest generate --publish" if draft_release is not None else "manifest publish",
-            per_class_dir=per_class_dir,
+            per_class_dir=publish.per_class_dir,
             draft=draft_release is None,
         ),
     )
@@ -466,7 +447,7 @@ def _sign_and_publish(
         document=document,
         canonical=canonical,
         path=out,
-        per_class_dir=per_class_dir,
+        per_class_dir=publish.per_class_dir,
         signed=key is not None,
         validated=validated,
     )
@@ -475,13 +456,9 @@ def _sign_and_publish(
 def generate_manifest(
     loaded: LoadedProject,
     db: Store,
+    publish: PublishOptions,
     *,
     release: str,
-    out: Path,
-    now: datetime,
-    expires_in: timedelta,
-    key_path: Path | None,
-    per_class_dir: Path | None = None,
     artifact_base_uri: str | None = None,
     store_dir: Path | None = None,
 ) -> GeneratedManifest:
@@ -491,13 +468,10 @@ def generate_manifest(
     Args:
         loaded: the project file (classes, budgets and policy in force now).
         db: the matrix, opened for writing (the manifest is recorded there).
+        publish: how to publish it: the key (``None``: unsigned, which the CLI asks to be said
+            with ``--unsigned``), the file hosts read, the clock (``created``), the validity
+            and an optional per-class directory (which needs a key).
         release: release name.
-        out: where to write the manifest.
-        now: the clock (``created``).
-        expires_in: validity period.
-        key_path: Ed25519 private key; ``None`` writes an unsigned manifest (the CLI asks for
-            an explicit flag).
-        per_class_dir: also write one signed document per class here (needs a key).
         artifact_base_uri: base URL hosts fetch artifacts from (``BASE/sha256/<hex>.onnx``);
             defaults to ``file://`` URIs of the artifact store beside the matrix.
         store_dir: the artifact store (defaults to ``artifacts/`` beside the matrix).
@@ -505,10 +479,8 @@ def generate_manifest(
     Raises:
         QualifyError, ManifestError, MatrixError: with messages naming the file and the fix.
     """
-    if per_class_dir is not None and key_path is None:
-        raise QualifyError("per-class documents must be signed: pass --key or drop --per-class")
     # A bad key fails before a version is reserved.
-    key = load_private_key(key_path) if key_path is not None else None
+    key = publish.signing_key()
     # Nothing here makes reference cycles, and every cell of the matrix is alive throughout:
     # automatic collections walked them all, again and again, for nothing (a third of the
     # time at 10,000 classes). Reference counting still frees everything.
@@ -517,8 +489,8 @@ def generate_manifest(
             loaded,
             db,
             release=release,
-            now=now,
-            expires_in=expires_in,
+            now=publish.now,
+            expires_in=publish.expires_in,
             artifact_base_uri=artifact_base_uri,
             store_dir=store_dir,
         )
@@ -526,15 +498,7 @@ def generate_manifest(
         # reading the draft back from the matrix (it is the document in hand: publish stamps
         # the same ``created`` and ``expires``), encoding it twice or storing it twice.
         published = _sign_and_publish(
-            db,
-            signed["version"],
-            signed,
-            key,
-            out=out,
-            now=now,
-            expires_in=expires_in,
-            per_class_dir=per_class_dir,
-            draft_release=release,
+            db, signed["version"], signed, key, publish, draft_release=release
         )
     return dataclasses.replace(published, kept=kept)
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from manifest import perclass
 from manifest.build import write_manifest
 from manifest.errors import ManifestError
+from manifest.signing import load_private_key
 from matrix import publications
 from matrix.store import Store
 from qualify.errors import QualifyError
@@ -52,10 +53,13 @@ def _pause(instant: str) -> None:
 @dataclass(frozen=True, kw_only=True)
 class PublishOptions:
     """How a command publishes, and who asks why: read once from the command line (or the
-    demo's script) and handed to the action whole."""
+    demo's script) and handed to the action whole, by ``manifest generate --publish``,
+    ``manifest publish`` and every ``qualify rollout`` step."""
 
-    key_path: Path
-    """The Ed25519 private key every version is signed with."""
+    key_path: Path | None
+    """The Ed25519 private key the version is signed with; ``None`` publishes it unsigned, which
+    hosts refuse (``manifest`` commands ask for ``--unsigned``; a rollout step is always
+    signed, `signing_key`)."""
     out: Path
     """The manifest file hosts read (each version replaces it atomically)."""
     now: datetime
@@ -65,9 +69,26 @@ class PublishOptions:
     per_class_dir: Path | None = None
     """Also write the version as one signed document per class into this directory."""
     why: str = ""
-    """Why, as the person said it (unbounded: what records it bounds it)."""
-    who: str
-    """Who, as `qualify.rollout.actor` says it."""
+    """Why, as the person said it (unbounded: what records it bounds it). A rollout step
+    records it in the rollout log; a manifest publish has no log to record it in."""
+    who: str = ""
+    """Who, as `qualify.rollout.actor` says it (recorded as ``why`` is)."""
+
+    def signing_key(self) -> Ed25519PrivateKey | None:
+        """The key, loaded (a bad key fails before anything is reserved or written); ``None``
+        for an unsigned publish.
+
+        Raises:
+            QualifyError: per-class documents asked for without a key (hosts verify each).
+            ManifestError: the key file is not an Ed25519 private key.
+        """
+        if self.key_path is None:
+            if self.per_class_dir is not None:
+                raise QualifyError(
+                    "per-class documents must be signed: pass --key or drop --per-class"
+                )
+            return None
+        return load_private_key(self.key_path)
 
 
 @dataclass(frozen=True)

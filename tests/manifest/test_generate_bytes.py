@@ -148,6 +148,7 @@ def _through_the_matrix(tmp: Path) -> dict[str, bytes]:
     from matrix.store import Store
     from qualify.project.load import LoadedProject
     from qualify.release.generate import generate_manifest
+    from qualify.release.publishing import PublishOptions
     from schemas.cell import RunBundle
 
     models = tmp / "models"
@@ -173,11 +174,13 @@ def _through_the_matrix(tmp: Path) -> dict[str, bytes]:
             generate_manifest(
                 loaded,
                 db,
+                PublishOptions(
+                    key_path=KEY_FILE,
+                    out=out,
+                    now=CLOCK + timedelta(days=version - 1),
+                    expires_in=timedelta(days=30),
+                ),
                 release=f"2025.06.{version}",
-                out=out,
-                now=CLOCK + timedelta(days=version - 1),
-                expires_in=timedelta(days=30),
-                key_path=KEY_FILE,
                 artifact_base_uri="https://models.example/store",
             )
             files[f"generated-matrix-v{version}.json"] = out.read_bytes()

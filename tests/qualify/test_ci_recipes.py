@@ -37,6 +37,7 @@ from manifest.signing import generate_keypair
 from matrix.store import Store
 from qualify.project.load import load_project
 from qualify.release.generate import generate_manifest
+from qualify.release.publishing import PublishOptions
 from qualify.run import RunOptions, qualify_run
 from tests.qualify.projects import ROOT, loosen_slowdown, write_project
 from tests.qualify.scripted import Script, ScriptedWorkers, digest_of
@@ -173,11 +174,13 @@ def published_release(where: Path) -> tuple[Path, Path]:
         done = generate_manifest(
             loaded,
             store,
+            PublishOptions(
+                key_path=key,
+                out=where / "manifest.json",
+                now=datetime.now(UTC),
+                expires_in=timedelta(days=30),
+            ),
             release="r1",
-            out=where / "manifest.json",
-            now=datetime.now(UTC),
-            expires_in=timedelta(days=30),
-            key_path=key,
         )
     entry = done.manifest.signed.entries["here-cpu"]
     assert (entry.decision, entry.artifact and entry.artifact.name) == ("candidate", CANDIDATE)

@@ -292,6 +292,7 @@ def test_after_a_manifest_approves_a_candidate_the_next_run_proves_that_candidat
 
     from manifest.signing import generate_keypair
     from qualify.release.generate import generate_manifest
+    from qualify.release.publishing import PublishOptions
 
     project = write_project(tmp_path, [])
     twin = onnx.load(tmp_path / "models" / "identity_mlp.onnx")
@@ -320,11 +321,13 @@ def test_after_a_manifest_approves_a_candidate_the_next_run_proves_that_candidat
         made = generate_manifest(
             loaded,
             db,
+            PublishOptions(
+                key_path=key,
+                out=tmp_path / "manifest.json",
+                now=first.bundle.run.finished_at,
+                expires_in=timedelta(days=1),
+            ),
             release="r1",
-            out=tmp_path / "manifest.json",
-            now=first.bundle.run.finished_at,
-            expires_in=timedelta(days=1),
-            key_path=key,
         )
     entry = made.manifest.signed.entries["here-cpu"]
     assert entry.decision == "candidate", [r.code for r in entry.reasons]
