@@ -38,6 +38,7 @@ from schemas.project import HostClass, OutputTolerance, Project
 __all__ = [
     "BASELINE",
     "CLOCK",
+    "FINGERPRINT",
     "GOLDEN",
     "Fleet",
     "artifact_refs",
@@ -124,7 +125,7 @@ def artifact_refs(project: Project) -> dict[str, ArtifactRef]:
     }
 
 
-_FINGERPRINT = Fingerprint(
+FINGERPRINT = Fingerprint(
     hostname="sim-01",
     arch="x86_64",
     cpu_model="Sim CPU",
@@ -141,6 +142,7 @@ _FINGERPRINT = Fingerprint(
         available_providers=["CPUExecutionProvider"],
     ),
 )
+"""The host every cell of these factories was measured on."""
 
 
 def _latency(p99_ms: float, upper_ms: float | None, lower_ms: float | None) -> LatencyResult:
@@ -222,7 +224,7 @@ class Fleet:
             finished_at=when,
             emulated=emulated,
             settings_digest=settings,
-            fingerprint=_FINGERPRINT,
+            fingerprint=FINGERPRINT,
             load_avg_before=[0.1, 0.1, 0.1],
             load_avg_after=[0.2, 0.1, 0.1],
             rollback=None

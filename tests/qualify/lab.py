@@ -45,6 +45,10 @@ class Lab:
     root: Path
 
     @property
+    def project(self) -> Path:
+        return self.root / "qualify.yaml"
+
+    @property
     def db(self) -> Path:
         return self.root / "qualify.duckdb"
 
@@ -66,7 +70,7 @@ class Lab:
             }
         )
         qualify_run(
-            load_project(self.root / "qualify.yaml"),
+            load_project(self.project),
             "here-cpu",
             RunOptions(db_path=self.db, measure_alone=False),
             workers=workers.seam(),
@@ -77,7 +81,7 @@ class Lab:
         command = tuple(a for a in args[:2] if not a.startswith("-"))
         extra = ["--db", str(self.db)]
         if command in _WITH_PROJECT:
-            extra += ["--project", str(self.root / "qualify.yaml")]
+            extra += ["--project", str(self.project)]
         if command in _PUBLISHING or (command == ("manifest", "generate") and "--publish" in args):
             extra += ["--key", str(self.root / "k.key")]
             if "--out" not in args:
@@ -86,9 +90,12 @@ class Lab:
             extra += ["--out", str(self.root / "manifest.draft.json")]  # never the cwd's
         return [*args, *extra]
 
-    def cli(self, *args: str, code: int = 0) -> str:
+    def cli(self, *args: str, code: int | None = 0) -> str:
+        """What ``qualify ARGS`` (with `args`' additions) said, its exit code checked unless
+        ``code`` is None."""
         result = CliRunner().invoke(cli, self.args(*args))
-        assert result.exit_code == code, result.output
+        if code is not None:
+            assert result.exit_code == code, (args, result.output)
         return result.output
 
     def killed_at(self, instant: str, *args: str) -> str:

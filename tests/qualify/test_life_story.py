@@ -27,13 +27,13 @@ from typing import Any
 
 import onnx
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
 
 from manifest import resolve
 from qualify.cli import cli
 from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
-from tests.qualify.lab import killed_at
+from tests.qualify.lab import Lab, killed_at
 from tests.qualify.projects import write_project
 from tests.qualify.scripted import CPU, Script, ScriptedWorkers, digest_of
 
@@ -56,31 +56,15 @@ def _one_class(project: Path, model: str) -> None:
 
 
 @dataclass
-class Team:
-    """One model's project, matrix and published files, driven through the CLI."""
+class Team(Lab):
+    """One model's project, matrix and published files (`Lab`'s), its key shared with the other
+    model's team, driven through the CLI."""
 
-    root: Path
     model: str
     key: Path
     scripts: dict[str, Script] = field(default_factory=dict)
     names: dict[str, str] = field(default_factory=dict)
     """The artifact name each digest measured had (``name@2`` for a file's second bytes)."""
-
-    @property
-    def project(self) -> Path:
-        return self.root / "qualify.yaml"
-
-    @property
-    def db(self) -> Path:
-        return self.root / "qualify.duckdb"
-
-    @property
-    def manifest(self) -> Path:
-        return self.root / "manifest.json"
-
-    @property
-    def per_class(self) -> Path:
-        return self.root / "manifest.d"
 
     def file(self, name: str) -> Path:
         return self.root / "models" / f"{name}.onnx"
@@ -105,12 +89,6 @@ class Team:
             extra += ["--key", str(self.key), "--per-class", str(self.per_class)]
             extra += [] if "--out" in args else ["--out", str(self.manifest)]
         return [*args, *extra]
-
-    def cli(self, *args: str, code: int | None = 0) -> str:
-        result: Result = CliRunner().invoke(cli, self.args(*args), catch_exceptions=False)
-        if code is not None:
-            assert result.exit_code == code, (args, result.output)
-        return result.output
 
     def run(self, **scripts: Script) -> None:
         """``qualify run --host-class here-cpu``, each artifact behaving as its script says."""

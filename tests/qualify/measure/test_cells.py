@@ -8,25 +8,13 @@ from qualify.measure.cells import Artifact, CellSite, Measured, cell_of
 from qualify.measure.job import PlacementReport, WorkerResult
 from qualify.measure.runner import WorkerOutcome
 from schemas.cell import Reason
-from schemas.host import Fingerprint, RuntimeIdentity
 from schemas.project import HostClassKey
+from tests.manifest.factories import FINGERPRINT
 
-FP = Fingerprint(
-    hostname="sim-01",
-    arch="x86_64",
-    cpu_model="Sim CPU",
-    cpu_flags=["avx2"],
-    cores=2,
-    affinity=[0, 1],
-    memory_mb=8192,
-    os="Linux",
-    python="3.11.7",
-    runtime=RuntimeIdentity(
-        package="onnxruntime",
-        version="1.31.0",
-        build_info=None,
-        available_providers=["CPUExecutionProvider"],
-    ),
+# A runtime version other than the one installed here, so a cell that took it from the host
+# rather than from the fingerprint would show.
+FP = FINGERPRINT.model_copy(
+    update={"runtime": FINGERPRINT.runtime.model_copy(update={"version": "1.31.0"})}
 )
 SITE = CellSite(
     run_id="r1",
