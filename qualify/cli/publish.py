@@ -20,7 +20,7 @@ from qualify.cli.options import _RegularFile
 if TYPE_CHECKING:
     from qualify.release.publishing import PublishOptions
 
-__all__ = []
+__all__ = ["Publishing", "publish_options"]
 
 
 @dataclass(frozen=True)
