@@ -88,7 +88,7 @@ def _failed(*reasons: Reason) -> Finding:
 
 
 def _undecided(code: str, message: str) -> Finding:
-    return Finding("undecided", (Reason.of(code=code, message=message),))
+    return Finding("undecided", (Reason(code=code, message=message),))
 
 
 def _parity(cell: Cell, host_class: HostClass) -> Finding:
@@ -104,7 +104,7 @@ def _parity(cell: Cell, host_class: HostClass) -> Finding:
     worst = "; ".join(
         f"{o.name}: {', '.join(o.failures)}" for o in cell.parity.outputs if not o.passed
     )
-    return _failed(Reason.of(code="parity_failed", message=f"parity failed: {worst}"))
+    return _failed(Reason(code="parity_failed", message=f"parity failed: {worst}"))
 
 
 def _placement(cell: Cell, host_class: HostClass) -> Finding:
@@ -120,7 +120,7 @@ def _placement(cell: Cell, host_class: HostClass) -> Finding:
     if placement.nodes_per_provider.get(expected, 0) == 0:
         others = ", ".join(f"{n} on {p}" for p, n in placement.nodes_per_provider.items())
         found.append(
-            Reason.of(
+            Reason(
                 code="expected_provider_missing",
                 message=f"{expected} executed no node ({others or 'no node recorded at all'})",
             )
@@ -129,7 +129,7 @@ def _placement(cell: Cell, host_class: HostClass) -> Finding:
     if fallback > provider.fallback_allowance:
         elsewhere = ", ".join(p for p in placement.nodes_per_provider if p != expected)
         found.append(
-            Reason.of(
+            Reason(
                 code="provider_fallback",
                 message=f"{fallback} of {placement.total_nodes} nodes ran on {elsewhere}, "
                 f"expected {expected} (allowance {provider.fallback_allowance})",
@@ -156,7 +156,7 @@ def _p99(cell: Cell, host_class: HostClass) -> Finding:
     where = gate.config.label  # only for the message: a fleet's passing cells skip it
     if outcome == "fail" and gate.p99_lower_ms is not None:
         return _failed(
-            Reason.of(
+            Reason(
                 code="p99_over_budget",
                 message=f"p99 is at least {_fmt(gate.p99_lower_ms)} at "
                 f"{int(gate.confidence * 100)}% confidence ({where}), budget {_fmt(budget)}",
@@ -196,7 +196,7 @@ def _slowdown(cell: Cell, host_class: HostClass) -> Finding:
                 )
     if found:
         return _failed(
-            Reason.of(
+            Reason(
                 code="slower_than_baseline",
                 message=f"slower than the baseline beyond max_slowdown {max_slowdown!r}: "
                 + "; ".join(found),
@@ -216,7 +216,7 @@ def _within(
     if value is None:
         return _undecided(f"{code}_missing", f"{what} was not measured; budget is set")
     if value > budget:
-        return _failed(Reason.of(code=f"{code}_over_budget", message=shown()))
+        return _failed(Reason(code=f"{code}_over_budget", message=shown()))
     return _passed()
 
 
@@ -255,7 +255,7 @@ def _throughput(cell: Cell, host_class: HostClass) -> Finding:
     if best >= budget:
         return _passed()
     return _failed(
-        Reason.of(
+        Reason(
             code="throughput_below_budget",
             message=f"at most {best:,.0f} samples/s ({result.config.label}) "
             f"< min_throughput {budget:g}",
@@ -277,7 +277,7 @@ def _rate(cell: Cell, host_class: HostClass) -> Finding:
     if found.max_rate_rps >= budget:
         return _passed()
     return _failed(
-        Reason.of(
+        Reason(
             code="rate_below_budget",
             message=f"p99 meets {_fmt(found.budget_ms)} up to {found.max_rate_rps:,.0f} "
             f"requests/s ({found.servers} server{'s' if found.servers != 1 else ''}) < "
@@ -323,7 +323,7 @@ def _sustained(cell: Cell, host_class: HostClass) -> Finding:
     if added < floor_ms:
         return _passed()  # beyond the tolerance, but too little to matter against the budget
     return _failed(
-        Reason.of(
+        Reason(
             code="sustained_drift",
             message=f"after {soak.seconds:.0f} s at {soak.config.label}, p99 is at least "
             f"{_fmt(last.p99_lower_ms or 0.0)} against at most {_fmt(first.p99_upper_ms or 0.0)} "

@@ -22,9 +22,11 @@ from manifest.errors import PolicyError
 from manifest.gates import gate_of
 from manifest.rollback import Rollbacks, aware, emulated, final_rollback
 from manifest.verdict import CurrentVerdict, Judge, Standing, pick
+from schemas.base import Verdict
 from schemas.cell import Cell, Reason, RunRecord, recency
 from schemas.manifest import (
     ClassDecision,
+    Decision,
     EmulatedNumerics,
     Evidence,
     Manifest,
@@ -98,59 +100,57 @@ def _one_per_code(reasons: Sequence[Reason]) -> list[Reason]:
         messages = merged.setdefault(reason.code, [])
         if reason.message not in messages:
             messages.append(reason.message)
-    return [Reason.of(code=code, message="; ".join(messages)) for code, messages in merged.items()]
+    return [Reason(code=code, message="; ".join(messages)) for code, messages in merged.items()]
 
 
 def _evidence(cell: Cell, now: CurrentVerdict, cls: HostClass, emulated: bool) -> Evidence:
-    # Built without validation (``Document.trusted``): every value is a validated cell's, or an
-    # integer or string made here; a test holds it equal to validating the same mapping.
     gate = gate_of(cell)
     placement = cell.placement
     parity = cell.parity
-    return Evidence.trusted(
-        {
-            "run_id": cell.run_id,
-            "artifact_digest": cell.artifact_digest,
-            "artifact_name": cell.artifact_name,
-            "role": cell.role,
-            # Its verdict under the project deciding (an entry never rests on a stale cell).
-            "verdict": cell.verdict if now.stale else now.verdict,
-            "measured_at": _time(cell.measured_at),
-            "emulated": emulated,
-            "isa_mismatch": list(cell.isa_mismatch),
-            "emulated_numerics": _emulated_numerics(cell),
-            "p99_us": None if gate is None else _us(gate.p99_ms),
-            "p99_upper_us": None if gate is None else _us(gate.p99_upper_ms),
-            "p99_budget_us": round(cls.budgets.p99_ms * 1000),
-            "batch_size": None if gate is None else gate.batch_size,
-            "concurrency": None if gate is None else gate.concurrency,
-            "samples": None if gate is None else gate.samples,
-            "fallback_nodes": None
-            if placement is None
-            else fallback_count(placement.nodes_per_provider, cls.provider.expected),
-            "peak_rss_kb": None if cell.peak_rss_mb is None else round(cell.peak_rss_mb * 1024),
-            "cold_init_us": _us(cell.cold_init_ms),
-            "parity": None
-            if parity is None
-            else ParitySummary.trusted(
-                {
-                    "passed": parity.passed,
-                    "samples": parity.samples,
-                    "outputs": {
-                        o.name: OutputParitySummary.trusted(
-                            {
-                                "passed": o.passed,
-                                "max_abs": _ratio(o.max_abs),
-                                "cosine_min": _ratio(o.cosine_min),
-                                "top1_agreement": _ratio(o.top1_agreement),
-                            }
-                        )
-                        for o in parity.outputs
-                    },
-                }
-            ),
-        }
+    return Evidence(
+        run_id=cell.run_id,
+        artifact_digest=cell.artifact_digest,
+        artifact_name=cell.artifact_name,
+        role=cell.role,
+        verdict=_verdict_now(cell, now),
+        measured_at=_time(cell.measured_at),
+        emulated=emulated,
+        isa_mismatch=list(cell.isa_mismatch),
+        emulated_numerics=_emulated_numerics(cell),
+        p99_us=None if gate is None else _us(gate.p99_ms),
+        p99_upper_us=None if gate is None else _us(gate.p99_upper_ms),
+        p99_budget_us=round(cls.budgets.p99_ms * 1000),
+        batch_size=None if gate is None else gate.batch_size,
+        concurrency=None if gate is None else gate.concurrency,
+        samples=None if gate is None else gate.samples,
+        fallback_nodes=None
+        if placement is None
+        else fallback_count(placement.nodes_per_provider, cls.provider.expected),
+        peak_rss_kb=None if cell.peak_rss_mb is None else round(cell.peak_rss_mb * 1024),
+        cold_init_us=_us(cell.cold_init_ms),
+        parity=None
+        if parity is None
+        else ParitySummary(
+            passed=parity.passed,
+            samples=parity.samples,
+            outputs={
+                o.name: OutputParitySummary(
+                    passed=o.passed,
+                    max_abs=_ratio(o.max_abs),
+                    cosine_min=_ratio(o.cosine_min),
+                    top1_agreement=_ratio(o.top1_agreement),
+                )
+                for o in parity.outputs
+            },
+        ),
     )
+
+
+def _verdict_now(cell: Cell, now: CurrentVerdict) -> Verdict:
+    """The evidence's verdict under the project deciding (an entry never rests on a stale cell:
+    a stale one keeps its stored verdict)."""
+    verdict = now.verdict
+    return cell.verdict if verdict == "stale" else verdict
 
 
 def _emulated_numerics(cell: Cell) -> EmulatedNumerics | None:
@@ -158,7 +158,7 @@ def _emulated_numerics(cell: Cell) -> EmulatedNumerics | None:
     n = cell.numerics
     if n is None or n.source != "emulated" or n.cpu is None or n.qemu is None:
         return None
-    return EmulatedNumerics.trusted({"cpu": n.cpu, "arch": n.arch, "qemu": n.qemu})
+    return EmulatedNumerics(cpu=n.cpu, arch=n.arch, qemu=n.qemu)
 
 
 def _candidate_reasons(
@@ -176,12 +176,10 @@ def _candidate_reasons(
         found.extend(now.reasons)
     run = runs.get(cell.run_id)
     if run is None:
-        found.append(Reason.of(code="run_missing", message=f"run {cell.run_id} was not supplied"))
+        found.append(Reason(code="run_missing", message=f"run {cell.run_id} was not supplied"))
     if emulated(cell, runs) and not project.policy.emulated_hosts_qualify:
         found.append(
-            Reason.of(
-                code="emulated", message=f"run {cell.run_id} ran on a host that does not match"
-            )
+            Reason(code="emulated", message=f"run {cell.run_id} ran on a host that does not match")
         )
     numerics = cell.numerics
     if (
@@ -190,7 +188,7 @@ def _candidate_reasons(
         and not project.policy.emulated_numerics_qualify
     ):
         found.append(
-            Reason.of(
+            Reason(
                 code="emulated_numerics",
                 message=f"run {cell.run_id} computed its parity on an emulated {numerics.cpu} "
                 "(policy.allow_emulated 'parity' or true accepts that)",
@@ -198,7 +196,7 @@ def _candidate_reasons(
         )
     if run is not None and run.host_busy and project.policy.busy_host == "refuse":
         found.append(
-            Reason.of(
+            Reason(
                 code="host_busy",
                 message=f"run {cell.run_id} measured on a host whose load average exceeded its "
                 "cores, and policy.busy_host is 'refuse'",
@@ -207,11 +205,11 @@ def _candidate_reasons(
     if not now.stale and now.verdict != "pass":
         if cell.parity is None and cell.error is None:
             found.append(
-                Reason.of(code="parity_missing", message="no parity result against the baseline")
+                Reason(code="parity_missing", message="no parity result against the baseline")
             )
         for reason in now.reasons:
             if reason.code == "expected_provider_missing" and cell.placement is None:
-                reason = Reason.of(code="placement_missing", message=reason.message)
+                reason = Reason(code="placement_missing", message=reason.message)
             found.append(reason)
     rollback = rollbacks.of(cell.artifact_digest)
     if rollback.reason is not None:
@@ -226,13 +224,13 @@ def _upper(cell: Cell) -> float:
 
 # The reasons whose message names nothing of the class, made once: a fleet's decisions share
 # them (a Reason is immutable).
-_HOLD_FAILING_BASELINE = Reason.of(
+_HOLD_FAILING_BASELINE = Reason(
     code="hold",
     message="the policy for a class whose baseline fails its gates is 'hold': "
     "hosts keep what they run",
 )
-_HOLD_UNKNOWN = Reason.of(code="hold", message="the policy for unknown classes is 'hold'")
-_BASELINE_UNKNOWN = Reason.of(
+_HOLD_UNKNOWN = Reason(code="hold", message="the policy for unknown classes is 'hold'")
+_BASELINE_UNKNOWN = Reason(
     code="baseline_chosen", message="the policy for unknown classes is 'baseline'"
 )
 _PASSED = CurrentVerdict("pass", ())
@@ -305,7 +303,7 @@ class _ClassDecider:
     def decide(self) -> ClassDecision:
         if not self.key_cells:
             self.reasons.append(
-                Reason.of(code="no_evidence", message=f"no cell was measured on {self.key_text}")
+                Reason(code="no_evidence", message=f"no cell was measured on {self.key_text}")
             )
             return self._unknown(f"nothing was measured on {self.key_text}")
         # The baseline's cell now; its verdict is judged only when no candidate qualifies.
@@ -321,7 +319,7 @@ class _ClassDecider:
 
     def _decision(
         self,
-        kind: str,
+        kind: Decision,
         artifact: tuple[str | None, str | None],
         evidence: Evidence | None,
         summary: str,
@@ -334,26 +332,21 @@ class _ClassDecider:
             )
         hold = kind == "hold"
         rollback = final_rollback(self.rollbacks, kind, artifact[0], self.reasons)
-        # Without validation (``Document.trusted``): the key, settings and evidence are models
-        # already, the rest strings and lists made here; a test validates every decision of the
-        # test fleets again and finds it equal.
-        return ClassDecision.trusted(
-            {
-                "host_class": self.name,
-                "key": self.cls.key,
-                "decision": kind,
-                "artifact_digest": None if hold else artifact[0],
-                "artifact_name": None if hold else artifact[1],
-                "rollback_digest": rollback.digest,
-                "rollback_name": rollback.name,
-                "rollback_proven": rollback.proven,
-                "rollback_runtime": rollback.runtime,
-                "rollback_provider": rollback.provider,
-                "evidence": evidence,
-                "reasons": _one_per_code(self.reasons),
-                "summary": summary,
-                "run_ids": sorted(self.looked),
-            }
+        return ClassDecision(
+            host_class=self.name,
+            key=self.cls.key,
+            decision=kind,
+            artifact_digest=None if hold else artifact[0],
+            artifact_name=None if hold else artifact[1],
+            rollback_digest=rollback.digest,
+            rollback_name=rollback.name,
+            rollback_proven=rollback.proven,
+            rollback_runtime=rollback.runtime,
+            rollback_provider=rollback.provider,
+            evidence=evidence,
+            reasons=_one_per_code(self.reasons),
+            summary=summary,
+            run_ids=sorted(self.looked),
         )
 
     def _unknown(self, why: str) -> ClassDecision:
@@ -382,9 +375,7 @@ class _ClassDecider:
         reasons = self.reasons
         candidates = self.project.artifacts.candidates
         if not candidates:
-            reasons.append(
-                Reason.of(code="no_candidates", message="the project lists no candidate")
-            )
+            reasons.append(Reason(code="no_candidates", message="the project lists no candidate"))
         for spec in candidates:
             standing = self.judge.standing(self.name, spec.label, self.key_cells)
             cell, now = standing.cell, standing.current
@@ -395,7 +386,7 @@ class _ClassDecider:
             failed = _candidate_reasons(cell, now, self.project, self.runs, self.rollbacks)
             if failed:
                 reasons.extend(
-                    Reason.of(code=r.code, message=f"candidate {spec.label}: {r.message}")
+                    Reason(code=r.code, message=f"candidate {spec.label}: {r.message}")
                     for r in failed
                 )
             else:
@@ -408,14 +399,14 @@ class _ClassDecider:
         upper, budget = _ms(_upper(chosen)), _ms(self.cls.budgets.p99_ms)
         self.reasons.insert(
             0,
-            Reason.of(
+            Reason(
                 code="candidate_passed",
                 message=f"candidate {chosen.artifact_name} passed every gate on {self.key_text} "
                 f"in run {chosen.run_id}: p99 upper bound {upper} <= {budget}",
             ),
         )
         self.reasons.extend(
-            Reason.of(
+            Reason(
                 code="candidate_not_chosen",
                 message=f"candidate {other.artifact_name} also passed, with p99 upper bound "
                 f"{_ms(_upper(other))} > {upper}",
@@ -440,7 +431,7 @@ class _ClassDecider:
         unusable = _unusable(standing, self.project.policy.emulated_hosts_qualify, self.runs)
         if base is not None and unusable is None and _verdict_of(standing) == "error":
             self.reasons.append(
-                Reason.of(
+                Reason(
                     code="baseline_failed",
                     message=f"baseline {label} could not run on {self.key_text} in run "
                     f"{base.run_id}: {base.error or 'no detail'}",
@@ -456,7 +447,7 @@ class _ClassDecider:
         if base is None or base_now is None or unusable is not None:
             state = unusable or "no cell"
             self.reasons.append(
-                Reason.of(
+                Reason(
                     code="baseline_unmeasured",
                     message=f"baseline {label} has {state} on {self.key_text}",
                 )
@@ -465,7 +456,7 @@ class _ClassDecider:
         if base_now.verdict == "fail" and self.project.policy.failing_baseline == "hold":
             return self._hold_failing_baseline(base, base_now, why, standing)
         self.reasons.append(
-            Reason.of(
+            Reason(
                 code="baseline_chosen",
                 message=f"baseline {label} ran on {self.key_text} in run {base.run_id}",
             )
@@ -486,7 +477,7 @@ class _ClassDecider:
         label = self.baseline[1]
         codes = ", ".join(sorted({r.code for r in base_now.reasons}))
         self.reasons.append(
-            Reason.of(
+            Reason(
                 code="baseline_fails_gates",
                 message=f"baseline {label} fails this class's own gates on {self.key_text} "
                 f"in run {base.run_id} ({codes})",
@@ -504,7 +495,7 @@ class _ClassDecider:
 
 def _never_measured(label: str, key_text: str, standing: Standing) -> Reason:
     earlier = standing.replaced
-    return Reason.of(
+    return Reason(
         code="no_candidate_cell",
         message=f"candidate {label} was never measured on {key_text}"
         + (

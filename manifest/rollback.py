@@ -180,7 +180,7 @@ class Rollbacks:
         if base is None:
             return RollbackState(None, None, cls.runtime, cls.provider, False, None)
         if base == own:
-            nothing = Reason.of(
+            nothing = Reason(
                 code="no_rollback",
                 message=f"it runs the baseline {label} and was assigned no other artifact "
                 "proven to load on its current runtime: nothing further to go back to",
@@ -189,7 +189,7 @@ class Rollbacks:
         digest = base
         proof = self._proof(digest)
         if proof is None:
-            reason = Reason.of(
+            reason = Reason(
                 code="rollback_unchecked",
                 message=f"no current run showed that rollback {label} ({digest[:19]}) loads "
                 "under this class's runtime",
@@ -198,7 +198,7 @@ class Rollbacks:
         (_, run_id), loaded, error = proof
         if loaded:
             return RollbackState(digest, label, cls.runtime, cls.provider, True, None)
-        reason = Reason.of(
+        reason = Reason(
             code="rollback_failed",
             message=f"rollback {label} did not load in run {run_id}: {error or 'no detail'}",
         )

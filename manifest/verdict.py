@@ -283,7 +283,7 @@ class Judge:
             failures = [f"{o.name} {f}" for o in outputs for f in o.failures]
             if failures:
                 fails.append(
-                    Reason.of(
+                    Reason(
                         code="parity_failed",
                         message=f"parity fails the current {cell.precision} tolerance: "
                         + "; ".join(failures),
@@ -349,7 +349,7 @@ class Judge:
 def _no_cause(cell: Cell) -> tuple[Reason, ...]:
     """The reason of an error cell that records none (its process's cause is all there is)."""
     return (
-        Reason.of(
+        Reason(
             code="verdict_not_pass",
             message=f"run {cell.run_id} could not measure it: {cell.error or 'no detail'}",
         ),
@@ -357,7 +357,7 @@ def _no_cause(cell: Cell) -> tuple[Reason, ...]:
 
 
 def _stale(code: str, message: str) -> CurrentVerdict:
-    return CurrentVerdict("stale", (Reason.of(code=code, message=message),))
+    return CurrentVerdict("stale", (Reason(code=code, message=message),))
 
 
 def _measured(out: OutputParity) -> OutputTolerance:
@@ -398,7 +398,7 @@ def _rate_budget_changed(cell: Cell, cls: HostClass) -> Reason | None:
     looser = cls.budgets.p99_ms > found.budget_ms
     if rate is not None and (rate >= wanted) == looser:
         return None
-    return Reason.of(
+    return Reason(
         code="budget_changed",
         message=f"the open-loop rate search ran against p99 {found.budget_ms:g} ms; the budget "
         f"is now {cls.budgets.p99_ms:g} ms, which the rates it probed cannot answer for "

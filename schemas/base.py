@@ -7,7 +7,7 @@ the small value types several documents use. Owns no document itself.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
@@ -66,13 +66,3 @@ class Document(BaseModel):
     """Base of every qualify document: strict, immutable, self-describing."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=False)
-
-    @classmethod
-    def trusted(cls, fields: dict[str, Any]) -> Self:
-        """An instance holding ``fields`` as they are, without validation (pydantic's public
-        ``model_construct``): for contract objects code builds internally from values validated
-        already or made by itself. ``fields`` must name every field with the declared type
-        (nested documents as instances). Never for bytes from outside the process: those go
-        through ``model_validate``; ``tests/manifest/test_trusted_decisions.py`` holds each such
-        construction equal to its validated twin."""
-        return cls.model_construct(_fields_set=set(fields), **fields)

@@ -70,16 +70,6 @@ class Reason(Document):
     )
     message: str = Field(description="One sentence with the evidence.")
 
-    @classmethod
-    def of(cls, code: str, message: str) -> Reason:
-        """A reason the code makes itself (the policy and the gates, several per class of a
-        fleet), built without validation (``Document.trusted``): ``code`` is a code of the
-        table: a literal (a test holds each call site's to the table), a gate's ``<budget>_missing``
-        or ``<budget>_over_budget`` (its row of ``GATES`` lists them) or a validated reason's
-        own code passed on; ``message`` is a string made there. Bytes from outside go through
-        ``model_validate``, which refuses an unknown code."""
-        return cls.trusted({"code": code, "message": message})
-
     @field_validator("code")
     @classmethod
     def _known_code(cls, code: str) -> str:

@@ -144,7 +144,7 @@ def test_junit_and_markdown_carry_the_reasons_and_survive_hostile_names() -> Non
         if (item.host_class, item.artifact) == (hostile, base) and item.standing is not None:
             current = CurrentVerdict(
                 "fail",
-                (Reason.of(code="p99_over_budget", message='p99 <script>&"|</script>\x07\x00'),),
+                (Reason(code="p99_over_budget", message='p99 <script>&"|</script>\x07\x00'),),
             )
             items[i] = replace(item, standing=item.standing._replace(current=current))
     gate = release_gate([], None, scope=[])
