@@ -24,35 +24,20 @@ from typing import Any, NoReturn
 
 from manifest import envelope, hoststate
 from manifest.errors import KeyFileError
-from manifest.hostruntime import (
-    PROVIDER_LIBRARIES,
-    HostRuntime,
-    detect_runtime,
-    requirement_failures,
-)
-from manifest.hoststate import (
-    LKG_FILE,
-    STATE_FILE,
-    Accepted,
-    encode_state,
-    parse_state,
-)
+from manifest.hostruntime import HostRuntime, detect_runtime
+from manifest.hoststate import Accepted
 from manifest.hoststate import read_bounded as _read_bounded
 from manifest.lookup import (
     DEFAULT_GRACE_DAYS,
     DEFAULT_MAX_VALIDITY_DAYS,
     DEFAULT_URI_SCHEMES,
-    EXIT_HOLD,
-    EXIT_INCOMPATIBLE,
     EXIT_RESOLVED,
     EXIT_STALE,
-    EXIT_UNKNOWN,
     EXIT_USAGE,
     EXIT_VERIFY,
     Fresh,
     Line,
     Outcome,
-    cohort_point,
     model_of,
     record_of,
     resolve,
@@ -61,35 +46,7 @@ from manifest.lookup import (
     verify_fresh,
 )
 
-__all__ = [
-    "DEFAULT_GRACE_DAYS",
-    "DEFAULT_MAX_VALIDITY_DAYS",
-    "DEFAULT_URI_SCHEMES",
-    "EXIT_HOLD",
-    "EXIT_INCOMPATIBLE",
-    "EXIT_RESOLVED",
-    "EXIT_STALE",
-    "EXIT_UNKNOWN",
-    "EXIT_USAGE",
-    "EXIT_VERIFY",
-    "LKG_FILE",
-    "PROVIDER_LIBRARIES",
-    "STATE_FILE",
-    "Accepted",
-    "Fresh",
-    "HostRuntime",
-    "Line",
-    "Outcome",
-    "cohort_point",
-    "detect_runtime",
-    "encode_state",
-    "main",
-    "model_of",
-    "parse_state",
-    "requirement_failures",
-    "resolve",
-    "verify_fresh",
-]
+__all__ = ["main"]
 
 
 def _default_state_dir() -> str | None:

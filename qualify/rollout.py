@@ -2,7 +2,7 @@
 newest one (``qualify.release.edit``) with only its class's entry changed, so that anti-rollback
 holds on every host (an abort is a *higher* version pointing back at the rollback), and records
 who ran it and why. Does not own a step's telemetry gate (``qualify.telemetry.canary``) nor the
-cohort hash (``manifest.resolve.cohort_point``)."""
+cohort hash (``manifest.lookup.cohort_point``)."""
 
 from __future__ import annotations
 

@@ -235,7 +235,7 @@ class Rollback(ManifestArtifact):
 class Rollout(Document):
     """A staged rollout of one class: a cohort of its hosts runs ``artifact``, the rest run the
     entry's artifact. Which hosts are in the cohort is a stable hash of the rollout id and the
-    host id (``manifest.resolve.cohort_point``), so a host stays in as ``percent`` grows."""
+    host id (``manifest.lookup.cohort_point``), so a host stays in as ``percent`` grows."""
 
     id: str = Field(
         min_length=1, max_length=128, description="The rollout's id; it seeds the cohort hash."

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from manifest.host_events import FORMAT, encode_event, format_time
-from manifest.resolve import cohort_point
+from manifest.lookup import cohort_point
 from matrix.store import Store
 from qualify.artifacts import digest_file
 from qualify.demo.telemetry import SHIFTED_PROVIDER

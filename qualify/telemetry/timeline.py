@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from manifest.envelope import parse_time
-from manifest.resolve import cohort_point
+from manifest.lookup import cohort_point
 from matrix.telemetry.scope import Attribution, HostState, Versions
 from schemas.cell import Cell
 from schemas.manifest import Manifest, ManifestEntry

@@ -17,7 +17,7 @@ import jsonschema
 import onnxruntime as ort
 import pytest
 
-from manifest import envelope, resolve
+from manifest import envelope, lookup, resolve
 from manifest.host_events import (
     PLACEMENT_OPTION,
     append_event,
@@ -225,8 +225,8 @@ def test_resolve_artifact_emit_telemetry_appends_the_decision_it_made(
     signed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "telemetry.jsonl"
-    assert resolve_with_telemetry(signed, out, "x86-vnni") == resolve.EXIT_RESOLVED
-    assert resolve_with_telemetry(signed, out, "arm-old") == resolve.EXIT_HOLD
+    assert resolve_with_telemetry(signed, out, "x86-vnni") == lookup.EXIT_RESOLVED
+    assert resolve_with_telemetry(signed, out, "arm-old") == lookup.EXIT_HOLD
     served, held = (valid(e) for e in lines(out))
     assert served.source == "resolve" and served.placement == "requested"
     assert (served.host_class, served.host_id) == ("x86-vnni", "web-07")
@@ -269,7 +269,7 @@ def test_a_telemetry_file_that_cannot_be_written_never_changes_the_exit_code(
     signed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = resolve_with_telemetry(signed, tmp_path / "missing-dir" / "t.jsonl", "x86-vnni")
-    assert code == resolve.EXIT_RESOLVED
+    assert code == lookup.EXIT_RESOLVED
     assert "cannot append telemetry" in capsys.readouterr().err
 
 
@@ -325,7 +325,7 @@ def test_telemetry_to_what_is_not_a_regular_file_never_blocks_the_service_start(
     finally:
         if reader is not None:
             os.close(reader)
-    assert done.returncode == resolve.EXIT_RESOLVED, done.stderr
+    assert done.returncode == lookup.EXIT_RESOLVED, done.stderr
     assert f"warning: cannot append telemetry to {path}" in done.stderr
     assert "not a regular file" in done.stderr or "No such device" in done.stderr
 

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from manifest import envelope, hoststate, resolve
+from manifest import envelope, hoststate, lookup, resolve
 from manifest.perclass import write_per_class
 from manifest.signing import public_raw, sign_document
 from tests.manifest.factories import GOLDEN, fixed_key, scenario, signed_manifest
@@ -167,7 +167,7 @@ def test_a_path_no_line_was_read_from_has_nothing_to_fall_back_to_unless_named(
     stray = host.tmp / "elsewhere.json"
     stray.write_bytes(b"{}")
     code, out, err = host.resolve(stray)
-    assert (code, out) == (resolve.EXIT_VERIFY, "")
+    assert (code, out) == (lookup.EXIT_VERIFY, "")
     assert "no model line of this key was read from" in err and "--model" in err
     code, out, err = host.resolve(stray, "--model", "digits")
     assert code == 0 and json.loads(out)["release"] == "digits-4", err
@@ -223,7 +223,7 @@ def test_an_earlier_state_whose_line_is_unknown_still_floors_and_is_named(host: 
     _earlier_layout(host.state, release("digits", 17))
     (host.state / hoststate.LKG_FILE).unlink()  # its document is gone: whose floor is it?
     code, _, err = host.serve("ocr", 1)
-    assert code == resolve.EXIT_VERIFY
+    assert code == lookup.EXIT_VERIFY
     assert "version 1 is lower than version 17" in err
     assert str(host.state / hoststate.STATE_FILE) in err and "remove the file" in err
     (host.state / hoststate.STATE_FILE).unlink()  # a person decides it is not ocr's

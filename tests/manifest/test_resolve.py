@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from manifest import envelope, hoststate, resolve
+from manifest import envelope, hostruntime, hoststate, lookup, resolve
 from manifest.build import per_class_documents
 from manifest.errors import ExpiredError
 from manifest.signing import public_raw, sign_document
@@ -86,10 +86,10 @@ class Host:
         return code, out.out, out.err
 
     def lkg(self) -> bytes:
-        return (self.line / resolve.LKG_FILE).read_bytes()
+        return (self.line / hoststate.LKG_FILE).read_bytes()
 
     def accepted_version(self) -> int:
-        return int(json.loads((self.line / resolve.STATE_FILE).read_bytes())["version"])
+        return int(json.loads((self.line / hoststate.STATE_FILE).read_bytes())["version"])
 
 
 @pytest.fixture
@@ -149,7 +149,7 @@ def test_json_answer_has_the_documented_keys(host: Host) -> None:
 def test_held_class_exits_3_and_prints_no_artifact(host: Host) -> None:
     path = dump(fresh(), host.tmp / "m.json")
     code, out, err = host.run(path, "--host-class", "arm-new")
-    assert (code, out) == (resolve.EXIT_HOLD, "")
+    assert (code, out) == (lookup.EXIT_HOLD, "")
     assert "on hold" in err
     _, out, _ = host.run(path, "--host-class", "arm-new", "--json")
     assert json.loads(out)["settings"] is None
@@ -158,7 +158,7 @@ def test_held_class_exits_3_and_prints_no_artifact(host: Host) -> None:
 def test_unknown_class_exits_2(host: Host) -> None:
     path = dump(fresh(), host.tmp / "m.json")
     code, _, err = host.run(path, "--host-class", "sparc-t5")
-    assert code == resolve.EXIT_UNKNOWN
+    assert code == lookup.EXIT_UNKNOWN
     assert "'sparc-t5' is not in manifest version 2" in err
 
 
@@ -170,14 +170,14 @@ def test_missing_trusted_key_is_a_usage_error(host: Host) -> None:
 
 def test_unreadable_manifest_without_last_known_good_fails_closed(host: Host) -> None:
     code, out, err = host.run(host.tmp / "missing.json", "--host-class", "x86-vnni")
-    assert (code, out) == (resolve.EXIT_VERIFY, "")
+    assert (code, out) == (lookup.EXIT_VERIFY, "")
     assert "failing closed" in err
 
 
 def test_host_whose_runtime_cannot_run_entry_or_rollback_exits_5(host: Host) -> None:
     path = dump(fresh(), host.tmp / "m.json")
     code, out, err = host.run(path, "--host-class", "gpu-a10")
-    assert (code, out) == (resolve.EXIT_INCOMPATIBLE, "")
+    assert (code, out) == (lookup.EXIT_INCOMPATIBLE, "")
     assert "runtime package is onnxruntime, needs onnxruntime-gpu" in err
     assert "CUDAExecutionProvider is not available" in err
 
@@ -247,7 +247,7 @@ def test_host_matching_several_classes_must_name_one(host: Host) -> None:
     )
     path = dump(fresh(fleet), host.tmp / "m.json")
     code, _, err = host.run(path)
-    assert code == resolve.EXIT_UNKNOWN
+    assert code == lookup.EXIT_UNKNOWN
     assert "several classes (a, b)" in err
 
 
@@ -259,7 +259,7 @@ def test_per_class_document_is_looked_up_by_class_name(host: Host) -> None:
         dump(sign_document(signed, fixed_key()), directory / envelope.class_filename(name))
     code, out, _ = host.run(directory, "--host-class", "x86-vnni", "--json")
     assert (code, json.loads(out)["artifact"]["digest"]) == (0, digest_of("rec-int8"))
-    assert host.run(directory)[0] == resolve.EXIT_USAGE  # a directory needs --host-class
+    assert host.run(directory)[0] == lookup.EXIT_USAGE  # a directory needs --host-class
 
 
 def test_verify_file_accepts_the_artifact_whose_digest_matches(host: Host) -> None:
@@ -294,16 +294,18 @@ def test_expired_last_known_good_is_served_with_exit_6_within_its_grace(host: Ho
     doc = fresh(created=NOW - timedelta(days=2), expires=NOW + timedelta(seconds=2))
     raw = envelope.encode_canonical(doc)
     later = envelope.format_time(NOW + timedelta(days=1))
-    outcome = resolve.resolve(
+    outcome = lookup.resolve(
         b"garbage",
         public_raw=public_raw(fixed_key().public_key()),
         now=later,
-        host=resolve.HostRuntime("onnxruntime", "1.32.0", frozenset({"CPUExecutionProvider"}), "t"),
+        host=hostruntime.HostRuntime(
+            "onnxruntime", "1.32.0", frozenset({"CPUExecutionProvider"}), "t"
+        ),
         host_class="x86-vnni",
         accepted_version=2,
         last_known_good=raw,
     )
-    assert outcome.code == resolve.EXIT_STALE and outcome.answer is not None
+    assert outcome.code == lookup.EXIT_STALE and outcome.answer is not None
     assert outcome.answer["source"] == "last-known-good"
     assert outcome.answer["artifact"]["uri"] == "https://models.example/rec-int8.onnx"
     assert any("expired" in m and "grace" in m for m in outcome.messages)
@@ -312,16 +314,18 @@ def test_expired_last_known_good_is_served_with_exit_6_within_its_grace(host: Ho
 
 def test_expired_last_known_good_past_its_grace_fails_closed() -> None:
     doc = fresh(created=NOW - timedelta(days=20), expires=NOW - timedelta(days=8))
-    outcome = resolve.resolve(
+    outcome = lookup.resolve(
         b"garbage",
         public_raw=public_raw(fixed_key().public_key()),
         now=envelope.format_time(NOW),
-        host=resolve.HostRuntime("onnxruntime", "1.32.0", frozenset({"CPUExecutionProvider"}), "t"),
+        host=hostruntime.HostRuntime(
+            "onnxruntime", "1.32.0", frozenset({"CPUExecutionProvider"}), "t"
+        ),
         host_class="x86-vnni",
         last_known_good=envelope.encode_canonical(doc),
         grace_s=7 * 86400,
     )
-    assert (outcome.code, outcome.answer) == (resolve.EXIT_VERIFY, None)
+    assert (outcome.code, outcome.answer) == (lookup.EXIT_VERIFY, None)
     assert any("longer ago than the 7-day grace" in m for m in outcome.messages)
 
 
@@ -346,7 +350,7 @@ def assert_refused_and_lkg_kept(
     assert host.accepted_version() == 2
     # And a host with no last-known-good fails closed.
     code, out, err = host.run(attack, "--host-class", "x86-vnni", *args, state=False)
-    assert (code, out) == (resolve.EXIT_VERIFY, "")
+    assert (code, out) == (lookup.EXIT_VERIFY, "")
     assert why in err
 
 
@@ -414,7 +418,7 @@ def test_attack_artifact_whose_digest_does_not_match_is_refused(host: Host, trus
     code, out, err = host.run(
         host.tmp / "good.json", "--host-class", "x86-vnni", "--verify-file", str(artifact)
     )
-    assert (code, out) == (resolve.EXIT_VERIFY, "")
+    assert (code, out) == (lookup.EXIT_VERIFY, "")
     assert "do not load it" in err
     assert host.lkg() == trusted
 
@@ -430,24 +434,28 @@ def test_runtime_is_read_from_the_installed_distribution(tmp_path: Path) -> None
     capi.mkdir(parents=True)
     (capi / "libonnxruntime_providers_cuda.so").touch()
     (capi / "libonnxruntime_providers_shared.so").touch()
-    found = resolve.detect_runtime(search_path=[str(tmp_path / "nothing"), str(site)])
+    found = hostruntime.detect_runtime(search_path=[str(tmp_path / "nothing"), str(site)])
     assert (found.package, found.version) == ("onnxruntime-gpu", "1.31.2")
     assert found.providers == {"CPUExecutionProvider", "CUDAExecutionProvider"}
-    over = resolve.detect_runtime(runtime="onnxruntime==1.20.0", providers="A,B", search_path=[])
+    over = hostruntime.detect_runtime(
+        runtime="onnxruntime==1.20.0", providers="A,B", search_path=[]
+    )
     assert (over.package, over.version) == ("onnxruntime", "1.20.0")
     assert over.providers == {"A", "B"}
 
 
 def test_requirements_use_version_patterns() -> None:
-    host = resolve.HostRuntime("onnxruntime", "1.32.1", frozenset({"CPUExecutionProvider"}), "t")
+    host = hostruntime.HostRuntime(
+        "onnxruntime", "1.32.1", frozenset({"CPUExecutionProvider"}), "t"
+    )
     ok = {"package": "onnxruntime", "version": "1.32.*"}
     cpu = {"expected": "CPUExecutionProvider"}
-    assert resolve.requirement_failures(host, ok, cpu) == []
-    assert resolve.requirement_failures(host, {**ok, "version": "1.31.*"}, cpu) == [
+    assert hostruntime.requirement_failures(host, ok, cpu) == []
+    assert hostruntime.requirement_failures(host, {**ok, "version": "1.31.*"}, cpu) == [
         "onnxruntime version is 1.32.1, needs 1.31.*"
     ]
-    none = resolve.HostRuntime(None, None, frozenset(), "t")
-    assert "no onnxruntime distribution found" in resolve.requirement_failures(none, ok, cpu)[0]
+    none = hostruntime.HostRuntime(None, None, frozenset(), "t")
+    assert "no onnxruntime distribution found" in hostruntime.requirement_failures(none, ok, cpu)[0]
 
 
 # -- the real process -------------------------------------------------------------------------
@@ -487,7 +495,7 @@ def test_exit_codes_of_the_real_process(tmp_path: Path) -> None:
     refused = run_process("--manifest", str(path), "--pubkey", str(PUB), "--host-class", "x86-vnni")
     assert refused.returncode == 0  # the default state directory kept the last-known-good
     assert "using the last-known-good manifest, version 2" in refused.stderr
-    kept = Path(os.environ["XDG_STATE_HOME"]) / "qualify" / "resolve" / LINE / resolve.LKG_FILE
+    kept = Path(os.environ["XDG_STATE_HOME"]) / "qualify" / "resolve" / LINE / hoststate.LKG_FILE
     assert kept.read_bytes() == envelope.encode_canonical(fresh())
     alone = run_process(
         "--manifest", str(bad), "--pubkey", str(PUB), "--host-class", "x86-vnni", "--no-state"
@@ -553,7 +561,7 @@ def test_a_per_class_set_synced_out_of_order_serves_the_last_known_good(
 
     directory = host.tmp / "classes"
     write_per_class(fresh(version=2), fixed_key(), directory)
-    assert host.run(directory, "--host-class", "x86-vnni")[0] == resolve.EXIT_RESOLVED
+    assert host.run(directory, "--host-class", "x86-vnni")[0] == lookup.EXIT_RESOLVED
     kept = host.lkg()
     (directory / envelope.CURRENT_POINTER).write_text("v3\n")
     if arrived != "pointer only":
@@ -562,7 +570,7 @@ def test_a_per_class_set_synced_out_of_order_serves_the_last_known_good(
         whole = (directory / "v2" / envelope.class_filename("x86-vnni")).read_bytes()
         (directory / "v3" / envelope.class_filename("x86-vnni")).write_bytes(whole[:100])
     code, out, err = host.run(directory, "--host-class", "x86-vnni")
-    assert code == resolve.EXIT_RESOLVED, err
+    assert code == lookup.EXIT_RESOLVED, err
     assert out.strip() == "https://models.example/rec-int8.onnx"
     assert "using the last-known-good manifest, version 2" in err
     assert host.lkg() == kept and host.accepted_version() == 2

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from manifest import envelope, resolve
+from manifest import envelope, hostruntime, hoststate, lookup
 from manifest.errors import ForkError, MalformedError, ValidityError, VerificationError
 from manifest.load import load_manifest
 from manifest.perclass import write_per_class
@@ -28,7 +28,7 @@ from tests.manifest.test_resolve import Host as BaseHost
 
 PUB = GOLDEN / "test.pub"
 NOW = datetime.now(UTC).replace(microsecond=0)
-CPU = resolve.HostRuntime("onnxruntime", "1.32.0", frozenset({"CPUExecutionProvider"}), "test")
+CPU = hostruntime.HostRuntime("onnxruntime", "1.32.0", frozenset({"CPUExecutionProvider"}), "test")
 DOCUMENTED = {0, 2, 3, 4, 5, 6}
 TRUSTED = public_raw(fixed_key().public_key())
 
@@ -61,11 +61,11 @@ class Host(BaseHost):
         return super().run(manifest, *args, state=state)
 
     def lkg(self) -> bytes | None:  # type: ignore[override]  # None: nothing kept
-        path = self.line / resolve.LKG_FILE
+        path = self.line / hoststate.LKG_FILE
         return path.read_bytes() if path.exists() else None
 
-    def record(self) -> resolve.Accepted:
-        return resolve.parse_state((self.line / resolve.STATE_FILE).read_bytes())
+    def record(self) -> hoststate.Accepted:
+        return hoststate.parse_state((self.line / hoststate.STATE_FILE).read_bytes())
 
 
 @pytest.fixture
@@ -126,7 +126,7 @@ def test_hostile_manifest_is_refused_and_the_last_known_good_served(
     assert served_from_lkg(host.run(attack, "--host-class", "x86-vnni"))
     assert host.lkg() == GOOD and host.record().version == 2
     code, out, err = host.run(attack, "--host-class", "x86-vnni", "--no-state")
-    assert (code, out) == (resolve.EXIT_VERIFY, "")
+    assert (code, out) == (lookup.EXIT_VERIFY, "")
     assert "Traceback" not in err and "failing closed" in err
 
 
@@ -162,7 +162,7 @@ def test_re_indented_genuine_manifest_is_refused_unparsed() -> None:
     ],
 )
 def test_hostile_state_file_never_crashes_and_the_floor_holds(host: Host, state: bytes) -> None:
-    (host.line / resolve.STATE_FILE).write_bytes(state)
+    (host.line / hoststate.STATE_FILE).write_bytes(state)
     older = canonical(1)
     code, _, err = host.run(older, "--host-class", "x86-vnni")
     assert code == 0 and "lower than version 2" in err  # the floor came from the last-known-good
@@ -174,7 +174,7 @@ def test_hostile_state_file_never_crashes_and_the_floor_holds(host: Host, state:
 
 @pytest.mark.parametrize("damage", ["delete", "truncate", "replace-lower"])
 def test_damaging_state_json_does_not_let_an_older_manifest_in(host: Host, damage: str) -> None:
-    path = host.line / resolve.STATE_FILE
+    path = host.line / hoststate.STATE_FILE
     if damage == "delete":
         path.unlink()
     elif damage == "truncate":
@@ -187,16 +187,16 @@ def test_damaging_state_json_does_not_let_an_older_manifest_in(host: Host, damag
 
 
 def test_deleting_the_last_known_good_does_not_lower_the_floor(host: Host) -> None:
-    (host.line / resolve.LKG_FILE).unlink()
+    (host.line / hoststate.LKG_FILE).unlink()
     code, _, err = host.run(canonical(1), "--host-class", "x86-vnni")
-    assert code == resolve.EXIT_VERIFY and "version 1 is lower than version 2" in err
+    assert code == lookup.EXIT_VERIFY and "version 1 is lower than version 2" in err
     assert host.lkg() is None and host.record().version == 2
 
 
 def test_a_forged_last_known_good_cannot_raise_the_floor(host: Host) -> None:
     forged = json.loads(GOOD)
     forged["signed"]["version"] = 999
-    (host.line / resolve.LKG_FILE).write_bytes(envelope.encode_canonical(forged))
+    (host.line / hoststate.LKG_FILE).write_bytes(envelope.encode_canonical(forged))
     code, _, err = host.run(GOOD_V3, "--host-class", "x86-vnni")
     assert code == 0 and "last-known-good manifest is unusable" in err
     assert host.lkg() == GOOD_V3 and host.record().version == 3
@@ -208,7 +208,7 @@ def test_same_version_with_other_bytes_is_refused_as_a_fork(host: Host) -> None:
     fork = resign(doc["signed"])
     result = host.run(fork, "--host-class", "x86-vnni")
     assert served_from_lkg(result) and "two releases under one version" in result[2]
-    outcome = resolve.resolve(
+    outcome = lookup.resolve(
         fork,
         public_raw=TRUSTED,
         now=envelope.format_time(NOW),
@@ -223,9 +223,9 @@ def test_same_version_with_other_bytes_is_refused_as_a_fork(host: Host) -> None:
 
 
 def test_the_same_document_again_is_not_a_fork_and_writes_nothing(host: Host) -> None:
-    before = (host.line / resolve.STATE_FILE).stat().st_mtime_ns
+    before = (host.line / hoststate.STATE_FILE).stat().st_mtime_ns
     assert host.run(GOOD, "--host-class", "x86-vnni")[0] == 0
-    assert (host.line / resolve.STATE_FILE).stat().st_mtime_ns == before
+    assert (host.line / hoststate.STATE_FILE).stat().st_mtime_ns == before
 
 
 def test_an_unchanged_start_hashes_nothing(host: Host, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -241,21 +241,21 @@ def test_an_unchanged_start_hashes_nothing(host: Host, monkeypatch: pytest.Monke
         return hash_small(data)
 
     monkeypatch.setattr(envelope, "sha256_hex", no_document_hashing)
-    before = (host.line / resolve.STATE_FILE).stat().st_mtime_ns
+    before = (host.line / hoststate.STATE_FILE).stat().st_mtime_ns
     assert host.run(GOOD, "--host-class", "x86-vnni")[0] == 0
-    assert (host.line / resolve.STATE_FILE).stat().st_mtime_ns == before
+    assert (host.line / hoststate.STATE_FILE).stat().st_mtime_ns == before
     assert host.record() == record
 
 
 def test_a_state_kept_before_signatures_gains_one_once(host: Host) -> None:
     record = host.record()
     older = record._replace(signature=None)
-    (host.line / resolve.STATE_FILE).write_bytes(resolve.encode_state(older))
+    (host.line / hoststate.STATE_FILE).write_bytes(hoststate.encode_state(older))
     assert host.run(GOOD, "--host-class", "x86-vnni")[0] == 0
     assert host.record() == record  # the digest computed again, the signature added
-    before = (host.line / resolve.STATE_FILE).stat().st_mtime_ns
+    before = (host.line / hoststate.STATE_FILE).stat().st_mtime_ns
     assert host.run(GOOD, "--host-class", "x86-vnni")[0] == 0
-    assert (host.line / resolve.STATE_FILE).stat().st_mtime_ns == before
+    assert (host.line / hoststate.STATE_FILE).stat().st_mtime_ns == before
 
 
 def test_a_state_naming_another_signature_is_not_taken_for_this_document(host: Host) -> None:
@@ -270,7 +270,7 @@ def test_a_state_naming_another_signature_is_not_taken_for_this_document(host: H
 def test_a_last_known_good_of_the_same_size_is_compared_not_assumed(host: Host) -> None:
     damaged = GOOD.replace(b'"release":"2025.06"', b'"release":"2025.07"')
     assert len(damaged) == len(GOOD) and damaged != GOOD
-    (host.line / resolve.LKG_FILE).write_bytes(damaged)
+    (host.line / hoststate.LKG_FILE).write_bytes(damaged)
     code, _, err = host.run(GOOD, "--host-class", "x86-vnni")
     assert code == 0 and "last-known-good manifest is unusable" in err
     assert host.lkg() == GOOD
@@ -281,13 +281,13 @@ def test_a_bounded_read_gives_the_bytes_and_an_equal_copy_itself(tmp_path: Path)
     for size in (0, 1, 70_000, 200_000):
         data = bytes(range(256)) * (size // 256) + b"x" * (size % 256)
         path.write_bytes(data)
-        assert resolve._read_bounded(str(path), 10**6) == data
-        assert resolve._read_bounded(str(path), 100) == data[:101]
+        assert hoststate.read_bounded(str(path), 10**6) == data
+        assert hoststate.read_bounded(str(path), 100) == data[:101]
         same = bytes(bytearray(data))
-        assert resolve._read_bounded(str(path), 10**6, same_as=same) is same
+        assert hoststate.read_bounded(str(path), 10**6, same_as=same) is same
         if size:
             other = data[:-1] + b"?"
-            assert resolve._read_bounded(str(path), 10**6, same_as=other) == data
+            assert hoststate.read_bounded(str(path), 10**6, same_as=other) == data
 
 
 # -- what becomes the last-known-good ------------------------------------------------------
@@ -297,7 +297,7 @@ def test_a_manifest_matching_none_of_this_hosts_classes_is_not_kept() -> None:
     from manifest.hostmatch import HostFacts
 
     riscv = HostFacts("riscv64", None, frozenset(), 4, 8192)
-    outcome = resolve.resolve(
+    outcome = lookup.resolve(
         GOOD_V3,
         public_raw=TRUSTED,
         now=envelope.format_time(NOW),
@@ -305,14 +305,14 @@ def test_a_manifest_matching_none_of_this_hosts_classes_is_not_kept() -> None:
         facts=lambda: riscv,
         last_known_good=GOOD,
     )
-    assert outcome.code == resolve.EXIT_UNKNOWN
+    assert outcome.code == lookup.EXIT_UNKNOWN
     assert (outcome.accepted, outcome.record) == (None, None)
     assert outcome.floor is not None and outcome.floor.version == 2
 
 
 def test_an_unknown_class_does_not_replace_the_last_known_good(host: Host) -> None:
     code, _, err = host.run(GOOD_V3, "--host-class", "nope")
-    assert code == resolve.EXIT_UNKNOWN and "not in manifest version 3" in err
+    assert code == lookup.EXIT_UNKNOWN and "not in manifest version 3" in err
     assert host.lkg() == GOOD and host.record().version == 2
 
 
@@ -401,7 +401,7 @@ def test_a_published_per_class_set_resolves_through_its_pointer(host: Host) -> N
 )
 def test_bad_arguments_are_one_line_and_exit_2(host: Host, args: list[str]) -> None:
     code, out, err = host.run(GOOD, "--host-class", "x86-vnni", *args)
-    assert (code, out) == (resolve.EXIT_USAGE, "")
+    assert (code, out) == (lookup.EXIT_USAGE, "")
     assert err.count("\n") == 1 and err.startswith("resolve-artifact: error: ")
 
 
@@ -482,9 +482,9 @@ def test_resolving_every_awkward_class_gives_the_full_parse_answer(
     raw = resign(awkward_manifest())
     names = [*json.loads(raw)["signed"]["entries"], "nope"]
 
-    def outcomes() -> list[resolve.Outcome]:
+    def outcomes() -> list[lookup.Outcome]:
         return [
-            resolve.resolve(
+            lookup.resolve(
                 raw,
                 public_raw=TRUSTED,
                 now=envelope.format_time(NOW),
@@ -637,7 +637,7 @@ def test_mutated_manifests_never_crash_never_lie_and_never_lower_the_floor(
     raw = GOOD_V3
     for how in changes:
         raw = mutate(raw, how)
-    outcome = resolve.resolve(
+    outcome = lookup.resolve(
         raw,
         public_raw=TRUSTED,
         now=envelope.format_time(NOW),
@@ -682,7 +682,7 @@ def test_mutated_manifests_never_crash_never_lie_and_never_lower_the_floor(
 )
 def test_any_state_bytes_parse_or_raise_value_error(state: bytes) -> None:
     try:
-        record = resolve.parse_state(state)
+        record = hoststate.parse_state(state)
     except ValueError:
         return
     assert 1 <= record.version <= envelope.MAX_VERSION

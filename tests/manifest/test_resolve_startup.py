@@ -13,7 +13,7 @@ from pathlib import Path
 import cryptography
 import pytest
 
-from manifest import envelope, host_events, resolve
+from manifest import envelope, host_events, hoststate, lookup, resolve
 from manifest.build import per_class_documents
 from manifest.signing import sign_document
 from tests.manifest.factories import fixed_key
@@ -147,7 +147,7 @@ def test_usage_errors_are_one_line_and_exit_2(
     good: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
 ) -> None:
     code, out, err = _main(capsys, *_base(good), "--host-class", "x86-vnni", *args)
-    assert (code, out) == (resolve.EXIT_USAGE, "")
+    assert (code, out) == (lookup.EXIT_USAGE, "")
     assert err.count("\n") == 1 and err.startswith("resolve-artifact: error: ")
     assert message in err
 
@@ -175,7 +175,7 @@ def test_a_value_may_start_with_a_dash_in_the_equals_form(
     good: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, _, err = _main(capsys, *_base(good), "--host-class=-odd")
-    assert code == resolve.EXIT_UNKNOWN and "'-odd' is not in manifest" in err
+    assert code == lookup.EXIT_UNKNOWN and "'-odd' is not in manifest" in err
 
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])
@@ -207,8 +207,8 @@ def test_an_unchanged_start_writes_no_state_file(
     stamps = [(p.name, p.stat().st_mtime_ns, p.stat().st_ino) for p in files]
     assert [p.relative_to(state).as_posix() for p in files] == [
         LINE,
-        f"{LINE}/{resolve.LKG_FILE}",
-        f"{LINE}/{resolve.STATE_FILE}",
+        f"{LINE}/{hoststate.LKG_FILE}",
+        f"{LINE}/{hoststate.STATE_FILE}",
     ]
     assert _main(capsys, *argv, "x86-vnni")[0] == 0
     again = sorted(state.rglob("*"))

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from manifest import envelope, resolve
+from manifest import envelope, hostruntime, lookup, resolve
 from manifest.signing import public_raw, sign_document
 from tests.manifest.factories import digest_of, fixed_key
 from tests.manifest.test_resolve import NOW, fresh
@@ -27,9 +27,9 @@ def test_a_host_in_the_cohort_stays_in_as_the_percentage_grows(
     rollout: str, host: str, low: int, high: int
 ) -> None:
     low, high = sorted((low, high))
-    point = resolve.cohort_point(rollout, host)
+    point = lookup.cohort_point(rollout, host)
     assert 0 <= point < 100
-    assert point == resolve.cohort_point(rollout, host)  # stable across restarts
+    assert point == lookup.cohort_point(rollout, host)  # stable across restarts
     if point < low:
         assert point < high
 
@@ -40,7 +40,7 @@ def test_the_share_in_the_cohort_is_within_binomial_bounds_of_the_step(
     rollout: str, percent: int
 ) -> None:
     n = 4000
-    inside = sum(resolve.cohort_point(rollout, f"host-{k:05d}") < percent for k in range(n))
+    inside = sum(lookup.cohort_point(rollout, f"host-{k:05d}") < percent for k in range(n))
     p = percent / 100
     sigma = math.sqrt(n * p * (1 - p))
     assert abs(inside - n * p) <= 5 * sigma  # a false alarm once in ~3.5 million
@@ -66,12 +66,12 @@ def _staged(share: int, **rollout: Any) -> bytes:
     return envelope.encode_canonical(sign_document(signed, fixed_key()))
 
 
-def _answer(raw: bytes, host_id: str | None) -> resolve.Outcome:
-    return resolve.resolve(
+def _answer(raw: bytes, host_id: str | None) -> lookup.Outcome:
+    return lookup.resolve(
         raw,
         public_raw=public_raw(fixed_key().public_key()),
         now=envelope.format_time(NOW),
-        host=resolve.HostRuntime(
+        host=hostruntime.HostRuntime(
             "onnxruntime-gpu", "1.32.0", frozenset({"CUDAExecutionProvider"}), "t"
         ),
         host_class="gpu-a10",
@@ -84,9 +84,9 @@ def test_the_cohort_gets_the_rollouts_artifact_and_the_rest_the_entrys() -> None
     served: dict[str, int] = {"rollout": 0, "artifact": 0}
     for k in range(400):
         outcome = _answer(raw, f"gpu-host-{k}")
-        assert outcome.code == resolve.EXIT_RESOLVED and outcome.answer is not None
+        assert outcome.code == lookup.EXIT_RESOLVED and outcome.answer is not None
         answer = outcome.answer
-        member = resolve.cohort_point("gpu-a10-r1", f"gpu-host-{k}") < 25
+        member = lookup.cohort_point("gpu-a10-r1", f"gpu-host-{k}") < 25
         assert answer["cohort"] == {
             "rollout": "gpu-a10-r1",
             "step": 1,
@@ -113,13 +113,13 @@ def test_a_host_without_an_id_stays_with_the_rest() -> None:
 )
 def test_a_malformed_rollout_is_refused_not_guessed(bad: dict[str, Any]) -> None:
     outcome = _answer(_staged(100, **bad), "any-host")
-    assert outcome.code == resolve.EXIT_VERIFY, outcome.messages
+    assert outcome.code == lookup.EXIT_VERIFY, outcome.messages
 
 
 def test_the_cli_places_a_host_by_its_host_id(tmp_path: Path, capsys: Any) -> None:
     manifest = tmp_path / "m.json"
     manifest.write_bytes(_staged(50))
-    inside = next(f"h{k}" for k in range(1000) if resolve.cohort_point("gpu-a10-r1", f"h{k}") < 50)
+    inside = next(f"h{k}" for k in range(1000) if lookup.cohort_point("gpu-a10-r1", f"h{k}") < 50)
     base = [
         "--manifest",
         str(manifest),

@@ -29,7 +29,7 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
-from manifest import resolve
+from manifest import lookup, resolve
 from qualify.cli import cli
 from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
@@ -277,7 +277,7 @@ def test_two_models_on_the_same_hosts_over_several_releases_get_one_answer_every
         "rollout_in_progress",
         "candidate_passed",
     ]
-    canary = [h for h in HOSTS if resolve.cohort_point(rollout["id"], h) < rollout["percent"]]
+    canary = [h for h in HOSTS if lookup.cohort_point(rollout["id"], h) < rollout["percent"]]
     rest = [h for h in HOSTS if h not in canary]
     assert len(canary) > 1 and len(rest) > 1
     asleep, laggard = rest[-1], canary[-1]  # one host sleeps through v2, one through v3

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import pytest
 from click.testing import CliRunner
 
-from manifest import resolve
+from manifest import lookup, resolve
 from qualify.cli import cli
 from qualify.project.load import load_project
 from qualify.rollout import parse_steps
@@ -337,7 +337,7 @@ def _rollout_sides(db: Path) -> tuple[_Side, _Side, list[str], list[str]]:
         cells = {c.artifact_name: c for c in store.latest_cells()}
     new, old = cells["respun"], cells["identity_mlp"]
     assert new.placement is not None and old.placement is not None
-    members = [f"h{k}" for k in range(200) if resolve.cohort_point(_rollout_id(db), f"h{k}") < 30]
+    members = [f"h{k}" for k in range(200) if lookup.cohort_point(_rollout_id(db), f"h{k}") < 30]
     return (
         _Side(new.artifact_digest, new.placement.nodes_per_provider, new.latency[0].p50_ms),
         _Side(old.artifact_digest, old.placement.nodes_per_provider, old.latency[0].p50_ms),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from manifest import resolve
+from manifest import lookup, resolve
 from matrix.store import Store
 from tests.qualify.lab import CANDIDATE, Lab, make_lab
 from tests.qualify.scripted import Script
@@ -30,7 +30,7 @@ def _healthy_canary(lab: Lab) -> None:
     hosts = [
         f"h{k}"
         for k in range(100)
-        if resolve.cohort_point(rollout["id"], f"h{k}") < rollout["percent"]
+        if lookup.cohort_point(rollout["id"], f"h{k}") < rollout["percent"]
     ]
     now = datetime.now(UTC).isoformat().replace("+00:00", "Z")
     events = [
@@ -158,7 +158,7 @@ def test_an_abort_after_a_cleared_pin_keeps_every_host_on_what_the_rest_ran(
     lab.cli("rollout", "clear", "here-cpu", "--why", "fixed")
     lab.cli("rollout", "start", "here-cpu", "--steps", "25,100")
     rollout = lab.entry()["rollout"]
-    canary = next(f"h{k}" for k in range(200) if resolve.cohort_point(rollout["id"], f"h{k}") < 25)
+    canary = next(f"h{k}" for k in range(200) if lookup.cohort_point(rollout["id"], f"h{k}") < 25)
     said = lab.cli("rollout", "abort", "here-cpu", "--why", "provider change in the canary")
     assert "every host goes back to identity_mlp" in said
     entry = lab.entry()

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from manifest.resolve import cohort_point
+from manifest.lookup import cohort_point
 from schemas.telemetry import TelemetryCheck
 from tests.qualify.telemetry_story import (
     FP32,

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-from manifest.resolve import cohort_point
+from manifest.lookup import cohort_point
 from qualify.telemetry.render import render_check
 from schemas.telemetry import CheckSettings, TelemetryCheck
 from tests.manifest.factories import digest_of
