@@ -128,48 +128,56 @@ def publish_options(
             )
             f(*args, publishing=publishing, **kwargs)
 
-        options: list[Callable[[Any], Any]] = [
-            click.option(
-                "--out",
-                type=_RegularFile(),
-                default=out_default,
-                show_default=out_default is not None,
-                help=out_help,
-            ),
-            click.option(
-                "--key",
-                "key_path",
-                required=not unsigned,
-                type=_RegularFile(exists=True),
-                help="Ed25519 private key (from 'qualify keygen'); every version is signed with it.",
-            ),
-            *(
-                [
-                    click.option(
-                        "--unsigned", is_flag=True, help="Publish it unsigned (hosts refuse it)."
-                    )
-                ]
-                if unsigned
-                else []
-            ),
-            click.option(
-                "--expires", default="30d", show_default=True, help="Validity, e.g. 30d, 12h."
-            ),
-            click.option(
-                "--per-class",
-                "per_class_dir",
-                type=click.Path(path_type=Path, file_okay=False),
-                help="Also write the version as one signed document per host class into this "
-                "directory (where hosts of a large fleet read theirs).",
-            ),
-            *(_said_options() if asks else []),
-        ]
+        options = _signing_options(out_help, out_default, unsigned)
+        if asks:
+            options += _said_options()
         wrapped: Callable[..., None] = command
         for option in reversed(options):
             wrapped = option(wrapped)
         return wrapped
 
     return decorate
+
+
+def _signing_options(
+    out_help: str, out_default: str | None, unsigned: bool
+) -> list[Callable[[Any], Any]]:
+    """``--out``, ``--key`` (and ``--unsigned``), ``--expires`` and ``--per-class``."""
+    return [
+        click.option(
+            "--out",
+            type=_RegularFile(),
+            default=out_default,
+            show_default=out_default is not None,
+            help=out_help,
+        ),
+        click.option(
+            "--key",
+            "key_path",
+            required=not unsigned,
+            type=_RegularFile(exists=True),
+            help="Ed25519 private key (from 'qualify keygen'); every version is signed with it.",
+        ),
+        *(
+            [
+                click.option(
+                    "--unsigned", is_flag=True, help="Publish it unsigned (hosts refuse it)."
+                )
+            ]
+            if unsigned
+            else []
+        ),
+        click.option(
+            "--expires", default="30d", show_default=True, help="Validity, e.g. 30d, 12h."
+        ),
+        click.option(
+            "--per-class",
+            "per_class_dir",
+            type=click.Path(path_type=Path, file_okay=False),
+            help="Also write the version as one signed document per host class into this "
+            "directory (where hosts of a large fleet read theirs).",
+        ),
+    ]
 
 
 def _said_options() -> list[Callable[[Any], Any]]:
