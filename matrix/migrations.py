@@ -502,6 +502,16 @@ MIGRATIONS: tuple[Migration, ...] = (
             ),
         ),
     ),
+    Migration(
+        version=18,
+        name="manifests.published_by and publish_reason: who published each version and why",
+        # No backfill: a version published before this records neither, and reads as null
+        # ("not recorded"), never as a name or a reason made up for it.
+        statements=(
+            "ALTER TABLE manifests ADD COLUMN published_by VARCHAR",
+            "ALTER TABLE manifests ADD COLUMN publish_reason VARCHAR",
+        ),
+    ),
 )
 
 LATEST_VERSION: int = MIGRATIONS[-1].version

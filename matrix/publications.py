@@ -1,8 +1,9 @@
 """Publications in progress: the matrix's half of publishing a manifest as one transaction.
 
 Owns the SQL of the publication journal (the ``manifests`` columns ``pending``,
-``pending_document`` and ``discarded_at``) and of the classes a person steers (holds, pins and
-aborted rollouts, from the ``rollouts`` log). Does not own the files or the order of the steps
+``pending_document`` and ``discarded_at``; ``published_by`` and ``publish_reason``, which
+`finish` sets) and of the classes a person steers (holds, pins and aborted rollouts, from the
+``rollouts`` log). Does not own the files or the order of the steps
 (``qualify.release.publishing``), nor signing.
 
 More: docs/internals.md, ``matrix.publications``.
@@ -88,7 +89,9 @@ def begin(
         draft: publish the draft recorded under ``version`` (its draft document is kept until
             `finish`, so a discarded publication leaves the draft as it was); else reserve
             ``version``, above every version recorded, for this document.
-        intent: JSON-able; ``log`` lists the rollout rows `finish` records (`ROLLOUT_FIELDS`).
+        intent: JSON-able; ``log`` lists the rollout rows `finish` records (`ROLLOUT_FIELDS`),
+            ``published_by`` and ``publish_reason`` (strings, each optional) who publishes
+            the version and why, which `finish` records with it.
 
     Raises:
         ManifestVersionError: the draft is published, discarded, being published, or older
@@ -161,8 +164,16 @@ def _pending_row(conn: duckdb.DuckDBPyConnection, version: int) -> dict[str, Any
     return intent
 
 
+def _said(intent: Mapping[str, Any], name: str) -> str | None:
+    """A person's word the intent carries (``published_by``, ``publish_reason``); None where
+    it carries none (an intent an older qualify recorded before a kill): not recorded."""
+    value = intent.get(name)
+    return value if isinstance(value, str) else None
+
+
 def finish(store: Store, version: int) -> None:
-    """Make ``version`` current and record its rollout-log rows, in one transaction.
+    """Make ``version`` current, recording who published it and why (the intent's
+    ``published_by`` and ``publish_reason``) and its rollout-log rows, in one transaction.
 
     Raises:
         MatrixError: ``version`` is not being published, or the store is read-only.
@@ -178,10 +189,13 @@ def finish(store: Store, version: int) -> None:
                 "WHERE version = ?",
                 [intent["created"], intent["expires"], version],
             )
+        # Who published it and why, in the very transaction that makes it published: a
+        # version is never current without its record, nor recorded as published by anyone
+        # while it is not.
         conn.execute(
-            "UPDATE manifests SET pending = NULL, pending_document = NULL, published_at = ? "
-            "WHERE version = ?",
-            [store.now(), version],
+            "UPDATE manifests SET pending = NULL, pending_document = NULL, published_at = ?, "
+            "published_by = ?, publish_reason = ? WHERE version = ?",
+            [store.now(), _said(intent, "published_by"), _said(intent, "publish_reason"), version],
         )
         for row in intent.get("log", ()):
             conn.execute(

@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from matrix.connected import Connected
 from matrix.errors import ManifestVersionError, MatrixError
 from matrix.migrations import first_row, rollback_quietly
 
+if TYPE_CHECKING:
+    from schemas.output import ManifestVersion
+
 __all__ = ["ReleaseRecords"]
+
+
+def _utc(value: datetime) -> datetime:
+    """A stored time as an aware UTC time (DuckDB hands back naive ones where it was naive)."""
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 class ReleaseRecords(Connected):
@@ -169,7 +177,35 @@ class ReleaseRecords(Connected):
         rows = self._conn.execute(
             "SELECT version, created FROM manifests WHERE published_at IS NOT NULL ORDER BY version"
         ).fetchall()
-        return [(int(v), c if c.tzinfo else c.replace(tzinfo=UTC)) for v, c in rows]
+        return [(int(v), _utc(c)) for v, c in rows]
+
+    def manifest_history(self) -> list[ManifestVersion]:
+        """Every manifest version recorded, oldest first: its state, and who published it and
+        why (null where the matrix does not know: not published, or published before it
+        recorded them). Documents are not read."""
+        # pydantic only here: a read command that opens the matrix for anything else (matrix
+        # show) loads none.
+        from schemas.output import ManifestVersion
+
+        rows = self._conn.execute(
+            "SELECT version, release, created, published_at, published_by, publish_reason, "
+            "CASE WHEN published_at IS NOT NULL THEN 'published' "
+            "WHEN discarded_at IS NOT NULL THEN 'discarded' "
+            "WHEN pending IS NOT NULL THEN 'publishing' ELSE 'draft' END "
+            "FROM manifests ORDER BY version"
+        ).fetchall()
+        return [
+            ManifestVersion(
+                version=int(version),
+                release=str(release),
+                state=state,
+                created=_utc(created),
+                published_at=None if published is None else _utc(published),
+                published_by=by,
+                publish_reason=reason,
+            )
+            for version, release, created, published, by, reason, state in rows
+        ]
 
     def latest_draft(self) -> tuple[int, str] | None:
         """The newest *draft* as (version, document JSON): recorded, never published, and newer

@@ -112,6 +112,7 @@ def write_qualification_report(
         manifest_source=source,
         previous=previous,
         rollouts=db.rollout_log(),
+        releases=db.manifest_history(),
         steering=steering(db),
         tunes=db.tunes(),
         lineage=db.lineage(),

@@ -25,6 +25,7 @@ from reports.view import Header, ReportView, SectionView, SignatureStatus
 from schemas.cell import Cell, RunRecord
 from schemas.lineage import Lineage
 from schemas.manifest import Manifest, ManifestSigned
+from schemas.output import ManifestVersion
 from schemas.project import Project
 from schemas.tune import TuneRecord
 
@@ -98,6 +99,7 @@ def build_report(
     manifest_source: str | None = None,
     previous: Manifest | ManifestSigned | None = None,
     rollouts: Sequence[Mapping[str, Any]] = (),
+    releases: Sequence[ManifestVersion] = (),
     tunes: Sequence[TuneRecord] = (),
     lineage: Mapping[str, Lineage] | None = None,
     steering: Mapping[str, Mapping[str, Any]] | None = None,
@@ -118,6 +120,8 @@ def build_report(
         manifest_source: Where ``manifest`` was read from, said in the header.
         previous, rollouts, tunes, lineage, steering: Add the diff, the rollout history (with
             the classes a person steers), the latest tunes and the lineage table.
+        releases: Every manifest version the matrix records (``Store.manifest_history()``):
+            the manifest history, who published each and why.
         digests: Artifact label -> the digest of its file now: a project artifact's column
             shows the cell of those bytes (else of the digest last measured under the name).
 
@@ -137,6 +141,7 @@ def build_report(
         manifest_source=manifest_source,
         status=_status(signature_status),
         rollouts=rollouts,
+        releases=releases,
         tunes=tunes,
         lineage=lineage or {},
         steering=steering or {},

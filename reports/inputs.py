@@ -18,6 +18,7 @@ from reports.view import ArtifactColumn, ClassView, HeatRow, SignatureStatus
 from schemas.cell import Cell, RunRecord
 from schemas.lineage import Lineage
 from schemas.manifest import ManifestSigned
+from schemas.output import ManifestVersion
 from schemas.project import Project
 from schemas.tune import TuneRecord
 
@@ -40,6 +41,7 @@ class Inputs:
     manifest_source: str | None
     status: SignatureStatus | None
     rollouts: Sequence[Mapping[str, Any]]
+    releases: Sequence[ManifestVersion]
     tunes: Sequence[TuneRecord]
     lineage: Mapping[str, Lineage]
     steering: Mapping[str, Mapping[str, Any]]

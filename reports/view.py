@@ -24,6 +24,7 @@ __all__ = [
     "MatrixView",
     "ParityRow",
     "ReasonView",
+    "ReleaseRow",
     "ReportView",
     "RolloutRow",
     "RolloutsView",
@@ -349,6 +350,24 @@ class LineageRow:
     params: str
     calibration: str
     note: str
+
+
+@dataclass(frozen=True)
+class ReleaseRow:
+    """One published manifest version: when, by whom and why (``not recorded`` for a version
+    published before the matrix recorded them)."""
+
+    version: int
+    release: str
+    when: str
+    by: str
+    why: str
+    by_recorded: bool
+    """Whether the matrix recorded who published it (else ``by`` says it did not)."""
+    why_recorded: bool
+    """Whether the matrix recorded why (else ``why`` says it did not)."""
+    shown: bool
+    """The version this report shows (its header's manifest)."""
 
 
 @dataclass(frozen=True)

@@ -67,6 +67,7 @@ DOCUMENTS: list[tuple[str, str]] = [
     ("run-summary.schema.json", "schemas.output:RunSummary"),
     ("manifest-verify.schema.json", "schemas.output:ManifestVerified"),
     ("manifest-diff.schema.json", "schemas.output:ManifestDiffShown"),
+    ("manifest-history.schema.json", "schemas.output:ManifestHistory"),
     ("rollout-status.schema.json", "schemas.output:RolloutStatusShown"),
     ("rollout-log.schema.json", "schemas.output:RolloutLog"),
     ("emulators-show.schema.json", "schemas.output:EmulatorsShow"),

@@ -35,7 +35,9 @@ __all__ = [
     "IngestedFile",
     "Interrupted",
     "ManifestDiffShown",
+    "ManifestHistory",
     "ManifestVerified",
+    "ManifestVersion",
     "MatrixGateShown",
     "MatrixRow",
     "MatrixShown",
@@ -303,6 +305,40 @@ class ManifestDiffShown(Document):
     old: str = Field(description="The older manifest's file.")
     new: str = Field(description="The newer manifest's file.")
     changes: list[ClassChange] = Field(description="One per class that changes; sorted by class.")
+
+
+ManifestState = Literal["draft", "publishing", "published", "discarded"]
+
+
+class ManifestVersion(Document):
+    """One manifest version the matrix records, and who published it and why."""
+
+    version: int = Field(description="The manifest version.")
+    release: str = Field(description="The release name.")
+    state: ManifestState = Field(
+        description="draft: recorded, not published; publishing: a publication of it began and "
+        "was neither completed nor discarded yet; published: hosts may read it; discarded: a "
+        "publication of it failed or was interrupted before its file was written (never reused)."
+    )
+    created: datetime = Field(description="When it was created or, once published, signed (UTC).")
+    published_at: datetime | None = Field(
+        description="When the matrix recorded it published (UTC); null unless published."
+    )
+    published_by: str | None = Field(
+        description="Who published it, as they said it ('manifest publish --who', by default the "
+        "OS user name; a rollout step's actor). Null: not recorded (not published, or published "
+        "before the matrix recorded who)."
+    )
+    publish_reason: str | None = Field(
+        description="Why it was published, as given (--why; empty: none given). Null: not "
+        "recorded (not published, or published before the matrix recorded why)."
+    )
+
+
+class ManifestHistory(Document):
+    """``qualify manifest history --json``."""
+
+    versions: list[ManifestVersion] = Field(description="Every version recorded, oldest first.")
 
 
 class RolloutAction(Document):

@@ -51,6 +51,11 @@ def _draft_validity(publishing: Publishing) -> Any:
             "a draft is not signed: add --publish to sign and publish now, or run "
             "qualify manifest publish --key KEYFILE after reviewing the draft"
         )
+    if publishing.who is not None or publishing.why is not None:
+        _fail(
+            "a draft is not published, so nobody publishes it yet: add --publish to publish "
+            "now, or pass --who/--why to qualify manifest publish after reviewing the draft"
+        )
     return parse_duration(publishing.expires, what="--expires", most=MAX_VALIDITY)
 
 
@@ -84,6 +89,7 @@ def _echo_draft(draft: Any, target: Path, release: str) -> None:
     "published manifest (default manifest.json).",
     out_default=None,
     unsigned=True,
+    asks=True,
 )
 @click.option(
     "--artifact-base-uri",
@@ -148,7 +154,9 @@ def manifest_generate(
 
 @manifest_group.command("publish")
 @click.argument("draft", required=False, type=_RegularFile(exists=True))
-@publish_options(out_help="Manifest file hosts read (replaced atomically).", unsigned=True)
+@publish_options(
+    out_help="Manifest file hosts read (replaced atomically).", unsigned=True, asks=True
+)
 @_db_option
 def manifest_publish(draft: Path | None, publishing: Publishing, db_path: Path) -> None:
     """Sign the draft DRAFT (default: the matrix's newest) and make it the current manifest.
@@ -167,6 +175,26 @@ def manifest_publish(draft: Path | None, publishing: Publishing, db_path: Path) 
         options = publishing.options()
         result = publish_manifest(db, options, draft_path=draft)
     _echo_published(result, options.out, publishing.per_class_dir)
+
+
+@manifest_group.command("history")
+@_db_option
+@json_option("manifest-history")
+def manifest_history(db_path: Path, as_json: bool) -> None:
+    """Every manifest version the matrix records, oldest first: whether it was published (or
+    is a draft, or was discarded), when, by whom and why (--who/--why of manifest publish, a
+    rollout step's actor and reason; "not recorded" for a version published before qualify
+    recorded them)."""
+    from qualify.release.history import read_history, render_history
+
+    _require_db(db_path)
+    versions = read_history(db_path)
+    if as_json:
+        from schemas.output import ManifestHistory
+
+        echo_json(ManifestHistory(versions=versions))
+        return
+    click.echo(render_history(versions))
 
 
 @manifest_group.command("verify")

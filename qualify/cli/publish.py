@@ -34,12 +34,38 @@ class Publishing:
     unsigned: bool
     expires: str
     per_class_dir: Path | None
+    asks: bool = False
+    """The command has ``--who`` and ``--why`` (``manifest publish``, ``generate``); a rollout
+    step has its own ``--why`` and says who itself (`qualify.rollout.actor`)."""
+    who: str | None = None
+    """``--who``; ``None``: not given (the OS user name)."""
+    why: str | None = None
+    """``--why``; ``None``: not given."""
+
+    def said(self) -> tuple[str, str]:
+        """Who publishes (``--who``, else the OS user name; empty where there is none) and why
+        (``--why``, empty when not given), checked.
+
+        Raises:
+            QualifyError: a bad ``--who`` or ``--why`` (`publishing.check_said`).
+        """
+        from qualify.release.publishing import check_said, os_user
+
+        why = self.why or ""
+        if self.who is not None:
+            check_said(self.who, why)
+            return self.who, why
+        who = os_user()
+        check_said(who, why, who_is="the OS user name (the default of --who)")
+        return who or "", why
 
     def validity(self) -> timedelta:
-        """``--expires`` as a span; a usage error for a bad one or a contradictory signing
-        choice (neither ``--key`` nor ``--unsigned``, or both)."""
+        """``--expires`` as a span; a usage error for a bad one, a contradictory signing
+        choice (neither ``--key`` nor ``--unsigned``, or both), or a bad ``--who``/``--why``."""
         from qualify.release.generate import MAX_VALIDITY, parse_duration
 
+        if self.asks:
+            self.said()
         if self.key_path is None and not self.unsigned:
             _fail(
                 "pass --key KEYFILE to sign the manifest (or --unsigned to write one hosts refuse)"
@@ -50,7 +76,8 @@ class Publishing:
 
     def options(self, *, out: Path | None = None, why: str = "", who: str = "") -> PublishOptions:
         """The action's `PublishOptions`, its time now (``out``: where ``--out`` was left to
-        the command's default)."""
+        the command's default; ``why`` and ``who``: a rollout step's, where the command has no
+        ``--who``/``--why`` of its own, `asks`)."""
         from datetime import UTC, datetime
 
         from qualify.release.publishing import PublishOptions
@@ -59,6 +86,8 @@ class Publishing:
         if target is None:  # a command that leaves --out to a default passes it here
             raise ValueError("Publishing.options needs out= when --out has no default")
         validity = self.validity()
+        if self.asks:
+            who, why = self.said()
         return PublishOptions(
             key_path=self.key_path,
             out=target,
@@ -71,11 +100,15 @@ class Publishing:
 
 
 def publish_options(
-    *, out_help: str, out_default: str | None = "manifest.json", unsigned: bool = False
+    *,
+    out_help: str,
+    out_default: str | None = "manifest.json",
+    unsigned: bool = False,
+    asks: bool = False,
 ) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """``--out``, ``--key`` (``--unsigned`` too where ``unsigned``: else the key is
-    required), ``--expires`` and ``--per-class``, handed to the command as one ``publishing``
-    argument (`Publishing`)."""
+    required), ``--expires``, ``--per-class`` and, where ``asks``, ``--who`` and ``--why``,
+    handed to the command as one ``publishing`` argument (`Publishing`)."""
 
     def decorate(f: Callable[..., None]) -> Callable[..., None]:
         @functools.wraps(f)
@@ -88,50 +121,81 @@ def publish_options(
             **kwargs: Any,
         ) -> None:
             said = kwargs.pop("unsigned", False)
-            publishing = Publishing(out, key_path, said, expires, per_class_dir)
+            # a rollout step's own --why is its command's, not these
+            who, why = (kwargs.pop("who"), kwargs.pop("why")) if asks else (None, None)
+            publishing = Publishing(
+                out, key_path, said, expires, per_class_dir, asks=asks, who=who, why=why
+            )
             f(*args, publishing=publishing, **kwargs)
 
-        options = [
-            click.option(
-                "--out",
-                type=_RegularFile(),
-                default=out_default,
-                show_default=out_default is not None,
-                help=out_help,
-            ),
-            click.option(
-                "--key",
-                "key_path",
-                required=not unsigned,
-                type=_RegularFile(exists=True),
-                help="Ed25519 private key (from 'qualify keygen'); every version is signed with it.",
-            ),
-            *(
-                [
-                    click.option(
-                        "--unsigned", is_flag=True, help="Publish it unsigned (hosts refuse it)."
-                    )
-                ]
-                if unsigned
-                else []
-            ),
-            click.option(
-                "--expires", default="30d", show_default=True, help="Validity, e.g. 30d, 12h."
-            ),
-            click.option(
-                "--per-class",
-                "per_class_dir",
-                type=click.Path(path_type=Path, file_okay=False),
-                help="Also write the version as one signed document per host class into this "
-                "directory (where hosts of a large fleet read theirs).",
-            ),
-        ]
+        options = _signing_options(out_help, out_default, unsigned)
+        if asks:
+            options += _said_options()
         wrapped: Callable[..., None] = command
         for option in reversed(options):
             wrapped = option(wrapped)
         return wrapped
 
     return decorate
+
+
+def _signing_options(
+    out_help: str, out_default: str | None, unsigned: bool
+) -> list[Callable[[Any], Any]]:
+    """``--out``, ``--key`` (and ``--unsigned``), ``--expires`` and ``--per-class``."""
+    return [
+        click.option(
+            "--out",
+            type=_RegularFile(),
+            default=out_default,
+            show_default=out_default is not None,
+            help=out_help,
+        ),
+        click.option(
+            "--key",
+            "key_path",
+            required=not unsigned,
+            type=_RegularFile(exists=True),
+            help="Ed25519 private key (from 'qualify keygen'); every version is signed with it.",
+        ),
+        *(
+            [
+                click.option(
+                    "--unsigned", is_flag=True, help="Publish it unsigned (hosts refuse it)."
+                )
+            ]
+            if unsigned
+            else []
+        ),
+        click.option(
+            "--expires", default="30d", show_default=True, help="Validity, e.g. 30d, 12h."
+        ),
+        click.option(
+            "--per-class",
+            "per_class_dir",
+            type=click.Path(path_type=Path, file_okay=False),
+            help="Also write the version as one signed document per host class into this "
+            "directory (where hosts of a large fleet read theirs).",
+        ),
+    ]
+
+
+def _said_options() -> list[Callable[[Any], Any]]:
+    """``--who`` and ``--why``: recorded with the version the command publishes (their bounds
+    are checked, and said, by ``qualify.release.publishing.check_said``)."""
+    return [
+        click.option(
+            "--who",
+            metavar="NAME",
+            help="Who publishes, recorded with the version (see qualify manifest history); one "
+            "line of text.  [default: the OS user name]",
+        ),
+        click.option(
+            "--why",
+            metavar="TEXT",
+            help="Why it is published, recorded with the version; one line of text.",
+        ),
+    ]
 
 
 def _recover(db: Any) -> None:

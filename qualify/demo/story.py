@@ -458,6 +458,8 @@ def _release(
             now=now,
             expires_in=timedelta(days=30),
             per_class_dir=workdir / "manifest.d",
+            who="demo",
+            why="the demo's first release, from the matrix it just measured",
         )
         result = publish_manifest(db, publish, draft_path=workdir / "manifest.draft.json")
     signed = result.manifest.signed

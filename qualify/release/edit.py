@@ -137,6 +137,9 @@ def _publish(db: Store, edit: ManifestEdit, published: dict[str, Any]) -> int:
             what=what,
             per_class_dir=options.per_class_dir,
             log=rows,
+            who=options.who,
+            # what the rollout log says of the step (a step's evidence with the person's why)
+            why=str(rows[0]["why"]) if rows else options.why,
         ),
     )
     return version

@@ -441,6 +441,8 @@ def _sign_and_publish(
             what="manifest generate --publish" if draft_release is not None else "manifest publish",
             per_class_dir=publish.per_class_dir,
             draft=draft_release is None,
+            who=publish.who,
+            why=publish.why,
         ),
     )
     return GeneratedManifest(

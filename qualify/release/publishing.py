@@ -22,16 +22,21 @@ from manifest.signing import load_private_key
 from matrix import publications
 from matrix.store import Store
 from qualify.errors import QualifyError
+from qualify.text import first_control
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 __all__ = [
     "PAUSE_ENV",
+    "WHO_MOST",
+    "WHY_MOST",
     "Publication",
     "PublishOptions",
+    "check_said",
     "committed",
     "log_row",
+    "os_user",
     "publish",
     "recover",
 ]
@@ -41,6 +46,59 @@ PAUSE_ENV = "QUALIFY_TEST_PAUSE_AT"
 (``recorded``, ``staged``, ``written``, ``pointed``), a publishing command says
 ``qualify: paused at <instant>`` on stderr and sleeps there, so that a test can kill it with
 SIGKILL at exactly that instant (``tests/qualify/release/test_publishing.py``)."""
+
+
+WHO_MOST = 200
+"""The most characters of who published a version the matrix records (as the rollout log's
+``actor``): a name, not a story."""
+
+WHY_MOST = 1000
+"""The most characters of why a version was published the matrix records (as the rollout
+log's ``why``)."""
+
+
+def check_said(who: str | None, why: str, *, who_is: str = "--who") -> None:
+    """Refuse a ``--who`` or ``--why`` the record would not hold as said: empty (who only), over
+    `WHO_MOST` / `WHY_MOST` characters, or with a control character (a newline, an escape:
+    text that could forge a line of ``manifest history`` or restyle a terminal).
+
+    Args:
+        who: who publishes; None: nobody is known (recorded as not recorded), nothing to check.
+        why: why, empty when not given.
+        who_is: what ``who`` came from, for messages (the OS user name where --who was not given).
+
+    Raises:
+        QualifyError: naming the option, what is wrong and the fix.
+    """
+    if who is not None and not who.strip():
+        raise QualifyError(f"{who_is} is empty: pass --who NAME, who publishes")
+    for option, text, most, fix in (
+        (who_is, who or "", WHO_MOST, "--who NAME"),
+        ("--why", why, WHY_MOST, "--why TEXT (a link to a ticket, say)"),
+    ):
+        if len(text) > most:
+            raise QualifyError(
+                f"{option} is {len(text):,} characters, over the {most:,} recorded: pass a "
+                f"shorter {fix}"
+            )
+        found = first_control(text)
+        if found is not None:
+            raise QualifyError(
+                f"{option} holds a control character ({found[1]}) at character {found[0] + 1}: "
+                f"pass {fix} as one line of printable text"
+            )
+
+
+def os_user() -> str | None:
+    """The OS user name, as ``getpass.getuser`` reads it (``$LOGNAME``, ``$USER``, ..., then
+    the password database): who publishes unless ``--who`` says; None where there is none,
+    so that the matrix says "not recorded" rather than a name made up."""
+    import getpass
+
+    try:
+        return getpass.getuser() or None
+    except (KeyError, OSError):
+        return None
 
 
 def _pause(instant: str) -> None:
@@ -69,10 +127,13 @@ class PublishOptions:
     per_class_dir: Path | None = None
     """Also write the version as one signed document per class into this directory."""
     why: str = ""
-    """Why, as the person said it (unbounded: what records it bounds it). A rollout step
-    records it in the rollout log; a manifest publish has no log to record it in."""
+    """Why, as the person said it (empty: no reason given). The matrix records it with the
+    version (``publish_reason``, cut to `WHY_MOST`); a rollout step also in the rollout log.
+    ``manifest publish --why`` is checked first (`check_said`)."""
     who: str = ""
-    """Who, as `qualify.rollout.actor` says it (recorded as ``why`` is)."""
+    """Who: ``manifest publish --who`` (by default `os_user`), a rollout step's
+    `qualify.rollout.actor`; recorded as ``why`` is (``published_by``, cut to `WHO_MOST`).
+    Empty: not known, recorded as not recorded (null)."""
 
     def signing_key(self) -> Ed25519PrivateKey | None:
         """The key, loaded (a bad key fails before anything is reserved or written); ``None``
@@ -112,6 +173,10 @@ class Publication:
     """Rollout-log rows (`log_row`) that become part of the record with the version."""
     draft: bool = False
     """Publishing the draft recorded under ``version`` (else the version is reserved now)."""
+    who: str = ""
+    """Who publishes it (`PublishOptions.who`; empty: not known, recorded as null)."""
+    why: str = ""
+    """Why (`PublishOptions.why`; empty: no reason given, recorded as given)."""
 
 
 def log_row(
@@ -153,8 +218,8 @@ def publish(db: Store, pub: Publication) -> None:
     3. ``written``: the manifest file is replaced atomically. This is the commit point: from
        here a host may have read the new version, so it is completed, never taken back.
     4. ``pointed``: the per-class pointer moves to ``v<N>`` (older sets qualify wrote go).
-    5. The matrix makes the version current and records its rollout-log rows, in one
-       transaction.
+    5. The matrix makes the version current and records who published it and why
+       (``pub.who``, ``pub.why``) and its rollout-log rows, in one transaction.
 
     A failure before the commit point discards the publication there and then (the staged set
     removed; a version reserved for it is recorded as discarded and never reused, a draft is a
@@ -185,6 +250,11 @@ def publish(db: Store, pub: Publication) -> None:
         "log": [dict(row) for row in pub.log],
         "created": pub.created.isoformat(),
         "expires": pub.expires.isoformat(),
+        # Recorded with the version when it is made current (``publications.finish``), so a
+        # kill at any instant leaves neither a current version without its record nor a
+        # record of a version that never was current.
+        "published_by": pub.who[:WHO_MOST] or None,
+        "publish_reason": pub.why[:WHY_MOST],
     }
     publications.begin(
         db,

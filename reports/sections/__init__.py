@@ -7,13 +7,14 @@ A new section adds its module (a ``build(inputs, classes)``), its template under
 from __future__ import annotations
 
 from reports.inputs import Section
-from reports.sections import classes, diff, lineage, matrix, rollouts, tuning
+from reports.sections import classes, diff, lineage, matrix, releases, rollouts, tuning
 
 __all__ = ["SECTIONS"]
 
 SECTIONS: tuple[Section, ...] = (
     Section("matrix", "sections/matrix.html", matrix.build),
     Section("diff", "sections/diff.html", diff.build),
+    Section("releases", "sections/releases.html", releases.build),
     Section("rollouts", "sections/rollouts.html", rollouts.build),
     Section("tuning", "sections/tuning.html", tuning.build),
     Section("lineage", "sections/lineage.html", lineage.build),

@@ -11,7 +11,8 @@ from tests.reports.factories import CLOCK, VERSION, scripted_fleet, scripted_his
 @pytest.fixture(scope="session")
 def golden_view() -> ReportView:
     """The golden report's view: five classes, a manifest, a previous manifest, a staged
-    rollout with a pinned class, a tune and a made candidate's lineage."""
+    rollout with a pinned class, two published manifest versions (one from before the matrix
+    recorded who published it), a tune and a made candidate's lineage."""
     fleet, current, previous = scripted_fleet()
     history = scripted_history(fleet)
     return build_report(
@@ -27,6 +28,7 @@ def golden_view() -> ReportView:
         manifest_source="./manifest.json (what hosts get)",
         previous=previous,
         rollouts=history.rollouts,
+        releases=history.releases,
         steering=history.steering,
         tunes=history.tunes,
         lineage=history.lineage,

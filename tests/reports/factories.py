@@ -44,6 +44,7 @@ from schemas.manifest import (
     ManifestSigned,
     Rollback,
 )
+from schemas.output import ManifestVersion
 from schemas.project import (
     Artifacts,
     ArtifactSpec,
@@ -603,9 +604,11 @@ def synthetic_fleet(classes: int, *, samples: int = 1000, seed: int = 0) -> Flee
 
 @dataclass
 class History:
-    """What a fleet's matrix logged besides cells: rollouts, steering, tunes, lineage."""
+    """What a fleet's matrix logged besides cells: rollouts, steering, tunes, lineage and
+    the manifest versions it published."""
 
     rollouts: list[dict[str, Any]]
+    releases: list[ManifestVersion]
     steering: dict[str, dict[str, Any]]
     tunes: list[TuneRecord]
     lineage: dict[str, Lineage]
@@ -645,6 +648,7 @@ def scripted_history(fleet: Fleet) -> History:
     pin.update(host_class="x86-v4", rollout_id="x86-v4-pin", artifact=BASELINE)
     return History(
         rollouts=rollouts,
+        releases=_releases(),
         steering={"x86-v4": pin},
         tunes=[_tune(fleet)],
         lineage={
@@ -673,6 +677,38 @@ def scripted_history(fleet: Fleet) -> History:
             )
         },
     )
+
+
+def _releases() -> list[ManifestVersion]:
+    """v1 published before the matrix recorded who and why; v2, the page's, by a person who
+    said why (at length); a draft and a discarded publication, which the page leaves out."""
+
+    def version(n: int, state: str, days: int, by: str | None, why: str | None) -> Any:
+        at = CLOCK - timedelta(days=days)
+        published = at if state == "published" else None
+        return ManifestVersion(
+            version=n,
+            release=f"2025.0{4 + n}",
+            state=state,  # type: ignore[arg-type]
+            created=at,
+            published_at=published,
+            published_by=by,
+            publish_reason=why,
+        )
+
+    return [
+        version(1, "published", 30, None, None),
+        version(
+            2,
+            "published",
+            1,
+            "maria.lopez",
+            "June release: arm-r5 moves to the int8 candidate after two weeks of canary "
+            "traffic on rack a1 (CHG-1042); gpu-t4 stays held until its driver is replaced",
+        ),
+        version(3, "discarded", 0, None, None),
+        version(4, "draft", 0, None, None),
+    ]
 
 
 def _tune(fleet: Fleet) -> TuneRecord:

@@ -173,7 +173,7 @@ def test_no_table_is_clipped_or_wrapped_badly_at_common_widths(
     scroll_width, client_width = found["page"]
     assert scroll_width <= client_width, f"the page scrolls sideways at {width} px"
     sections = {t["section"] for t in found["tables"]}
-    assert {"matrix", "diff", "rollouts", "tuning", "lineage"} <= sections
+    assert {"matrix", "diff", "releases", "rollouts", "tuning", "lineage"} <= sections
     for table in found["tables"]:
         box_scroll, box_client = table["box"]
         assert table["over"] <= 1 and box_scroll <= box_client + 1, (
@@ -182,7 +182,7 @@ def test_no_table_is_clipped_or_wrapped_badly_at_common_widths(
     squeezed = [
         (t["section"], round(t["tallest"]))
         for t in found["tables"]
-        if t["section"] in ("diff", "rollouts", "tuning", "lineage")
+        if t["section"] in ("diff", "releases", "rollouts", "tuning", "lineage")
         and t["tallest"] > _TALLEST_ROW_PX
     ]
     assert not squeezed, f"at {width} px rows taller than {_TALLEST_ROW_PX} px: {squeezed}"

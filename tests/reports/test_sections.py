@@ -76,3 +76,23 @@ def test_a_new_section_and_a_new_row_need_only_their_own_entry(
     assert '<section id="count">5 classes, ' in html
     measured = [c for c in view.classes if c.artifacts]
     assert measured and all(c.compare[-1].label == "cell id" for c in measured)
+
+
+def test_manifest_history_shows_who_published_each_version_and_says_not_recorded_before(
+    golden_view: ReportView, golden_html: str
+) -> None:
+    rows = golden_view.section("releases")
+    assert rows is not None
+    # the draft and the discarded publication never reached a host: left off
+    assert [(r.version, r.by, r.why[:13], r.shown) for r in rows] == [
+        (1, "not recorded", "not recorded", False),
+        (2, "maria.lopez", "June release:", True),
+    ]
+    (table,) = [
+        t for t in parse(golden_html).find_all("table") if t.attrs.get("class") == "releases"
+    ]
+    first = table.find_all("tr")[1]
+    assert [td.attrs.get("class") for td in first.find_all("td")][-2:] == [
+        "long unknown",
+        "long unknown",
+    ]

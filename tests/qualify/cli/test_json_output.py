@@ -109,6 +109,7 @@ def test_every_read_command_answers_json_its_published_schema_accepts(story: Sto
         "manifest": _json("manifest", "show", manifest),
         "manifest-verify": _json("manifest", "verify", manifest, "--pubkey", str(tmp / "k.pub")),
         "manifest-diff": _json("manifest", "diff", v1, manifest),
+        "manifest-history": _json("manifest", "history", *db),
         "rollout-status": _json("rollout", "status", *db),
         "rollout-log": _json("rollout", "log", *db),
         "telemetry-check": _json("telemetry", "check", *db, codes=(0, 1)),
@@ -129,6 +130,10 @@ def test_every_read_command_answers_json_its_published_schema_accepts(story: Sto
     assert rollout["percent"] == 50 and rollout["artifact"] == "respun"
     assert documents["manifest-diff"]["old"] == v1  # a rollout changes no class's decision
     assert documents["manifest-verify"]["version"] == 2
+    first, step = documents["manifest-history"]["versions"]
+    assert (first["version"], first["state"], first["publish_reason"]) == (1, "published", "")
+    assert first["published_by"]  # the OS user name, by default
+    assert step["publish_reason"] == "canary\nsecond line" and "[OS user " in step["published_by"]
     assert len(documents["matrix-export"]["files"]) >= 2
 
 

@@ -106,6 +106,10 @@ def test_commands_work_from_the_demo_directory_with_defaults(demo: tuple[Path, s
         "manifest", "verify", "manifest.json", "--pubkey", "release.pub", cwd=work
     )
     assert verified.returncode == 0 and "OK" in verified.stdout
+    history = run_qualify("manifest", "history", cwd=work)
+    assert history.returncode == 0, history.stderr
+    assert history.stdout.startswith("v1  digits-demo  published ")
+    assert " by demo: the demo's first release" in history.stdout.splitlines()[0]
     refused = run_qualify("run", "--host-class", "arm-r5", cwd=work)
     if os.uname().machine != "aarch64":
         assert refused.returncode == 2 and "--emulate" in refused.stderr

@@ -1,0 +1,80 @@
+"""The release history as people read it: every manifest version the matrix records, and who
+published it and why (``qualify manifest history``). Owns reading it from a matrix of any schema
+this qualify knows (an older one through a migrated copy in memory, its file untouched) and its
+text; the SQL is ``matrix.releases``', the JSON shape ``schemas.output.ManifestHistory``'s."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+
+from matrix.errors import SchemaVersionError
+from matrix.store import Store
+from qualify.text import one_line
+from schemas.output import ManifestVersion
+
+__all__ = ["NOT_RECORDED", "read_history", "render_history", "said_by", "said_why"]
+
+NOT_RECORDED = "not recorded"
+"""What a version published before the matrix recorded who and why says in their place."""
+
+
+def read_history(path: Path) -> list[ManifestVersion]:
+    """Every manifest version of the matrix at ``path``, oldest first (`Store.manifest_history`).
+    Reads only: a matrix an older qualify wrote is read through a migrated copy in memory, so
+    that its file stays readable by the qualify that wrote it.
+
+    Raises:
+        MatrixError: no matrix there, or not one; SchemaVersionError: a newer qualify wrote it.
+    """
+    try:
+        with Store.open(path, read_only=True) as db:
+            return db.manifest_history()
+    except SchemaVersionError as error:
+        if not error.older:
+            raise
+    with Store.open_copy(path) as copy:
+        return copy.manifest_history()
+
+
+def said_by(version: ManifestVersion) -> str:
+    """Who published ``version``, for people: the name, or `NOT_RECORDED`."""
+    return version.published_by if version.published_by is not None else NOT_RECORDED
+
+
+def said_why(version: ManifestVersion) -> str:
+    """Why ``version`` was published, for people: the reason, ``none given``, or
+    `NOT_RECORDED`."""
+    if version.publish_reason is None:
+        return NOT_RECORDED
+    return version.publish_reason or "none given"
+
+
+def _when(value: datetime) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _line(version: ManifestVersion) -> str:
+    head = f"v{version.version}  {one_line(version.release)}"
+    if version.state != "published" or version.published_at is None:
+        what = {
+            "draft": "a draft, not published",
+            "publishing": "interrupted while published: the next publishing command "
+            "completes or discards it",
+            "discarded": "discarded: its publication failed or was interrupted before hosts "
+            "could read it",
+        }.get(version.state, version.state)
+        return f"{head}  created {_when(version.created)}: {what}"
+    return (
+        f"{head}  published {_when(version.published_at)} by {one_line(said_by(version))}: "
+        f"{one_line(said_why(version))}"
+    )
+
+
+def render_history(versions: Sequence[ManifestVersion]) -> str:
+    """One line per version, oldest first; control characters in names spelled out (a name or
+    a reason cannot forge a line)."""
+    if not versions:
+        return "no manifest version recorded: qualify manifest generate drafts the first"
+    return "\n".join(_line(v) for v in versions)
