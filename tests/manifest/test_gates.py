@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from manifest.gates import GATES, assess, class_checks, gate_of, judge, judge_with
 from schemas.cell import Cell, OpenLoopResult
+from schemas.project import Budgets
 from schemas.reasons import CELL_CODES, REASONS
 from tests.manifest.factories import Fleet, class_spec, make_project
 
@@ -311,6 +312,7 @@ BUDGETED = [gate for gate in GATES if gate.budget is not None]
 
 @pytest.mark.parametrize("gate", BUDGETED, ids=[gate.name for gate in BUDGETED])
 def test_a_gate_whose_budget_the_class_leaves_unset_is_off_on_every_cell(gate: Any) -> None:
+    assert gate.budget in Budgets.model_fields
     measured: list[dict[str, Any]] = [
         {},
         {"peak_rss_mb": None, "cold_init_ms": None},
