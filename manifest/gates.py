@@ -11,7 +11,7 @@ More: docs/internals.md, ``manifest.gates``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
@@ -20,7 +20,18 @@ from schemas.cell import Cell, LatencyResult, Reason
 from schemas.project import HostClass
 from schemas.rules import fallback_count, p99_outcome, slower_than
 
-__all__ = ["GATES", "Finding", "Gate", "GateOutcome", "assess", "gate_of", "judge"]
+__all__ = [
+    "GATES",
+    "Check",
+    "Finding",
+    "Gate",
+    "GateOutcome",
+    "assess",
+    "class_checks",
+    "gate_of",
+    "judge",
+    "judge_with",
+]
 
 GateOutcome = Literal["pass", "fail", "undecided", "off"]
 """One gate on one cell: passed, failed, could not be decided on this evidence, or not configured
@@ -35,6 +46,10 @@ class Finding:
     reasons: tuple[Reason, ...] = ()
 
 
+Check = Callable[[Cell, HostClass], Finding]
+"""A gate's check: its finding on a cell under a class."""
+
+
 @dataclass(frozen=True)
 class Gate:
     """One row of the gates table."""
@@ -47,8 +62,11 @@ class Gate:
     """The cell fields it reads."""
     codes: tuple[str, ...]
     """The reason codes it may give; each belongs to exactly one gate."""
-    check: Callable[[Cell, HostClass], Finding]
+    check: Check
     """The check: pure, of the cell and its class."""
+    budget: str | None = None
+    """The `Budgets` field that turns the gate on: left unset, the gate is off on every cell of
+    the class (None: no budget does)."""
 
 
 def _fmt(ms: float) -> str:
@@ -79,10 +97,6 @@ _OFF = Finding("off")
 finding is immutable."""
 
 
-def _passed() -> Finding:
-    return _PASS
-
-
 def _failed(*reasons: Reason) -> Finding:
     return Finding("fail", reasons)
 
@@ -100,7 +114,7 @@ def _parity(cell: Cell, host_class: HostClass) -> Finding:
             return Finding("undecided", known)
         return _undecided("baseline_failed", "no parity evidence against the baseline")
     if cell.parity.passed:
-        return _passed()
+        return _PASS
     worst = "; ".join(
         f"{o.name}: {', '.join(o.failures)}" for o in cell.parity.outputs if not o.passed
     )
@@ -116,26 +130,41 @@ def _placement(cell: Cell, host_class: HostClass) -> Finding:
         )
     provider = host_class.provider
     expected = provider.expected
+    nodes = placement.nodes_per_provider
+    allowance = provider.fallback_allowance
+    if fallback_count(nodes, expected) <= allowance and nodes.get(expected, 0) != 0:
+        return _PASS  # most cells of a fleet: nothing to format
+    return _misplaced(expected, allowance, placement.total_nodes, tuple(nodes.items()))
+
+
+@lru_cache(maxsize=1024)
+def _misplaced(
+    expected: str, allowance: int, total_nodes: int, nodes: tuple[tuple[str, int], ...]
+) -> Finding:
+    """The placement gate's failure on these counts (in their recorded order, as the messages
+    list them). Remembered: the classes of a fleet that share a provider setup place an
+    artifact's nodes alike, so its failing cells repeat a few distinct placements."""
+    per_provider = dict(nodes)
     found: list[Reason] = []
-    if placement.nodes_per_provider.get(expected, 0) == 0:
-        others = ", ".join(f"{n} on {p}" for p, n in placement.nodes_per_provider.items())
+    if per_provider.get(expected, 0) == 0:
+        others = ", ".join(f"{n} on {p}" for p, n in nodes)
         found.append(
             Reason(
                 code="expected_provider_missing",
                 message=f"{expected} executed no node ({others or 'no node recorded at all'})",
             )
         )
-    fallback = fallback_count(placement.nodes_per_provider, expected)
-    if fallback > provider.fallback_allowance:
-        elsewhere = ", ".join(p for p in placement.nodes_per_provider if p != expected)
+    fallback = fallback_count(per_provider, expected)
+    if fallback > allowance:
+        elsewhere = ", ".join(p for p, _ in nodes if p != expected)
         found.append(
             Reason(
                 code="provider_fallback",
-                message=f"{fallback} of {placement.total_nodes} nodes ran on {elsewhere}, "
-                f"expected {expected} (allowance {provider.fallback_allowance})",
+                message=f"{fallback} of {total_nodes} nodes ran on {elsewhere}, "
+                f"expected {expected} (allowance {allowance})",
             )
         )
-    return _failed(*found) if found else _passed()
+    return _failed(*found)
 
 
 def gate_of(cell: Cell) -> LatencyResult | None:
@@ -152,7 +181,7 @@ def _p99(cell: Cell, host_class: HostClass) -> Finding:
     budget = host_class.budgets.p99_ms
     outcome = p99_outcome(gate.p99_lower_ms, gate.p99_upper_ms, budget)
     if outcome == "pass":
-        return _passed()
+        return _PASS
     where = gate.config.label  # only for the message: a fleet's passing cells skip it
     if outcome == "fail" and gate.p99_lower_ms is not None:
         return _failed(
@@ -202,7 +231,7 @@ def _slowdown(cell: Cell, host_class: HostClass) -> Finding:
                 + "; ".join(found),
             )
         )
-    return _passed() if compared else _OFF
+    return _PASS if compared else _OFF
 
 
 def _within(
@@ -217,11 +246,13 @@ def _within(
         return _undecided(f"{code}_missing", f"{what} was not measured; budget is set")
     if value > budget:
         return _failed(Reason(code=f"{code}_over_budget", message=shown()))
-    return _passed()
+    return _PASS
 
 
 def _peak_rss(cell: Cell, host_class: HostClass) -> Finding:
     budget, value = host_class.budgets.peak_rss_mb, cell.peak_rss_mb
+    if budget is not None and value is not None and value <= budget:
+        return _PASS  # what _within finds, without making its message's closure
     return _within(
         value,
         budget,
@@ -233,6 +264,8 @@ def _peak_rss(cell: Cell, host_class: HostClass) -> Finding:
 
 def _cold_init(cell: Cell, host_class: HostClass) -> Finding:
     budget, value = host_class.budgets.cold_init_ms, cell.cold_init_ms
+    if budget is not None and value is not None and value <= budget:
+        return _PASS  # what _within finds, without making its message's closure
     return _within(
         value,
         budget,
@@ -253,7 +286,7 @@ def _throughput(cell: Cell, host_class: HostClass) -> Finding:
         return _undecided("throughput_missing", "throughput was not measured; budget is set")
     best, result = max(served, key=lambda pair: pair[0])
     if best >= budget:
-        return _passed()
+        return _PASS
     return _failed(
         Reason(
             code="throughput_below_budget",
@@ -275,7 +308,7 @@ def _rate(cell: Cell, host_class: HostClass) -> Finding:
     if found.max_rate_rps is None:
         return _undecided("rate_missing", f"the open-loop search found no rate: {found.missing}")
     if found.max_rate_rps >= budget:
-        return _passed()
+        return _PASS
     return _failed(
         Reason(
             code="rate_below_budget",
@@ -292,6 +325,8 @@ def _energy(cell: Cell, host_class: HostClass) -> Finding:
         return _OFF  # what _within says, without looking for the gate config
     gate = gate_of(cell)
     value = gate.energy_mj if gate else None
+    if value is not None and value <= budget:
+        return _PASS  # what _within finds, without making its message's closure
     found = _within(
         value,
         budget,
@@ -316,12 +351,12 @@ def _sustained(cell: Cell, host_class: HostClass) -> Finding:
             "(qualify run --soak) or at a faster config",
         )
     if not soak.drifted:
-        return _passed()
+        return _PASS
     first, last = soak.windows[0], soak.windows[-1]
     added = (last.p99_lower_ms or 0.0) - (first.p99_upper_ms or 0.0)
     floor_ms = soak.floor * host_class.budgets.p99_ms
     if added < floor_ms:
-        return _passed()  # beyond the tolerance, but too little to matter against the budget
+        return _PASS  # beyond the tolerance, but too little to matter against the budget
     return _failed(
         Reason(
             code="sustained_drift",
@@ -371,6 +406,7 @@ GATES: tuple[Gate, ...] = (
         "peak_rss_mb",
         ("peak_rss_over_budget", "peak_rss_missing"),
         _peak_rss,
+        "peak_rss_mb",
     ),
     Gate(
         "cold init",
@@ -378,6 +414,7 @@ GATES: tuple[Gate, ...] = (
         "cold_init_ms",
         ("cold_init_over_budget", "cold_init_missing"),
         _cold_init,
+        "cold_init_ms",
     ),
     Gate(
         "throughput",
@@ -385,6 +422,7 @@ GATES: tuple[Gate, ...] = (
         "latency[].throughput_ips x batch_size (the separate throughput pass)",
         ("throughput_below_budget", "throughput_missing"),
         _throughput,
+        "min_throughput",
     ),
     Gate(
         "rate",
@@ -393,6 +431,7 @@ GATES: tuple[Gate, ...] = (
         "open_loop.max_rate_rps (the bisection over request rates)",
         ("rate_below_budget", "rate_missing"),
         _rate,
+        "min_rate_rps",
     ),
     Gate(
         "energy",
@@ -401,6 +440,7 @@ GATES: tuple[Gate, ...] = (
         "timed rounds)",
         ("energy_over_budget", "energy_missing"),
         _energy,
+        "energy_mj",
     ),
     Gate(
         "sustained",
@@ -441,12 +481,35 @@ def judge(
         ``(verdict, reasons)``: ``fail`` if any gate failed, else ``insufficient`` if any could
         not be decided, else ``pass``. Reasons list the failures first, then the undecided.
     """
+    return judge_with(cell, host_class, _checks(frozenset(skip)) if skip else _ALL_CHECKS)
+
+
+def class_checks(host_class: HostClass, *, skip: Collection[str] = ()) -> tuple[Check, ...]:
+    """The checks that can find anything on a cell of ``host_class``, in table order: the
+    gates not in ``skip``, less those whose budget the class leaves unset (off on every cell of
+    it). Asked once per class by a caller that judges its cells (`judge_with`)."""
+    budgets = host_class.budgets
+    off = [name for name, budget in _BUDGETED if getattr(budgets, budget) is None]
+    return _checks(frozenset((*skip, *off)))
+
+
+def judge_with(
+    cell: Cell, host_class: HostClass, checks: Sequence[Check]
+) -> tuple[str, list[Reason]]:
+    """`judge` by the given checks, a class's `class_checks` made once for its cells: the same
+    verdict and reasons as `judge` with the same ``skip``.
+
+    Args:
+        cell: the measurements (``error`` set: verdict ``error`` and its reasons).
+        host_class: the class whose budgets and expected provider apply.
+        checks: the checks to apply, in table order.
+    """
     if cell.error is not None:
         return "error", list(cell.reasons)
     fails: list[Reason] = []
     unsure: list[Reason] = []
     # `assess`, without the pairs: the policy judges every cell of a fleet
-    for check in _checks(frozenset(skip)) if skip else _ALL_CHECKS:
+    for check in checks:
         finding = check(cell, host_class)
         if finding is _PASS or finding is _OFF:
             continue  # most gates of most cells: nothing to add
@@ -461,11 +524,15 @@ def judge(
     return "pass", []
 
 
-_Check = Callable[[Cell, HostClass], Finding]
-_ALL_CHECKS: tuple[_Check, ...] = tuple(gate.check for gate in GATES)
+_ALL_CHECKS: tuple[Check, ...] = tuple(gate.check for gate in GATES)
+_BUDGETED: tuple[tuple[str, str], ...] = tuple(
+    (gate.name, gate.budget) for gate in GATES if gate.budget is not None
+)
+"""Each gate a budget turns on, and that budget's field."""
 
 
-@lru_cache(maxsize=16)
-def _checks(skip: frozenset[str]) -> tuple[_Check, ...]:
-    """The checks of the gates not in ``skip``, in table order (a handful of distinct skips)."""
+@lru_cache(maxsize=256)
+def _checks(skip: frozenset[str]) -> tuple[Check, ...]:
+    """The checks of the gates not in ``skip``, in table order (a few dozen distinct skips at
+    most: a gate or two skipped by the caller, and the budgets a class leaves unset)."""
     return tuple(gate.check for gate in GATES if gate.name not in skip)

@@ -17,9 +17,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import Literal, NamedTuple
 
-from manifest.gates import judge
+from pydantic_core import to_json
+
+from manifest.gates import Check, class_checks, judge_with
 from schemas.base import Role
-from schemas.cell import Cell, OutputParity, Reason, latest
+from schemas.cell import Cell, OutputParity, Reason, Soak, latest, soak_drifted
 from schemas.project import HostClass, HostClassKey, OutputTolerance, Project, TaskTolerance
 from schemas.rules import task_failures, tolerance_failures
 from schemas.tolerance import applicable, resolve_tolerance
@@ -54,8 +56,17 @@ _Key = tuple[str, str, str]
 _key_of: Callable[[HostClassKey], _Key] = attrgetter("hardware", "runtime", "provider")
 """``HostClassKey.as_tuple`` in C: asked for every cell judged."""
 
-_NO_PARITY = frozenset({"parity"})
-"""The gates re-judged by `judge` when the parity is re-judged here."""
+_NO_PARITY = ("parity",)
+"""The gates `Judge` does not apply when it re-judges the parity itself."""
+
+
+class _Class(NamedTuple):
+    """What judging a cell of one class needs of the class, made once per class per `Judge`."""
+
+    host_class: HostClass
+    checks: tuple[Check, ...]
+    """The gates the class turns on but parity (``manifest.gates.class_checks``): parity is
+    re-judged here for a candidate, and off on a baseline's cell."""
 
 
 class OutputNow(NamedTuple):
@@ -172,9 +183,10 @@ class Judge:
             _key_of(cls.key): name for name, cls in project.host_classes.items()
         }
         self._keys: dict[str, _Key] = {name: key for key, name in self.classes.items()}
+        self._classes: dict[str, _Class] = {}
         self._overrides = dict(current_settings or {})
         self._settings: dict[str, str] = {}
-        self._settings_by_json: dict[tuple[str, str], str] = {}
+        self._settings_by_json: dict[tuple[bytes, bytes], str] = {}
         self._limits: dict[tuple[str, str], OutputTolerance] = {}
         self._found: dict[tuple[object, ...], OutputNow] = {}
         wl = project.workload
@@ -198,8 +210,9 @@ class Judge:
     def _settings_of(self, cls: HostClass) -> str:
         # A fleet's classes share a few runtime builds and provider setups: their digests are
         # computed once per distinct settings (a function of those field values alone).
-        runtime, provider = cls.runtime, cls.provider
-        key = (runtime.model_dump_json(), provider.model_dump_json())
+        # The key is their JSON (one value, one text: 1, true and 1.0 apart), written by
+        # pydantic-core without model_dump_json's keyword handling.
+        key = (to_json(cls.runtime), to_json(cls.provider))
         digest = self._settings_by_json.get(key)
         if digest is None:
             digest = self._settings_by_json[key] = cls.settings_digest()
@@ -232,7 +245,6 @@ class Judge:
                 f"no class of the project has the key ({', '.join(key)}) "
                 f"{cell.artifact_name} was measured on",
             )
-        cls = self.project.host_classes[name]
         label = self.labels.get(cell.artifact_digest)
         if label is None:
             return self._unknown_bytes(cell)
@@ -252,7 +264,14 @@ class Judge:
             )
         if cell.error is not None:
             return CurrentVerdict("error", tuple(cell.reasons) or _no_cause(cell))
-        return self._rejudged(cell, cls, self.roles[label])
+        return self._rejudged(cell, self._class(name), self.roles[label])
+
+    def _class(self, name: str) -> _Class:
+        found = self._classes.get(name)
+        if found is None:
+            cls = self.project.host_classes[name]
+            found = self._classes[name] = _Class(cls, class_checks(cls, skip=_NO_PARITY))
+        return found
 
     def _unknown_bytes(self, cell: Cell) -> CurrentVerdict:
         now = self.digests.get(cell.artifact_name)
@@ -267,10 +286,10 @@ class Judge:
             f"no artifact of the project is {cell.artifact_name} ({cell.artifact_digest[:19]})",
         )
 
-    def _rejudged(self, cell: Cell, cls: HostClass, role: Role) -> CurrentVerdict:
+    def _rejudged(self, cell: Cell, of: _Class, role: Role) -> CurrentVerdict:
         outputs: tuple[OutputNow, ...] = ()
         fails: list[Reason] = []
-        skip: frozenset[str] = frozenset()
+        cls, checks = of
         parity = cell.parity
         if role == "candidate" and parity is not None:
             if self.baseline_digest is not None and parity.reference_digest != self.baseline_digest:
@@ -279,7 +298,7 @@ class Judge:
                     f"parity was measured against {parity.reference_digest[:19]}, not the "
                     f"baseline {self.baseline_digest[:19]} of the project now",
                 )
-            outputs = tuple(self._output(cell.precision, o) for o in parity.outputs)
+            outputs = tuple([self._output(cell.precision, o) for o in parity.outputs])
             failures = [f"{o.name} {f}" for o in outputs for f in o.failures]
             if failures:
                 fails.append(
@@ -289,16 +308,18 @@ class Judge:
                         + "; ".join(failures),
                     )
                 )
-            skip = _NO_PARITY
-        budget = _rate_budget_changed(cell, cls)
-        if budget is not None:
-            return CurrentVerdict("stale", (budget,))
+        elif cell.role == "candidate":  # its parity gate applies (off on a baseline's cell)
+            checks = class_checks(cls)
+        if cell.open_loop is not None:  # the rate search's budget is all it asks of the cell
+            budget = _rate_budget_changed(cell, cls)
+            if budget is not None:
+                return CurrentVerdict("stale", (budget,))
         soak = cell.soak
-        if soak is not None and soak is not (now := soak.under(*self._soak)):
+        if soak is not None and _soak_changes(soak, self._soak):
             # The soak's windows are the evidence: drift is decided again under the project's
             # soak_tolerance and soak_floor now (the budget is the class's now in any case).
-            cell = cell.model_copy(update={"soak": now})
-        verdict, reasons = judge(cell, cls, skip=skip)
+            cell = cell.model_copy(update={"soak": soak.under(*self._soak)})
+        verdict, reasons = judge_with(cell, cls, checks)
         if fails:  # the parity's failure first, then the gates' (failures before the undecided)
             return CurrentVerdict("fail", (*fails, *reasons), outputs)
         return CurrentVerdict(verdict, tuple(reasons), outputs)  # type: ignore[arg-type]
@@ -380,6 +401,18 @@ def _measured(out: OutputParity) -> OutputTolerance:
         cosine_min=out.cosine_min,
         top1_agreement_min=out.top1_agreement,
     )
+
+
+def _soak_changes(soak: Soak, now: tuple[float, float]) -> bool:
+    """Whether the sustained gate may find otherwise on ``soak`` judged again under the
+    project's ``(soak_tolerance, soak_floor)`` ``now``: they are not those it was judged with,
+    and the drift decided again is one (the floor and the message read them) or not the stored
+    one. A soak that holds, or cannot be bounded, under both is found the same: no copy."""
+    tolerance, floor = now
+    if tolerance == soak.tolerance and floor == soak.floor:
+        return False
+    drifted = soak_drifted(soak.windows, tolerance)
+    return drifted is True or drifted != soak.drifted
 
 
 def _rate_budget_changed(cell: Cell, cls: HostClass) -> Reason | None:

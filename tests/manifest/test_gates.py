@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from manifest.gates import GATES, assess, gate_of, judge
+from manifest.gates import GATES, assess, class_checks, gate_of, judge, judge_with
 from schemas.cell import Cell, OpenLoopResult
+from schemas.project import Budgets
 from schemas.reasons import CELL_CODES, REASONS
 from tests.manifest.factories import Fleet, class_spec, make_project
 
@@ -304,3 +305,85 @@ def test_fallback_counts_every_node_that_ran_off_the_expected_provider(
     from schemas.rules import fallback_count
 
     assert fallback_count(nodes, expected) == sum(n for p, n in nodes.items() if p != expected)
+
+
+BUDGETED = [gate for gate in GATES if gate.budget is not None]
+
+
+@pytest.mark.parametrize("gate", BUDGETED, ids=[gate.name for gate in BUDGETED])
+def test_a_gate_whose_budget_the_class_leaves_unset_is_off_on_every_cell(gate: Any) -> None:
+    assert gate.budget in Budgets.model_fields
+    measured: list[dict[str, Any]] = [
+        {},
+        {"peak_rss_mb": None, "cold_init_ms": None},
+        {"peak_rss_mb": 1e6, "cold_init_ms": 1e6},
+    ]
+    for values in measured:
+        cell, cls = candidate_cell(**values)
+        unset = cls.model_copy(
+            update={"budgets": cls.budgets.model_copy(update={gate.budget: None})}
+        )
+        assert gate.check(cell, unset).outcome == "off"
+        assert gate.check not in class_checks(unset)
+    # Set, it applies: a value the cell did not measure is not a pass.
+    cell, cls = candidate_cell(peak_rss_mb=None, cold_init_ms=None)
+    on = cls.model_copy(update={"budgets": cls.budgets.model_copy(update={gate.budget: 1.0})})
+    assert gate.check(cell, on).outcome != "off" and gate.check in class_checks(on)
+
+
+@given(
+    unset=st.sets(st.sampled_from([gate.budget for gate in BUDGETED])),
+    upper=st.floats(0.1, 200),
+    fallback=st.integers(0, 5),
+    expected_nodes=st.integers(0, 3),
+    rss=st.none() | st.floats(1, 1000),
+    cold=st.none() | st.floats(1, 3000),
+    parity=st.booleans(),
+    skip=st.sampled_from([(), ("parity",), ("parity", "p99")]),
+)
+def test_judging_by_a_classs_checks_gives_the_verdict_and_reasons_of_every_gate(
+    unset: set[str],
+    upper: float,
+    fallback: int,
+    expected_nodes: int,
+    rss: float | None,
+    cold: float | None,
+    parity: bool,
+    skip: tuple[str, ...],
+) -> None:
+    cell, cls = candidate_cell(
+        p99_upper_ms=upper,
+        p99_lower_ms=upper / 2,
+        p99_ms=upper * 0.75,
+        fallback_nodes=fallback,
+        expected_nodes=expected_nodes,
+        peak_rss_mb=rss,
+        cold_init_ms=cold,
+        parity_passed=parity,
+    )
+    budgets = {field: None for field in unset} | {
+        field: 1.0 for gate in BUDGETED if (field := gate.budget) not in unset
+    }
+    cls = cls.model_copy(update={"budgets": cls.budgets.model_copy(update=budgets)})
+    assert judge_with(cell, cls, class_checks(cls, skip=skip)) == judge(cell, cls, skip=skip)
+
+
+def test_a_placement_judged_before_is_judged_again_under_another_allowance() -> None:
+    # The placement gate remembers its failures by the counts, the expected provider and the
+    # allowance: the same counts under another allowance are another finding.
+    cell, cls = candidate_cell(fallback_nodes=3, expected_nodes=7)
+    _, strict = judge(cell, cls)
+    assert [r.message for r in strict] == [
+        "3 of 10 nodes ran on AzureExecutionProvider, expected CPUExecutionProvider (allowance 0)"
+    ]
+    two = cls.model_copy(
+        update={"provider": cls.provider.model_copy(update={"fallback_allowance": 2})}
+    )
+    assert [r.message for r in judge(cell, two)[1]] == [
+        "3 of 10 nodes ran on AzureExecutionProvider, expected CPUExecutionProvider (allowance 2)"
+    ]
+    three = cls.model_copy(
+        update={"provider": cls.provider.model_copy(update={"fallback_allowance": 3})}
+    )
+    assert judge(cell, three) == ("pass", [])
+    assert judge(cell, cls) == ("fail", strict)
