@@ -8,8 +8,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from qualify.measure.sysroot import user_emulator_dir
+
+settings.register_profile("shared-machine", deadline=None)
+settings.load_profile("shared-machine")
+"""No property test fails for how long one example took: Hypothesis's default 200 ms deadline
+(and its too-slow health check, five deadlines of drawing) judges time, and on a shared 2-core
+machine one example of a parser's test took 69 ms (test_job, beside the demo and a CPU hog), a
+third of it. The properties are what the tests check; most already said ``deadline=None``."""
 
 PREPARED_EMULATORS = user_emulator_dir()
 """Where this machine's user keeps prepared runtimes (``qualify emulators prepare``; CI prepares

@@ -123,6 +123,7 @@ def test_unpaired_rounds_are_an_error_not_a_silent_truncation() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.quiet  # compares two cases' measured latencies: a timing judgement, run alone
 def test_one_real_round_times_the_same_queries_on_both_sides(tmp_path: Path) -> None:
     pytest.importorskip("mlperf_loadgen")
     cases = (hvl.CASES[1], hvl.CASES[3])  # cnn int8, digits int8
@@ -140,7 +141,9 @@ def test_one_real_round_times_the_same_queries_on_both_sides(tmp_path: Path) -> 
     cnn = [m for m in ms if m.case == "cnn int8"]
     digits = [m for m in ms if m.case == "digits int8"]
     # The CNN does real convolution work: far slower per query than the digits MLP (about 30x on
-    # a quiet machine; a loaded one inflates the MLP's ~20 us queries most, so the bound is 2x).
-    assert min(m.p50_us for m in cnn) > 2 * max(m.p50_us for m in digits)
+    # a quiet machine; a loaded one inflates the MLP's ~20 us queries most, 7x once, so the
+    # bound is 2x). Against the digits side less disturbed (min): noise must slow both of its
+    # measurements 15x to invert it, while a side that timed no work fails it either way.
+    assert min(m.p50_us for m in cnn) > 2 * min(m.p50_us for m in digits)
     text = hvl.render_markdown(ms, loadgen_version="test", rounds=1, queries=256, cases=cases)
     assert "n/a (too few rounds)" in text

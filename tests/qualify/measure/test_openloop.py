@@ -120,7 +120,15 @@ def test_a_worker_that_ends_is_said_and_the_others_are_searched(tmp_path: Path) 
     assert found is not None and found.max_rate_rps is not None
 
 
-@pytest.mark.quiet  # its p99 must meet 10 ms at the probed rates: a loaded machine misses it
+OPEN_LOOP_BUDGET_MS = 50
+"""The p99 budget of the real open-loop run: some probed rate must meet it on any machine CI
+lends. At 10 ms, a CPU hog beside the run (a neighbour on a shared 2-core machine) stalled the
+server often enough that no probe down to ~3,000 requests/s met it; a tiny MLP's request takes
+~0.05 ms, and at half its closed-loop rate beside a hog its p99 was ~12 ms: 50 ms is four
+times that. A probe is 50 budgets (2.5 s) or 20,000 arrivals, whichever is fewer."""
+
+
+@pytest.mark.quiet  # a probed rate must meet its p99 budget: a timing judgement, run alone
 def test_a_real_run_searches_each_artifacts_rate_and_gates_it(tmp_path: Path) -> None:
     from manifest.gates import judge
     from qualify.project.load import load_project
@@ -129,10 +137,13 @@ def test_a_real_run_searches_each_artifacts_rate_and_gates_it(tmp_path: Path) ->
 
     project = write_project(tmp_path, ["identity_mlp_perturbed"])
     text = project.read_text().replace(
-        "  warmup: 10\n", "  warmup: 10\n  open_loop: {probes: 4, probe_s: 0.2}\n"
+        "  warmup: 10\n",
+        "  warmup: 10\n  open_loop: {probes: 4, probe_s: 0.2, max_arrivals: 20000}\n",
     )
     text = text.replace(
-        "budgets: {p99_ms: 50, timeout_s", "budgets: {p99_ms: 10, min_rate_rps: 1.0e9, timeout_s", 1
+        "budgets: {p99_ms: 50, timeout_s",
+        f"budgets: {{p99_ms: {OPEN_LOOP_BUDGET_MS}, min_rate_rps: 1.0e9, timeout_s",
+        1,
     )
     project.write_text(text)
     loaded = load_project(project)
@@ -141,16 +152,19 @@ def test_a_real_run_searches_each_artifacts_rate_and_gates_it(tmp_path: Path) ->
         loaded, "here-cpu", RunOptions(db_path=tmp_path / "m.db"), on_event=events.append
     )
     said = [e for e in events if ": open loop: " in e]
-    assert len(said) == 2 and "requests/s within p99 10 ms (of " in said[0], events
+    within = f"requests/s within p99 {OPEN_LOOP_BUDGET_MS} ms (of "
+    assert len(said) == 2 and within in said[0], events
     for cell in outcome.bundle.cells:
         found = cell.open_loop
         assert found is not None and found.closed_loop_rps is not None, cell
-        assert len(found.probes) == 4 and found.budget_ms == 10.0
+        assert len(found.probes) == 4 and found.budget_ms == OPEN_LOOP_BUDGET_MS
         assert found.max_rate_rps is not None, found
         for probe in found.probes:
             assert probe.rate_rps < found.closed_loop_rps
-            # 50 budgets of arrivals, and latency from the scheduled arrival includes service.
-            assert probe.arrivals >= int(probe.rate_rps * 0.5)
+            # 50 budgets of arrivals (at most max_arrivals), and latency from the scheduled
+            # arrival includes service.
+            stable = int(probe.rate_rps * STABLE_BUDGETS * OPEN_LOOP_BUDGET_MS / 1000)
+            assert probe.arrivals >= min(stable, 20_000)
             assert probe.p50_ms >= probe.service_p50_ms * 0.5
         # No host serves a billion requests a second: the rate gate fails, by name.
         assert "rate_below_budget" in [r.code for r in cell.reasons], cell.reasons
