@@ -1,7 +1,8 @@
 """Building and writing release manifests.
 
 Owns turning the policy's decisions into the ``signed`` part of a manifest (each entry the
-``model_dump`` of its parts, encoded once by ``envelope.encode_canonical``), splitting it into one
+``model_dump`` of its parts, encoded once as ``envelope.encode_canonical`` encodes it: the walk for
+floats made of the provider settings alone, the one part that may hold one), splitting it into one
 document per host class, and writing both atomically. Does not own the decision
 (``manifest.policy``), keys and signatures (``manifest.signing``) nor reading a manifest back
 (``manifest.load``). No clock: ``created`` and ``expires`` are arguments.
@@ -16,7 +17,7 @@ from typing import Any
 
 from manifest import envelope
 from manifest._batch import paused_gc
-from manifest.encoded import EncodedEntries, EntryText
+from manifest.encoded import EncodedEntries, EntryText, holds_float, plain_canonical
 from manifest.envelope import encode_canonical
 from manifest.errors import BuildError
 from manifest.signing import sign_document
@@ -180,9 +181,18 @@ def _entries(
             )
         if d.host_class in items:
             raise BuildError(f"two decisions for class '{d.host_class}'")
-        data = encode_canonical(_entry_of(d, cls, artifacts, locations))
+        entry = _entry_of(d, cls, artifacts, locations)
+        # Only provider settings may hold a float (a YAML session config or provider option):
+        # where one does, encode_canonical refuses it by its path; every other member is plain.
+        data = encode_canonical(entry) if _provider_float(entry) else plain_canonical(entry)
         items[d.host_class] = EntryText((data, d.host_class, d.decision))
     return EncodedEntries(items)
+
+
+_DECIDED = {"host_class", "decision", "evidence", "reasons", "summary", "run_ids"}
+"""The members of an entry that are its decision's fields as they are."""
+_SETTINGS = {"key", "runtime", "provider"}
+"""The members of an entry that are its class's settings less their nulls (the key has none)."""
 
 
 def _entry_of(
@@ -194,10 +204,24 @@ def _entry_of(
     """The manifest entry of decision ``d`` (``cls``: its class's settings in the project file
     now), each part its model's ``model_dump``: match rules less their defaults, runtime and
     provider less their nulls, a rollback's runtime and provider null where they are the
-    class's own (most classes; keeps entries small)."""
-    rollback = None
+    class's own (most classes; keeps entries small). The decision's members are one dump of
+    it, the key, runtime and provider one of the class (a call per part cost more than the
+    parts).
+
+    Every member but the provider settings holds integers, strings, booleans and nulls only:
+    the fields of validated models (`Evidence` and `Reason` hold no float by their types), and
+    artifact locations from `ArtifactRef`."""
+    entry = d.model_dump(mode="json", include=_DECIDED)
+    entry.update(cls.model_dump(mode="json", include=_SETTINGS, exclude_none=True))
+    entry["match"] = cls.match.model_dump(mode="json", exclude_defaults=True)
+    entry["artifact"] = None
+    if d.artifact_digest is not None:
+        entry["artifact"] = _artifact(
+            d.artifact_digest, artifacts, previous, d.host_class, d.decision
+        )
+    entry["rollback"] = None
     if d.rollback_digest is not None:
-        rollback = {
+        entry["rollback"] = {
             **_artifact(d.rollback_digest, artifacts, previous, d.host_class, "rollback"),
             "proven_to_load": d.rollback_proven,
             "runtime": None
@@ -207,23 +231,17 @@ def _entry_of(
             if d.rollback_provider == cls.provider
             else d.rollback_provider.model_dump(mode="json", exclude_none=True),
         }
-    artifact = None
-    if d.artifact_digest is not None:
-        artifact = _artifact(d.artifact_digest, artifacts, previous, d.host_class, d.decision)
-    return {
-        "host_class": d.host_class,
-        "key": cls.key.model_dump(mode="json"),
-        "match": cls.match.model_dump(mode="json", exclude_defaults=True),
-        "decision": d.decision,
-        "artifact": artifact,
-        "runtime": cls.runtime.model_dump(mode="json", exclude_none=True),
-        "provider": cls.provider.model_dump(mode="json", exclude_none=True),
-        "rollback": rollback,
-        "evidence": None if d.evidence is None else d.evidence.model_dump(mode="json"),
-        "reasons": [r.model_dump(mode="json") for r in d.reasons],
-        "summary": d.summary,
-        "run_ids": list(d.run_ids),
-    }
+    return entry
+
+
+def _provider_float(entry: Mapping[str, Any]) -> bool:
+    """Whether the entry's provider settings, or its rollback's, hold a float."""
+    rollback = entry["rollback"]
+    return holds_float(entry["provider"]) or (
+        rollback is not None
+        and rollback["provider"] is not None
+        and holds_float(rollback["provider"])
+    )
 
 
 def _signed_part(doc: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -18,7 +18,7 @@ from manifest.build import (
     per_class_documents,
     write_manifest,
 )
-from manifest.errors import BuildError
+from manifest.errors import BuildError, CanonicalError
 from manifest.perclass import MARKER, write_per_class
 from manifest.signing import verify
 from schemas import manifest as schema
@@ -99,6 +99,24 @@ def test_artifact_without_a_location_names_the_digest_and_the_fix() -> None:
             expires=CLOCK + timedelta(days=1),
             snapshot="s",
             artifacts=refs,
+        )
+
+
+def test_a_float_provider_setting_is_refused_by_its_path() -> None:
+    # A YAML session config value may be a float; the signed content holds none.
+    spec = class_spec(1)
+    spec["provider"]["session_config"] = {"session.intra_op.allow_spinning": 0, "x.ratio": 0.5}
+    fleet = Fleet(make_project({"x86": spec, "arm": class_spec(2)}))
+    with pytest.raises(CanonicalError, match=r"^\$\.provider\.session_config\.x\.ratio: 0\.5 is"):
+        build_manifest(
+            fleet.project,
+            list(fleet.decide().values()),
+            release="r",
+            version=1,
+            created=CLOCK,
+            expires=CLOCK + timedelta(days=1),
+            snapshot="s",
+            artifacts=artifact_refs(fleet.project),
         )
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from manifest import envelope
 from manifest.build import build_manifest
-from manifest.encoded import EncodedEntries, EntryText
+from manifest.encoded import EncodedEntries, EntryText, holds_float, plain_canonical
 from manifest.errors import CanonicalError, MalformedError
 from manifest.signing import check_publishable, sign_encoded
 from schemas.cell import Reason
@@ -230,3 +230,44 @@ def test_encoded_values_splice_anywhere_as_their_plain_twins_encode() -> None:
     twin = {"z": {}, "a": {"x": 1}, "l": [1, {"k": "\u00e9", "e": []}, "é"], "n": None}
     assert envelope.encode_canonical(value) == envelope.encode_canonical(twin)
     assert envelope.encode_canonical({"e": EncodedEntries({})}) == b'{"e":{}}'
+
+
+# What a model's JSON dump holds: dicts with string keys, lists, strings, integers of any size,
+# booleans and nulls.
+plain = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | hostile,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(hostile, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(plain)
+def test_a_plain_value_encodes_without_the_walk_as_the_canonical_encoder_encodes_it(
+    value: Any,
+) -> None:
+    assert plain_canonical(value) == envelope.encode_canonical(value)
+    assert not holds_float(value)
+
+
+@settings(max_examples=100, deadline=None)
+@given(plain, st.floats(allow_nan=False), st.data())
+def test_a_float_anywhere_in_a_dump_is_found(
+    value: Any, number: float, data: st.DataObject
+) -> None:
+    # Put the float at a random place: the value itself, or inside a list or a dict of it.
+    holder = value
+    while isinstance(holder, list | dict) and holder and data.draw(st.booleans()):
+        key = data.draw(
+            st.sampled_from(sorted(holder) if isinstance(holder, dict) else range(len(holder)))
+        )
+        if not isinstance(holder[key], list | dict):
+            break
+        holder = holder[key]
+    if isinstance(holder, list):
+        holder.append(number)
+    elif isinstance(holder, dict):
+        holder["float"] = number
+    else:
+        value = [value, {"x": number}]
+    assert holds_float(value)
