@@ -214,3 +214,52 @@ def test_an_entrys_evidence_is_the_evidence_models_json_dump() -> None:
     for d in decisions:
         want = None if d.evidence is None else d.evidence.model_dump(mode="json")
         assert signed["entries"][d.host_class]["evidence"] == want
+
+
+def _loose_types(annotation: object, path: str, seen: set[type]) -> list[str]:
+    """Where a float (or an untyped value) can sit in a value of ``annotation``."""
+    import typing
+
+    from pydantic import BaseModel
+
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _loose_types(typing.get_args(annotation)[0], path, seen)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if annotation in seen:
+            return []
+        seen.add(annotation)
+        return [
+            found
+            for name, field in annotation.model_fields.items()
+            for found in _loose_types(field.annotation, f"{path}.{name}", seen)
+        ]
+    if origin is typing.Literal:
+        return []
+    if origin is not None:
+        return [f for a in typing.get_args(annotation) for f in _loose_types(a, path, seen)]
+    return [path] if annotation in (float, typing.Any, object) else []
+
+
+def test_only_provider_settings_can_put_a_float_in_an_entry() -> None:
+    # The builder encodes every other member of an entry without looking for floats
+    # (encoded.plain_canonical): a float field added to one of these models must fail here,
+    # not slip a float into signed content.
+    from schemas.manifest import ArtifactRef, ClassDecision
+    from schemas.project import HostClass
+
+    plain = {
+        **{n: ClassDecision for n in ("host_class", "decision", "evidence", "reasons")},
+        **{n: ClassDecision for n in ("summary", "run_ids", "rollback_runtime")},
+        **{n: HostClass for n in ("key", "runtime", "match")},
+    }
+    loose = [
+        found
+        for name, model in plain.items()
+        for found in _loose_types(model.model_fields[name].annotation, name, set())
+    ]
+    loose += _loose_types(ArtifactRef, "artifact", set())
+    assert loose == []
+    # The walk finds what the provider settings may hold: it is not blind.
+    provider = _loose_types(HostClass.model_fields["provider"].annotation, "provider", set())
+    assert "provider.session_config" in provider
