@@ -245,10 +245,12 @@ def test_only_provider_settings_can_put_a_float_in_an_entry() -> None:
     # The builder encodes every other member of an entry without looking for floats
     # (encoded.plain_canonical): a float field added to one of these models must fail here,
     # not slip a float into signed content.
+    from pydantic import BaseModel
+
     from schemas.manifest import ArtifactRef, ClassDecision
     from schemas.project import HostClass
 
-    plain = {
+    plain: dict[str, type[BaseModel]] = {
         **{n: ClassDecision for n in ("host_class", "decision", "evidence", "reasons")},
         **{n: ClassDecision for n in ("summary", "run_ids", "rollback_runtime")},
         **{n: HostClass for n in ("key", "runtime", "match")},
