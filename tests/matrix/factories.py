@@ -7,11 +7,15 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 
+from matrix.migrations import MIGRATIONS, Migration
 from matrix.samples import SAMPLES_SCHEMA
 from schemas.base import Precision, Role, Verdict
 from schemas.cell import (
@@ -258,3 +262,31 @@ def make_samples(bundle: RunBundle, *, seed: int = 0) -> pa.Table:
         },
         schema=SAMPLES_SCHEMA,
     )
+
+
+def older_matrix(path: Path, migrations: Sequence[Migration]) -> duckdb.DuckDBPyConnection:
+    """A matrix file at ``path`` as an older qualify left it: the schema of ``migrations`` only,
+    each recorded as applied. Returns the open connection, for the caller's rows (close it)."""
+    conn = duckdb.connect(str(path))
+    conn.execute(
+        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
+        "applied_at TIMESTAMPTZ NOT NULL)"
+    )
+    for migration in migrations:
+        for statement in migration.statements:
+            conn.execute(statement)
+        conn.execute(
+            "INSERT INTO schema_migrations VALUES (?, ?, ?)",
+            [migration.version, migration.name, _APPLIED],
+        )
+    return conn
+
+
+def before(name: str) -> Sequence[Migration]:
+    """The migrations before the one whose name starts with ``name`` (found by name: another
+    migration may land before it)."""
+    upto = next(i for i, m in enumerate(MIGRATIONS) if m.name.startswith(name))
+    return MIGRATIONS[:upto]
+
+
+_APPLIED = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)

@@ -16,7 +16,7 @@ from matrix.ingest import ingest_bundles
 from matrix.migrations import MIGRATIONS
 from matrix.store import Store
 from schemas.cell import RunBundle
-from tests.matrix.factories import make_bundle, make_samples
+from tests.matrix.factories import make_bundle, make_samples, older_matrix
 
 FIXED = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -88,20 +88,7 @@ def test_ingesting_a_bundle_of_another_line_writes_nothing_of_any_bundle(
 
 def _version_12_matrix(path: Path, bundles: list[RunBundle]) -> None:
     """A matrix as the qualify before the stamp left it, with these runs in it."""
-    conn = duckdb.connect(str(path))
-    conn.execute(
-        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-        "applied_at TIMESTAMPTZ NOT NULL)"
-    )
-    old = [m for m in MIGRATIONS if m.version <= 12]
-    for migration in old:
-        for statement in migration.statements:
-            conn.execute(statement)
-        conn.execute(
-            "INSERT INTO schema_migrations VALUES (?, ?, ?)",
-            [migration.version, migration.name, FIXED],
-        )
-    conn.close()
+    older_matrix(path, [m for m in MIGRATIONS if m.version <= 12]).close()
     # Its rows as the old writer made them: the store's own insert, without the stamp's check.
     conn = duckdb.connect(str(path))
     try:

@@ -11,6 +11,7 @@ import pytest
 from matrix.errors import MatrixError, SchemaVersionError
 from matrix.migrations import LATEST_VERSION, MIGRATIONS
 from matrix.store import Store
+from tests.matrix.factories import before, older_matrix
 
 FIXED = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -62,18 +63,7 @@ def test_read_only_open_of_a_missing_file_names_it(db_path: Path) -> None:
 def test_a_version_4_matrix_keeps_its_latency_and_samples_as_sweeping_no_dims(
     db_path: Path,
 ) -> None:
-    conn = duckdb.connect(str(db_path))
-    conn.execute(
-        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-        "applied_at TIMESTAMPTZ NOT NULL)"
-    )
-    for migration in MIGRATIONS[:4]:
-        for statement in migration.statements:
-            conn.execute(statement)
-        conn.execute(
-            "INSERT INTO schema_migrations VALUES (?, ?, ?)",
-            [migration.version, migration.name, FIXED],
-        )
+    conn = older_matrix(db_path, MIGRATIONS[:4])
     conn.execute(
         "INSERT INTO latency VALUES ('r1', 'sha256:a', 1, 2, true, 700, 1, 1, 2, 3, 1, 1.5, 2.5, "
         "0.99, 'pass', 'decided', 1.0, NULL)"
@@ -128,18 +118,7 @@ def test_an_upgrade_that_fails_part_way_leaves_the_version_the_file_had(
 def test_a_copy_of_an_older_matrix_is_migrated_in_memory_and_the_file_left_alone(
     db_path: Path,
 ) -> None:
-    conn = duckdb.connect(str(db_path))
-    conn.execute(
-        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-        "applied_at TIMESTAMPTZ NOT NULL)"
-    )
-    for migration in MIGRATIONS[:4]:
-        for statement in migration.statements:
-            conn.execute(statement)
-        conn.execute(
-            "INSERT INTO schema_migrations VALUES (?, ?, ?)",
-            [migration.version, migration.name, FIXED],
-        )
+    conn = older_matrix(db_path, MIGRATIONS[:4])
     conn.execute("INSERT INTO samples VALUES ('r1', 'sha256:a', 1, 2, 0, 1000)")
     conn.close()
     before = db_path.read_bytes()
@@ -177,19 +156,7 @@ def test_a_copy_of_a_missing_or_foreign_file_is_refused_by_name(
 def test_cells_from_before_numerics_were_recorded_read_as_native_or_another_isas(
     db_path: Path,
 ) -> None:
-    upto = next(i for i, m in enumerate(MIGRATIONS) if m.name.startswith("cells.numerics"))
-    conn = duckdb.connect(str(db_path))
-    conn.execute(
-        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-        "applied_at TIMESTAMPTZ NOT NULL)"
-    )
-    for migration in MIGRATIONS[:upto]:
-        for statement in migration.statements:
-            conn.execute(statement)
-        conn.execute(
-            "INSERT INTO schema_migrations VALUES (?, ?, ?)",
-            [migration.version, migration.name, FIXED],
-        )
+    conn = older_matrix(db_path, before("cells.numerics"))
     for digest, mismatch, cell in (
         ("sha256:a", [], "{}"),
         ("sha256:b", ["arch x86_64, class aarch64"], "{}"),
@@ -211,21 +178,7 @@ def test_cells_from_before_numerics_were_recorded_read_as_native_or_another_isas
 def test_cells_from_before_off_provider_nodes_were_named_read_as_not_named(
     db_path: Path,
 ) -> None:
-    upto = next(
-        i for i, m in enumerate(MIGRATIONS) if m.name.startswith("cells.off_provider_nodes")
-    )
-    conn = duckdb.connect(str(db_path))
-    conn.execute(
-        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-        "applied_at TIMESTAMPTZ NOT NULL)"
-    )
-    for migration in MIGRATIONS[:upto]:
-        for statement in migration.statements:
-            conn.execute(statement)
-        conn.execute(
-            "INSERT INTO schema_migrations VALUES (?, ?, ?)",
-            [migration.version, migration.name, FIXED],
-        )
+    conn = older_matrix(db_path, before("cells.off_provider_nodes"))
     named = '{"name": "relu", "op_type": "Relu", "domain": "", "provider": "CPUExecutionProvider"}'
     for digest, cell in (
         ("sha256:a", "{}"),  # recorded before nodes were named

@@ -21,7 +21,15 @@ from matrix.samples import empty_samples
 from matrix.store import MEMORY, Store
 from schemas.cell import LatencyConfig, RunBundle
 from schemas.project import HostClassKey
-from tests.matrix.factories import EPOCH, KEY, digest_of, make_bundle, make_cell, make_samples
+from tests.matrix.factories import (
+    EPOCH,
+    KEY,
+    digest_of,
+    make_bundle,
+    make_cell,
+    make_samples,
+    older_matrix,
+)
 
 OTHER_KEY = HostClassKey(hardware="arm-r5", runtime="ort-r8", provider="cpu-int8")
 
@@ -393,19 +401,11 @@ def test_manifests_are_stored_and_versions_only_go_up(store: Store) -> None:
 def test_a_matrix_from_before_publication_was_recorded_sees_its_manifests_published(
     db_path: Path,
 ) -> None:
-    import duckdb
 
     from matrix.migrations import MIGRATIONS
 
-    conn = duckdb.connect(str(db_path))
-    conn.execute(
-        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-        "applied_at TIMESTAMPTZ NOT NULL)"
-    )
-    for step in MIGRATIONS[:3]:  # the schema as the release before publication left it
-        for statement in step.statements:
-            conn.execute(statement)
-        conn.execute("INSERT INTO schema_migrations VALUES (?, ?, now())", [step.version, "x"])
+    # the schema as the release before publication left it
+    conn = older_matrix(db_path, MIGRATIONS[:3])
     conn.execute("INSERT INTO manifests VALUES (1, 'r', now(), now(), '{\"version\": 1}', now())")
     conn.close()
     with Store.open(db_path) as store:

@@ -26,6 +26,7 @@ from qualify import reader
 from qualify.cli import cli
 from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
+from tests.matrix.factories import older_matrix
 from tests.matrix.test_concurrency import HOLD_LOCK, child, wait_for
 from tests.qualify.projects import write_project
 
@@ -254,18 +255,8 @@ def test_a_read_waits_for_a_writer_and_names_it_when_it_does_not_finish(tmp_path
 def _older_copy(source: Path, target: Path) -> None:
     """``source``'s rows in a matrix of the schema one migration before the latest, as the
     previous qualify would have left it."""
-    conn = duckdb.connect(str(target))
+    conn = older_matrix(target, MIGRATIONS[:-1])
     try:
-        conn.execute(
-            "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-            "applied_at TIMESTAMPTZ NOT NULL)"
-        )
-        for step in MIGRATIONS[:-1]:
-            for statement in step.statements:
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO schema_migrations VALUES (?, ?, now())", [step.version, step.name]
-            )
         conn.execute(f"ATTACH '{source}' AS src (READ_ONLY)")
         tables = conn.execute(
             "SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "

@@ -9,14 +9,13 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from matrix import publications
-from matrix.migrations import MIGRATIONS
 from matrix.store import Store
 from qualify.release.publishing import WHO_MOST, WHY_MOST
 from qualify.rollout import actor
+from tests.matrix.factories import before, older_matrix
 from tests.qualify.lab import Lab, make_lab
 
 FIXED = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -132,19 +131,7 @@ def test_a_draft_takes_no_who_or_why(drafted: Lab) -> None:
 def _old_matrix(path: Path) -> None:
     """A matrix as the qualify before the record wrote it: every migration before it, and
     version 1 published."""
-    upto = next(i for i, m in enumerate(MIGRATIONS) if m.name.startswith("manifests.published_by"))
-    conn = duckdb.connect(str(path))
-    conn.execute(
-        "CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name VARCHAR NOT NULL, "
-        "applied_at TIMESTAMPTZ NOT NULL)"
-    )
-    for migration in MIGRATIONS[:upto]:
-        for statement in migration.statements:
-            conn.execute(statement)
-        conn.execute(
-            "INSERT INTO schema_migrations VALUES (?, ?, ?)",
-            [migration.version, migration.name, FIXED],
-        )
+    conn = older_matrix(path, before("manifests.published_by"))
     conn.execute(
         "INSERT INTO manifests (version, release, created, expires, document, stored_at, "
         "published_at) VALUES (1, 'old', ?, ?, ?, ?, ?)",
