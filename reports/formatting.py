@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from schemas.cell import OpenLoopResult
+    from schemas.output import ManifestVersion
 
 __all__ = [
     "NOT_MEASURED",
+    "NOT_RECORDED",
     "VERDICT_WORDS",
     "bare_ms",
     "mb",
@@ -23,6 +25,8 @@ __all__ = [
     "open_loop_text",
     "plural",
     "provider_name",
+    "publish_reason",
+    "published_by",
     "short_digest",
     "tolerance",
     "utc_minute",
@@ -88,6 +92,24 @@ def utc_minute(moment: datetime) -> str:
     """A moment in UTC to the minute (a naive one is taken as UTC)."""
     aware = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
     return aware.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+NOT_RECORDED = "not recorded"
+"""What a manifest version published before the matrix recorded who and why says in their
+place: never a name or a reason made up for it."""
+
+
+def published_by(version: ManifestVersion) -> str:
+    """Who published ``version``, for people: the name, or `NOT_RECORDED`."""
+    return version.published_by if version.published_by is not None else NOT_RECORDED
+
+
+def publish_reason(version: ManifestVersion) -> str:
+    """Why ``version`` was published, for people: the reason, ``none given``, or
+    `NOT_RECORDED`."""
+    if version.publish_reason is None:
+        return NOT_RECORDED
+    return version.publish_reason or "none given"
 
 
 def plural(count: int, one: str, many: str) -> str:

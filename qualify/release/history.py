@@ -12,12 +12,10 @@ from pathlib import Path
 from matrix.errors import SchemaVersionError
 from matrix.store import Store
 from qualify.text import one_line
+from reports.formatting import publish_reason, published_by
 from schemas.output import ManifestVersion
 
-__all__ = ["NOT_RECORDED", "read_history", "render_history", "said_by", "said_why"]
-
-NOT_RECORDED = "not recorded"
-"""What a version published before the matrix recorded who and why says in their place."""
+__all__ = ["read_history", "render_history"]
 
 
 def read_history(path: Path) -> list[ManifestVersion]:
@@ -38,19 +36,6 @@ def read_history(path: Path) -> list[ManifestVersion]:
         return copy.manifest_history()
 
 
-def said_by(version: ManifestVersion) -> str:
-    """Who published ``version``, for people: the name, or `NOT_RECORDED`."""
-    return version.published_by if version.published_by is not None else NOT_RECORDED
-
-
-def said_why(version: ManifestVersion) -> str:
-    """Why ``version`` was published, for people: the reason, ``none given``, or
-    `NOT_RECORDED`."""
-    if version.publish_reason is None:
-        return NOT_RECORDED
-    return version.publish_reason or "none given"
-
-
 def _when(value: datetime) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%SZ")
 
@@ -67,8 +52,8 @@ def _line(version: ManifestVersion) -> str:
         }.get(version.state, version.state)
         return f"{head}  created {_when(version.created)}: {what}"
     return (
-        f"{head}  published {_when(version.published_at)} by {one_line(said_by(version))}: "
-        f"{one_line(said_why(version))}"
+        f"{head}  published {_when(version.published_at)} by {one_line(published_by(version))}: "
+        f"{one_line(publish_reason(version))}"
     )
 
 

@@ -5,28 +5,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from reports.formatting import utc_minute
+from reports.formatting import publish_reason, published_by, utc_minute
 from reports.inputs import Classes, Inputs
 from reports.view import ReleaseRow
 from schemas.output import ManifestVersion
 
-__all__ = ["NOT_RECORDED", "build", "release_rows"]
-
-NOT_RECORDED = "not recorded"
-"""What a version published before the matrix recorded who and why says in their place: never
-a name or a reason made up for it."""
+__all__ = ["build", "release_rows"]
 
 
 def _row(version: ManifestVersion, shown: int | None) -> ReleaseRow:
-    why = version.publish_reason
     return ReleaseRow(
         version=version.version,
         release=version.release,
         when=utc_minute(version.published_at) if version.published_at else "",
-        by=version.published_by if version.published_by is not None else NOT_RECORDED,
-        why=NOT_RECORDED if why is None else why or "none given",
+        by=published_by(version),
+        why=publish_reason(version),
         by_recorded=version.published_by is not None,
-        why_recorded=why is not None,
+        why_recorded=version.publish_reason is not None,
         shown=version.version == shown,
     )
 
