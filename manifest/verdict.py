@@ -21,7 +21,7 @@ from pydantic_core import to_json
 
 from manifest.gates import Check, class_checks, judge_with
 from schemas.base import Role
-from schemas.cell import Cell, OutputParity, Reason, Soak, latest, soak_drifted
+from schemas.cell import Cell, OutputParity, Reason, latest
 from schemas.project import HostClass, HostClassKey, OutputTolerance, Project, TaskTolerance
 from schemas.rules import task_failures, tolerance_failures
 from schemas.tolerance import applicable, resolve_tolerance
@@ -315,10 +315,10 @@ class Judge:
             if budget is not None:
                 return CurrentVerdict("stale", (budget,))
         soak = cell.soak
-        if soak is not None and _soak_changes(soak, self._soak):
+        if soak is not None and soak is not (now := soak.under(*self._soak)):
             # The soak's windows are the evidence: drift is decided again under the project's
             # soak_tolerance and soak_floor now (the budget is the class's now in any case).
-            cell = cell.model_copy(update={"soak": soak.under(*self._soak)})
+            cell = cell.model_copy(update={"soak": now})
         verdict, reasons = judge_with(cell, cls, checks)
         if fails:  # the parity's failure first, then the gates' (failures before the undecided)
             return CurrentVerdict("fail", (*fails, *reasons), outputs)
@@ -401,18 +401,6 @@ def _measured(out: OutputParity) -> OutputTolerance:
         cosine_min=out.cosine_min,
         top1_agreement_min=out.top1_agreement,
     )
-
-
-def _soak_changes(soak: Soak, now: tuple[float, float]) -> bool:
-    """Whether the sustained gate may find otherwise on ``soak`` judged again under the
-    project's ``(soak_tolerance, soak_floor)`` ``now``: they are not those it was judged with,
-    and the drift decided again is one (the floor and the message read them) or not the stored
-    one. A soak that holds, or cannot be bounded, under both is found the same: no copy."""
-    tolerance, floor = now
-    if tolerance == soak.tolerance and floor == soak.floor:
-        return False
-    drifted = soak_drifted(soak.windows, tolerance)
-    return drifted is True or drifted != soak.drifted
 
 
 def _rate_budget_changed(cell: Cell, cls: HostClass) -> Reason | None:
