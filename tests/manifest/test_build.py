@@ -108,16 +108,7 @@ def test_a_float_provider_setting_is_refused_by_its_path() -> None:
     spec["provider"]["session_config"] = {"session.intra_op.allow_spinning": 0, "x.ratio": 0.5}
     fleet = Fleet(make_project({"x86": spec, "arm": class_spec(2)}))
     with pytest.raises(CanonicalError, match=r"^\$\.provider\.session_config\.x\.ratio: 0\.5 is"):
-        build_manifest(
-            fleet.project,
-            list(fleet.decide().values()),
-            release="r",
-            version=1,
-            created=CLOCK,
-            expires=CLOCK + timedelta(days=1),
-            snapshot="s",
-            artifacts=artifact_refs(fleet.project),
-        )
+        signed_manifest(fleet, fixed_key())
 
 
 def test_write_manifest_is_atomic_and_canonical(tmp_path: Path) -> None:
