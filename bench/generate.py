@@ -444,44 +444,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"| {ratio:.2f}x ({low:.2f}..{high:.2f}) | none | "
         f"| {load_before[0]:.2f} / {load_after[0]:.2f} | `{command}` |"
     )
-    pipe = result["pipeline"] / result["reference"]
-    pipe_low, pipe_high = min(result["pipeline_ratios"]), max(result["pipeline_ratios"])
-    print(
-        f"| {args.classes:,} classes, evidence in memory: decide + build + sign + write "
-        f"| | {result['pipeline']:.2f} s | {result['reference']:.2f} s "
-        f"| {pipe:.2f}x ({pipe_low:.2f}..{pipe_high:.2f}) "
-        f"| <= {TARGET:g}x | {'yes' if pipe <= TARGET else '**no**'} "
-        f"| {load_before[0]:.2f} / {load_after[0]:.2f} | `{command}` |"
-    )
-    build = result["build"] / result["reference"]
-    print(
-        f"| {args.classes:,} classes, decisions in memory: build + sign + write (no policy) "
-        f"| | {result['build']:.2f} s | {result['reference']:.2f} s "
-        f"| {build:.2f}x ({min(result['build_ratios']):.2f}..{max(result['build_ratios']):.2f}) "
-        f"| none | | {load_before[0]:.2f} / {load_after[0]:.2f} | `{command}` |"
-    )
-    decide = result["decide"] / result["reference"]
-    print(
-        f"| {args.classes:,} classes, evidence in memory: decide only (the policy) "
-        f"| | {result['decide']:.2f} s | {result['reference']:.2f} s "
-        f"| {decide:.2f}x "
-        f"({min(result['decide_ratios']):.2f}..{max(result['decide_ratios']):.2f}) "
-        f"| none | | {load_before[0]:.2f} / {load_after[0]:.2f} | `{command}` |"
-    )
-    floor = result["floor"] / result["reference"]
-    print(
-        f"| {args.classes:,} classes, floor: the same decisions made again as validated models "
-        f"from their values (no judging) + build + sign + write "
-        f"| | {result['floor']:.2f} s | {result['reference']:.2f} s "
-        f"| {floor:.2f}x "
-        f"({min(result['floor_ratios']):.2f}..{max(result['floor_ratios']):.2f}) "
-        f"| none | | {load_before[0]:.2f} / {load_after[0]:.2f} | `{command}` |"
+    tail = f"| {load_before[0]:.2f} / {load_after[0]:.2f} | `{command}` |"
+    pipe, build, decide, floor = (
+        _ratio_row(result, key, f"{args.classes:,} classes, {label}", target, tail)
+        for key, label, target in _IN_MEMORY_ROWS
     )
     print()
     print(f"Share of one generation's time per stage (cProfile, cumulative): {stages}.")
     print()
     print(_gap_note(pipe, build, decide, floor, result["decide"] / args.classes))
     return 0
+
+
+_IN_MEMORY_ROWS: tuple[tuple[str, str, float | None], ...] = (
+    ("pipeline", "evidence in memory: decide + build + sign + write", TARGET),
+    ("build", "decisions in memory: build + sign + write (no policy)", None),
+    ("decide", "evidence in memory: decide only (the policy)", None),
+    (
+        "floor",
+        "floor: the same decisions made again as validated models from their values (no "
+        "judging) + build + sign + write",
+        None,
+    ),
+)
+"""The rows that split the in-memory work: `measure`'s key, the row's words, its target."""
+
+
+def _ratio_row(
+    result: dict[str, Any], key: str, label: str, target: float | None, tail: str
+) -> float:
+    """Print the row of ``result[key]`` against the reference; its median ratio."""
+    ratio: float = result[key] / result["reference"]
+    ratios = result[f"{key}_ratios"]
+    goal, met = ("none", " ") if target is None else (f"<= {target:g}x", " yes ")
+    if target is not None and ratio > target:
+        met = " **no** "
+    print(
+        f"| {label} | | {result[key]:.2f} s | {result['reference']:.2f} s "
+        f"| {ratio:.2f}x ({min(ratios):.2f}..{max(ratios):.2f}) | {goal} |{met}{tail}"
+    )
+    return ratio
 
 
 def _gap_note(
