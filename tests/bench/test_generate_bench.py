@@ -21,6 +21,7 @@ def test_the_generation_bench_prints_each_row_from_a_small_real_run(
         "build + sign + write (no policy)",
         "decide only (the policy)",
         "floor: the same decisions made again as validated models",
+        "floor made by `model_construct`",
     ):
         line = next(x for x in page.splitlines() if row in x)
         assert re.search(r"\| \d+\.\d\dx \(\d+\.\d\d\.\.\d+\.\d\d\) \|", line), line
@@ -35,8 +36,9 @@ def test_the_floor_remakes_every_model_the_policy_makes(tmp_path: Path) -> None:
     decided = list(
         decide_each(fx.loaded.project, inputs["cells"], inputs["runs"], **inputs["kwargs"])
     )
-    remade = [generate._remade(d) for d in decided]
-    assert remade == decided
-    assert all(r is not d for r, d in zip(remade, decided, strict=True))
-    evidence = [(r.evidence, d.evidence) for r, d in zip(remade, decided, strict=True)]
-    assert any(e is not None and e is not o for e, o in evidence)
+    for construct in (False, True):
+        remade = [generate._remade(d, construct) for d in decided]
+        assert remade == decided
+        assert all(r is not d for r, d in zip(remade, decided, strict=True))
+        evidence = [(r.evidence, d.evidence) for r, d in zip(remade, decided, strict=True)]
+        assert any(e is not None and e is not o for e, o in evidence)
