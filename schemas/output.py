@@ -338,7 +338,12 @@ class ManifestVersion(Document):
 class ManifestHistory(Document):
     """``qualify manifest history --json``."""
 
-    versions: list[ManifestVersion] = Field(description="Every version recorded, oldest first.")
+    versions: list[ManifestVersion] = Field(
+        description="Every version recorded, oldest first (with --last, the newest N of them)."
+    )
+    earlier: int = Field(
+        default=0, ge=0, description="Versions older than those listed, left out by --last."
+    )
 
 
 class RolloutAction(Document):

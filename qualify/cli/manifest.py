@@ -179,22 +179,30 @@ def manifest_publish(draft: Path | None, publishing: Publishing, db_path: Path) 
 
 @manifest_group.command("history")
 @_db_option
+@click.option(
+    "--last",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Only the newest N versions (still oldest first); says how many earlier ones it "
+    "leaves out.",
+)
 @json_option("manifest-history")
-def manifest_history(db_path: Path, as_json: bool) -> None:
+def manifest_history(db_path: Path, last: int | None, as_json: bool) -> None:
     """Every manifest version the matrix records, oldest first: whether it was published (or
     is a draft, or was discarded), when, by whom and why (--who/--why of manifest publish, a
     rollout step's actor and reason; "not recorded" for a version published before qualify
     recorded them)."""
-    from qualify.release.history import read_history, render_history
+    from qualify.release.history import newest, read_history, render_history
 
     _require_db(db_path)
-    versions = read_history(db_path)
+    versions, earlier = newest(read_history(db_path), last)
     if as_json:
         from schemas.output import ManifestHistory
 
-        echo_json(ManifestHistory(versions=versions))
+        echo_json(ManifestHistory(versions=versions, earlier=earlier))
         return
-    click.echo(render_history(versions))
+    click.echo(render_history(versions, earlier=earlier))
 
 
 @manifest_group.command("verify")

@@ -15,7 +15,7 @@ from qualify.text import one_line
 from reports.formatting import publish_reason, published_by
 from schemas.output import ManifestVersion
 
-__all__ = ["read_history", "render_history"]
+__all__ = ["newest", "read_history", "render_history"]
 
 
 def read_history(path: Path) -> list[ManifestVersion]:
@@ -57,9 +57,23 @@ def _line(version: ManifestVersion) -> str:
     )
 
 
-def render_history(versions: Sequence[ManifestVersion]) -> str:
-    """One line per version, oldest first; control characters in names spelled out (a name or
-    a reason cannot forge a line)."""
-    if not versions:
+def newest(
+    versions: Sequence[ManifestVersion], last: int | None
+) -> tuple[list[ManifestVersion], int]:
+    """The newest ``last`` of ``versions`` (oldest first; all when ``last`` is None), and how
+    many earlier ones that leaves out (``manifest history --last``)."""
+    kept = list(versions) if last is None else list(versions[-last:]) if last > 0 else []
+    return kept, len(versions) - len(kept)
+
+
+def render_history(versions: Sequence[ManifestVersion], *, earlier: int = 0) -> str:
+    """One line per version, oldest first, after a line saying how many ``earlier`` versions
+    were left out; control characters in names spelled out (a name or a reason cannot forge a
+    line)."""
+    if not versions and not earlier:
         return "no manifest version recorded: qualify manifest generate drafts the first"
-    return "\n".join(_line(v) for v in versions)
+    lines = [_line(v) for v in versions]
+    if earlier:
+        plural = "s" if earlier != 1 else ""
+        lines.insert(0, f"({earlier} earlier version{plural} not shown: drop --last to see all)")
+    return "\n".join(lines)

@@ -194,3 +194,26 @@ def test_a_publish_killed_at_any_instant_records_who_exactly_when_the_version_is
     else:  # never reached a host: a draft again, published by nobody
         assert "discarded the interrupted publication of manifest v2" in said
         assert _recorded(lab)[1] == (2, "draft", None, None)
+
+
+def test_last_shows_the_newest_versions_and_says_how_many_it_leaves_out(tmp_path: Path) -> None:
+    lab = make_lab(tmp_path / "lab")  # release 1, published
+    lab.cli("manifest", "generate", "--publish", "--release", "r2")
+    lab.cli("manifest", "generate", "--release", "r3")  # a draft
+
+    lines = lab.cli("manifest", "history", "--last", "2").splitlines()
+    assert lines[0] == "(1 earlier version not shown: drop --last to see all)"
+    assert lines[1].startswith("v2  r2  published ")
+    assert lines[2].startswith("v3  r3  created ") and lines[2].endswith("a draft, not published")
+    assert len(lines) == 3
+
+    doc = json.loads(lab.cli("manifest", "history", "--last", "1", "--json"))
+    assert [v["version"] for v in doc["versions"]] == [3]
+    assert doc["earlier"] == 2
+    everything = json.loads(lab.cli("manifest", "history", "--json"))
+    assert [v["version"] for v in everything["versions"]] == [1, 2, 3]
+    assert everything["earlier"] == 0
+
+    assert lab.cli("manifest", "history", "--last", "9") == lab.cli("manifest", "history")
+    refused = lab.cli("manifest", "history", "--last", "0", code=2)
+    assert "--last" in refused and "0" in refused
