@@ -520,13 +520,13 @@ def _gap_note(
     """Where the in-memory ratio is spent, and what meeting the target would take."""
     if pipeline <= TARGET:
         return f"The in-memory target (<= {TARGET:g}x) is met: {pipeline:.2f}x."
-    judging = max(0.0, pipeline - floor)
     lowest = min(floor, construct)
     left = TARGET - lowest
+    judging = pipeline - lowest  # above the target where the floor is not: > left > 0
     room = (
         f"leaves the policy's judging {left:.2f}x of the reference, {left / judging:.0%} of "
         f"the {judging:.2f}x it takes now"
-        if left > 0 and judging > 0
+        if left > 0
         else f"is itself over the target by {-left:.2f}x"
     )
     cheaper = "no cheaper" if construct >= floor * 0.97 else "cheaper"
@@ -542,6 +542,7 @@ def _gap_note(
         "the removed private construction and hand-written writer bought, and README says how "
         "that estimate compares with what they bought here."
     )
+
 
 if __name__ == "__main__":
     sys.exit(main())
