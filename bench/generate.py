@@ -538,9 +538,9 @@ def _gap_note(
         f"{floor:.2f}x; made by `model_construct` instead, pydantic's public way to skip "
         f"validation, {construct:.2f}x ({cheaper}). The cheaper of the two {room}: judging each "
         "class's cells under its gates, choosing its rollback and saying why. No private API "
-        "is used to narrow the gap; the target is the one issue 36 set when it estimated what "
-        "the removed private construction and hand-written writer bought, and README says how "
-        "that estimate compares with what they bought here."
+        "is used to narrow the gap. By issue 36's own rule it is the target that is wrong: it "
+        "held only with the private construction and the hand-written writer the issue removed "
+        "(README: the last such version measured side by side with this one)."
     )
 
 
