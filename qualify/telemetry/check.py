@@ -10,27 +10,9 @@ the runtime revisions a class counts as qualified (``qualify.telemetry.staleness
 (``qualify.telemetry.render``) nor what hosts write (``manifest.host_events``).
 
 Each event is judged against the manifest version it reports, or the one published at its time
-(``qualify.telemetry.timeline``: the releases, host states and lagging hosts; only the model line's
-own events are read, ``matrix.telemetry.scope``). Per class in the current manifest, the check
-raises:
-
-* ``unexpected_digest``: hosts whose latest event runs a digest its own version does not give
-  them (its rollback is a warning: resolve-artifact served it because the host cannot run the
-  entry's artifact; a staged rollout's artifact is assigned to its cohort), each host counted
-  once;
-* ``lagging``: hosts whose latest event reports an older version than the one that now gives
-  them something else, past the propagation deadline (within it they are only reported);
-* ``provider_changed`` and ``fallback_appeared``: events of a digest their version gives the
-  class (its artifact or rollout artifact) whose providers differ from that digest's qualified
-  cell's actual placement, or with more nodes off the expected provider than that cell had (a
-  driver or image change does not change the digest);
-* ``p99_regression``: per digest the class's versions gave it, with at least ``min_samples``
-  latencies of it, the observed p99's distribution-free lower confidence bound exceeds the
-  qualified p99 upper bound times ``1 + p99_tolerance`` (below ``min_samples``, or when the
-  bounds straddle the threshold, the p99 state is ``insufficient_data``, never a pass);
-* ``no_data``: no event at all in the window (its own state, never a pass);
-* ``unqualified_runtime``: hosts report an onnxruntime revision no cell of the class's key ran on;
-* ``unknown_class``: hosts report a class the manifest does not know.
+(``qualify.telemetry.timeline``). The alerts it raises per class (``unexpected_digest``,
+``lagging``, ``provider_changed``, ``fallback_appeared``, ``p99_regression``, ``no_data``,
+``unqualified_runtime``, ``unknown_class``) and their exact rules: docs/telemetry.md, "Check".
 """
 
 from __future__ import annotations
