@@ -30,6 +30,8 @@ from schemas.cell import (
     Placement,
     RollbackCheck,
     RunRecord,
+    Soak,
+    SoakWindow,
 )
 from schemas.host import Fingerprint, RuntimeIdentity
 from schemas.manifest import ArtifactRef, ClassDecision, Manifest
@@ -48,6 +50,7 @@ __all__ = [
     "make_project",
     "scenario",
     "signed_manifest",
+    "tight_soak",
 ]
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -162,6 +165,33 @@ def _latency(p99_ms: float, upper_ms: float | None, lower_ms: float | None) -> L
         stopped="decided",
         duration_s=1.0,
         throughput_ips=100.0,
+    )
+
+
+def tight_soak(
+    p99s_ms: list[float], *, tolerance: float, floor: float, drifted: bool | None
+) -> Soak:
+    """A soak at batch 1, concurrency 1 of one 12 s window per p99 in ``p99s_ms``, each with
+    tight bounds (2% either side, 5,000 samples): a change between windows is resolved."""
+    windows = [
+        SoakWindow(
+            start_s=12.0 * i,
+            samples=5000,
+            p50_ms=ms * 0.9,
+            p99_ms=ms,
+            p99_lower_ms=ms * 0.98,
+            p99_upper_ms=ms * 1.02,
+        )
+        for i, ms in enumerate(p99s_ms)
+    ]
+    return Soak(
+        batch_size=1,
+        concurrency=1,
+        seconds=12 * len(windows),
+        tolerance=tolerance,
+        floor=floor,
+        windows=windows,
+        drifted=drifted,
     )
 
 

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 from manifest.gates import judge
 from manifest.verdict import Judge
-from schemas.cell import Cell, Soak, SoakWindow
+from schemas.cell import Cell
 from schemas.project import Project
-from tests.manifest.factories import Fleet, class_spec, digest_of, make_project
+from tests.manifest.factories import Fleet, class_spec, digest_of, make_project, tight_soak
 
 
 def judge_of(project: Project) -> Judge:
@@ -50,24 +50,10 @@ def _soaked_baseline(
     fleet = Fleet(project)
     fleet.qualify("c", candidate=None)
     (cell,) = fleet.cells
-    windows = [
-        SoakWindow(
-            start_s=12.0 * i,
-            samples=5000,
-            p50_ms=ms * 0.9,
-            p99_ms=ms,
-            p99_lower_ms=ms * 0.98,
-            p99_upper_ms=ms * 1.02,
-        )
-        for i, ms in enumerate([first_ms, first_ms, last_ms])
-    ]
-    soak = Soak(
-        batch_size=1,
-        concurrency=1,
-        seconds=36,
+    soak = tight_soak(
+        [first_ms, first_ms, last_ms],
         tolerance=tolerance,
         floor=floor,
-        windows=windows,
         drifted=last_ms * 0.98 > first_ms * 1.02 * (1 + tolerance),
     )
     return cell.model_copy(update={"soak": soak}), project

@@ -14,8 +14,8 @@ from manifest.verdict import Judge
 from qualify.measure.soak import WINDOWS, host_heat, soak
 from qualify.project.load import load_project
 from qualify.run import RunOptions, qualify_run
-from schemas.cell import LatencyConfig, Soak, SoakWindow
-from tests.manifest.factories import Fleet, class_spec, digest_of, make_project
+from schemas.cell import LatencyConfig
+from tests.manifest.factories import Fleet, class_spec, digest_of, make_project, tight_soak
 from tests.qualify.projects import write_project
 
 
@@ -80,25 +80,8 @@ def soaked(first_ms: float, last_ms: float, *, budget_ms: float, floor: float = 
     project = make_project({"c": class_spec(0, p99_ms=budget_ms)})
     fleet = Fleet(project)
     fleet.qualify("c", p99_ms=budget_ms / 4, p99_upper_ms=budget_ms / 2, p99_lower_ms=0.0)
-    windows = [
-        SoakWindow(
-            start_s=12.0 * i,
-            samples=5000,
-            p50_ms=ms * 0.9,
-            p99_ms=ms,
-            p99_lower_ms=ms * 0.98,
-            p99_upper_ms=ms * 1.02,
-        )
-        for i, ms in enumerate([first_ms, first_ms, last_ms, last_ms, last_ms])
-    ]
-    soak = Soak(
-        batch_size=1,
-        concurrency=1,
-        seconds=60,
-        tolerance=0.2,
-        floor=floor,
-        windows=windows,
-        drifted=True,
+    soak = tight_soak(
+        [first_ms, first_ms, last_ms, last_ms, last_ms], tolerance=0.2, floor=floor, drifted=True
     )
     return fleet.cells[-1].model_copy(update={"soak": soak}), project.host_classes["c"]
 
