@@ -12,15 +12,9 @@ with ``format(x, ".6e")``, times ``YYYY-MM-DDTHH:MM:SSZ`` strings.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SerializerFunctionWrapHandler,
-    model_serializer,
-)
+from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.base import Digest, Document, Role, Verdict
 from schemas.cell import Reason
@@ -63,6 +57,11 @@ Decision = Literal["candidate", "baseline", "hold"]
 
 _TIME_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"
 _HEX64 = r"^[0-9a-f]{64}$"
+
+
+def _is_none(value: object) -> bool:
+    return value is None
+
 
 DECISION_REASON_CODES: dict[str, str] = {code: REASONS[code] for code in DECISION_CODES}
 """Reason codes of a decision. Several can apply; ``message`` gives the evidence."""
@@ -129,6 +128,9 @@ class Evidence(Document):
     )
     emulated_numerics: EmulatedNumerics | None = Field(
         default=None,
+        # Absent rather than null: manifests of natively measured evidence keep the bytes they
+        # had before the field existed (the builder writes the same, `manifest.build`).
+        exclude_if=_is_none,
         description="Present when the parity was computed under QEMU on an emulated CPU of the "
         "class's ISA (numerics of this ISA, emulated); absent when computed on the measuring "
         "host's own CPU (then isa_mismatch says whether its ISA was the class's).",
@@ -149,15 +151,6 @@ class Evidence(Document):
     peak_rss_kb: int | None = Field(description="Peak RSS of the subprocess, KiB.")
     cold_init_us: int | None = Field(description="Cold init, microseconds.")
     parity: ParitySummary | None = Field(description="Parity summary; null for the baseline.")
-
-    @model_serializer(mode="wrap")
-    def _absent_when_native(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Absent rather than null: manifests of natively measured evidence keep the bytes they
-        # had before the field existed (the builder writes the same, `manifest.build`).
-        dumped: dict[str, Any] = handler(self)
-        if dumped.get("emulated_numerics", 0) is None:
-            del dumped["emulated_numerics"]
-        return dumped
 
 
 class ClassDecision(Document):
