@@ -103,7 +103,7 @@ def build_manifest(
     Args:
         project: the project file (match rules, runtime and provider requirements per class).
         decisions: ``manifest.policy.decide``'s output, one per class; or
-            ``decide_each``'s, each entry then written as soon as its class is decided.
+            ``decide_each``'s, each entry then written as its batch of classes is decided.
         release: release name.
         version: this manifest's version; must be above ``previous``'s.
         created: when it is generated (aware datetime; seconds kept).

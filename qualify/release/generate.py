@@ -223,9 +223,9 @@ def _decide_and_build(
     store_dir: Path | None,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The ``signed`` part a draft records and the kept classes; nothing is recorded or
-    written. Each class's entry is written as soon as it is decided, and its decision is not
-    kept: the entry holds all of it, and a fleet's decisions kept until the end were as many
-    objects again to hold and free."""
+    written. Each class's entry is written as soon as its batch of classes is decided
+    (``decide_each``), and its decision is not kept: the entry holds all of it, and a fleet's
+    decisions kept until the end were as many objects again to hold and free."""
     previous, published, source = _read_previous(db)
     store = ArtifactStore(store_dir or Path(db.path).resolve().parent / "artifacts")
     digests, refs = artifact_refs(loaded, store, artifact_base_uri)

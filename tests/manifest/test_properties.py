@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import random
 from typing import Any
+from unittest.mock import patch
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from manifest import envelope
+from manifest import envelope, policy
 from manifest.build import build_manifest
 from schemas.cell import Cell
 from schemas.manifest import ClassDecision, ManifestEntry
@@ -280,3 +281,41 @@ def test_every_written_entry_reads_back_as_its_decision(spec: dict[str, Any]) ->
         digest = None if entry.artifact is None else entry.artifact.digest
         assert digest == d.artifact_digest
     assert envelope.encode_canonical(encoded) == envelope.encode_canonical(plain)
+
+
+@PROPERTY
+@given(fleet_strategy, st.sampled_from((1, 2, 3)))
+def test_deciding_in_batches_decides_each_class_as_deciding_one_at_a_time(
+    spec: dict[str, Any], size: int
+) -> None:
+    # decide_each hands decisions on a batch at a time: the batch's size changes when a class
+    # is decided, never what is decided, nor the order.
+    fleet = build_fleet(spec)
+    with patch.object(policy, "BATCH", 1):
+        one_at_a_time = list(fleet.decide().values())
+    with patch.object(policy, "BATCH", size):
+        assert list(fleet.decide().values()) == one_at_a_time
+    assert list(fleet.decide().values()) == one_at_a_time  # the default batch
+
+
+def test_decide_each_decides_a_batch_before_handing_on_its_first_decision() -> None:
+    good = {**GOOD_RUN, "candidate": CANDIDATES[0]}
+    five = [{"fallback_allowance": 0, "runs": [good]} for _ in range(5)]
+    fleet = build_fleet({"classes": five, "unknown_class": "hold", "allow_emulated": False})
+    made: list[str] = []
+    decide = policy._ClassDecider.decide
+
+    def counted(self: Any) -> ClassDecision:
+        made.append(self.name)
+        return decide(self)
+
+    digests = {label: digest_of(label) for label in (BASELINE, *CANDIDATES)}
+    with patch.object(policy, "BATCH", 2), patch.object(policy._ClassDecider, "decide", counted):
+        each = policy.decide_each(fleet.project, fleet.cells, fleet.runs, digests=digests)
+        first = next(each)
+        assert len(made) == 2 and first.host_class == made[0]
+        next(each)
+        assert len(made) == 2  # the batch's second decision was made already
+        next(each)
+        assert len(made) == 4
+        assert [d.host_class for d in each] == made[3:] == list(fleet.project.host_classes)[3:]
