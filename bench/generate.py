@@ -17,7 +17,8 @@ third falls back to the CPU, every fifth is over its p99 budget, every seventh w
 measured: mixed decisions). Target (issue 36): generation in memory (decide + build + sign +
 write, the evidence already read) <= 3x the reference; the end-to-end row is reported without a
 target, and so are the rows that split the in-memory work: build + sign + write from decisions
-in hand, and the policy (decide) alone. Where the target is not met, a closing line says where
+in hand, and the policy (decide) alone; and the in-memory work deciding one class at a time
+rather than in ``decide_each``'s batches (the same bytes). Where the target is not met, a closing line says where
 the ratio is spent. Prints one markdown section: the stage times of one generation (profiled apart), the
 medians, their ratios, the machine, the load average and the command.
 
@@ -50,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench._synthetic import BASE, CAND, isa_flags, project_of, scripted_run  # noqa: E402
 from manifest.build import build_manifest, write_manifest  # noqa: E402
-from manifest.policy import decide_each  # noqa: E402
+from manifest.policy import BATCH, decide_each  # noqa: E402
 from manifest.signing import generate_keypair, load_private_key, sign_encoded  # noqa: E402
 from matrix.store import Store  # noqa: E402
 from qualify.artifacts import ArtifactStore, digest_file  # noqa: E402
@@ -236,11 +237,16 @@ def _stages(fx: Fixture, out: Path, now: datetime) -> dict[str, float]:
     return {label: spent / total for label, spent in found.items()}
 
 
-def _pipeline(fx: Fixture, out: Path, key: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+def _pipeline(
+    fx: Fixture, out: Path, key: Any, inputs: dict[str, Any], batch: int = BATCH
+) -> dict[str, Any]:
     """decide + build + sign + write from evidence already in memory (what bench/resolve.py
-    times, and the issue's 3.0 s): the generation work without the matrix reads."""
-    # As a release generates it: each class's entry written as soon as it is decided.
-    decisions = decide_each(fx.loaded.project, inputs["cells"], inputs["runs"], **inputs["kwargs"])
+    times, and the issue's 3.0 s): the generation work without the matrix reads. ``batch``:
+    the classes decided before their entries are written (``decide_each``)."""
+    # As a release generates it: each batch of classes decided, then their entries written.
+    decisions = decide_each(
+        fx.loaded.project, inputs["cells"], inputs["runs"], **inputs["kwargs"], batch=batch
+    )
     signed = build_manifest(fx.loaded.project, decisions, **inputs["build"], encoded=True)
     write_manifest(sign_encoded(signed, key)[1], out)
     return signed
@@ -349,6 +355,7 @@ def measure(
     inputs = _inputs(fx, now)
     generate_s: list[float] = []
     pipeline_s: list[float] = []
+    one_s: list[float] = []
     build_s: list[float] = []
     decide_s: list[float] = []
     floor_s: list[float] = []
@@ -375,6 +382,10 @@ def measure(
             raise SystemExit("the reference did not reproduce the written manifest's bytes")
         with _timed(pipeline_s):
             _pipeline(fx, fx.work / "pipeline.json", key, inputs)
+        with _timed(one_s):
+            _pipeline(fx, fx.work / "one.json", key, inputs, batch=1)
+        if (fx.work / "one.json").read_bytes() != (fx.work / "pipeline.json").read_bytes():
+            raise SystemExit("deciding one class at a time wrote other bytes than in batches")
         with _timed(build_s):
             _build_only(fx, fx.work / "build.json", key, inputs, decided)
         with _timed(decide_s):
@@ -392,6 +403,8 @@ def measure(
     return {
         "generate": statistics.median(generate_s),
         "pipeline": statistics.median(pipeline_s),
+        "one": statistics.median(one_s),
+        "one_ratios": [o / r for o, r in zip(one_s, reference_s, strict=True)],
         "build": statistics.median(build_s),
         "build_ratios": [b / r for b, r in zip(build_s, reference_s, strict=True)],
         "decide": statistics.median(decide_s),
@@ -462,19 +475,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"| {load_before[0]:.2f} / {load_after[0]:.2f} | `{command}` |"
     )
     tail = f"| {load_before[0]:.2f} / {load_after[0]:.2f} | `{command}` |"
-    pipe, build, decide, floor, construct = (
-        _ratio_row(result, key, f"{args.classes:,} classes, {label}", target, tail)
+    ratios = {
+        key: _ratio_row(result, key, f"{args.classes:,} classes, {label}", target, tail)
         for key, label, target in _IN_MEMORY_ROWS
-    )
+    }
     print()
     print(f"Share of one generation's time per stage (cProfile, cumulative): {stages}.")
     print()
-    print(_gap_note(pipe, build, decide, floor, construct, result["decide"] / args.classes))
+    print(
+        _gap_note(
+            *(ratios[k] for k in ("pipeline", "build", "decide", "floor", "construct")),
+            result["decide"] / args.classes,
+        )
+    )
     return 0
 
 
 _IN_MEMORY_ROWS: tuple[tuple[str, str, float | None], ...] = (
     ("pipeline", "evidence in memory: decide + build + sign + write", TARGET),
+    (
+        "one",
+        "the same, one class at a time (`decide_each(batch=1)`: each class's entry written as "
+        f"soon as it is decided, rather than a batch of {BATCH} decided first)",
+        None,
+    ),
     ("build", "decisions in memory: build + sign + write (no policy)", None),
     ("decide", "evidence in memory: decide only (the policy)", None),
     (

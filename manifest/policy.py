@@ -562,16 +562,19 @@ def decide_each(
     previous: Manifest | PreviousManifest | None = None,
     current_settings: Mapping[str, str] | None = None,
     digests: Mapping[str, str] | None = None,
+    batch: int = BATCH,
 ) -> Iterator[ClassDecision]:
-    """`decide`, a batch of classes at a time (`BATCH`): a consumer that writes each entry as
-    it comes (``manifest.build``, generating a release) never holds a whole fleet's decisions,
-    and the policy and the writer each run over a batch while their code is hot in the
-    processor's caches (class by class, alternating, cost ~8% more: docs/benchmarks.md,
-    generation). The same arguments, decisions and errors as `decide` (an error is raised
-    when its class's batch is decided). The consumer pauses the cyclic collector around a
+    """`decide`, ``batch`` classes at a time: a consumer that writes each entry as it comes
+    (``manifest.build``, generating a release) never holds a whole fleet's decisions, and the
+    policy and the writer each run over a batch while their code is hot in the processor's
+    caches (one class at a time costs more: docs/benchmarks.md, generation). The same
+    decisions and errors as `decide` (an error is raised when its class's batch is decided),
+    for any ``batch`` >= 1. The consumer pauses the cyclic collector around a
     fleet's loop (``build_manifest`` does); a pause held here across the yields would outlive
     a consumer that stops early.
     """
+    if batch < 1:
+        raise ValueError(f"batch: decide at least 1 class at a time, not {batch}")
     labels = {project.artifacts.baseline.label, *(c.label for c in project.artifacts.candidates)}
     given = dict(digests or {})
     if labels <= set(given):
@@ -592,7 +595,7 @@ def decide_each(
         runs_by_key: dict[_Key, list[RunRecord]] = {}
         for run in runs.values():
             runs_by_key.setdefault(_key_of(run.key), []).append(run)
-    yield from _decide_all(project, by_key, runs_by_key, runs, known, previous, overrides)
+    yield from _decide_all(project, by_key, runs_by_key, runs, known, previous, overrides, batch)
 
 
 def _decide_all(
@@ -603,6 +606,7 @@ def _decide_all(
     known: Mapping[str, str],
     previous: Manifest | PreviousManifest | None,
     overrides: Mapping[str, str],
+    size: int,
 ) -> Iterator[ClassDecision]:
     judge_ = Judge(project, known, current_settings=overrides)
     batch: list[ClassDecision] = []
@@ -620,7 +624,7 @@ def _decide_all(
                 previous,
             ).decide()
         )
-        if len(batch) == BATCH:
+        if len(batch) >= size:
             yield from batch
             batch = []
     yield from batch

@@ -18,6 +18,7 @@ def test_the_generation_bench_prints_each_row_from_a_small_real_run(
     page = capsys.readouterr().out
     for row in (
         "decide + build + sign + write",
+        "the same, one class at a time",
         "build + sign + write (no policy)",
         "decide only (the policy)",
         "floor: the same decisions made again as validated models",

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
 from typing import Any
 from unittest.mock import patch
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -283,19 +285,22 @@ def test_every_written_entry_reads_back_as_its_decision(spec: dict[str, Any]) ->
     assert envelope.encode_canonical(encoded) == envelope.encode_canonical(plain)
 
 
+def _decided_in_batches(fleet: Fleet, size: int) -> Iterator[ClassDecision]:
+    digests = {label: digest_of(label) for label in (BASELINE, *CANDIDATES)}
+    return policy.decide_each(fleet.project, fleet.cells, fleet.runs, digests=digests, batch=size)
+
+
 @PROPERTY
-@given(fleet_strategy, st.sampled_from((1, 2, 3)))
+@given(fleet_strategy, st.sampled_from((2, 3, policy.BATCH)))
 def test_deciding_in_batches_decides_each_class_as_deciding_one_at_a_time(
     spec: dict[str, Any], size: int
 ) -> None:
     # decide_each hands decisions on a batch at a time: the batch's size changes when a class
     # is decided, never what is decided, nor the order.
     fleet = build_fleet(spec)
-    with patch.object(policy, "BATCH", 1):
-        one_at_a_time = list(fleet.decide().values())
-    with patch.object(policy, "BATCH", size):
-        assert list(fleet.decide().values()) == one_at_a_time
-    assert list(fleet.decide().values()) == one_at_a_time  # the default batch
+    one_at_a_time = list(_decided_in_batches(fleet, 1))
+    assert list(_decided_in_batches(fleet, size)) == one_at_a_time
+    assert list(fleet.decide().values()) == one_at_a_time
 
 
 def test_decide_each_decides_a_batch_before_handing_on_its_first_decision() -> None:
@@ -309,9 +314,8 @@ def test_decide_each_decides_a_batch_before_handing_on_its_first_decision() -> N
         made.append(self.name)
         return decide(self)
 
-    digests = {label: digest_of(label) for label in (BASELINE, *CANDIDATES)}
-    with patch.object(policy, "BATCH", 2), patch.object(policy._ClassDecider, "decide", counted):
-        each = policy.decide_each(fleet.project, fleet.cells, fleet.runs, digests=digests)
+    with patch.object(policy._ClassDecider, "decide", counted):
+        each = _decided_in_batches(fleet, 2)
         first = next(each)
         assert len(made) == 2 and first.host_class == made[0]
         next(each)
@@ -319,3 +323,15 @@ def test_decide_each_decides_a_batch_before_handing_on_its_first_decision() -> N
         next(each)
         assert len(made) == 4
         assert [d.host_class for d in each] == made[3:] == list(fleet.project.host_classes)[3:]
+
+
+def test_decide_each_refuses_a_batch_below_one() -> None:
+    fleet = build_fleet(
+        {
+            "classes": [{"fallback_allowance": 0, "runs": []}],
+            "unknown_class": "hold",
+            "allow_emulated": False,
+        }
+    )
+    with pytest.raises(ValueError, match="at least 1 class"):
+        next(_decided_in_batches(fleet, 0))
