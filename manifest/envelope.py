@@ -427,6 +427,11 @@ def _split_span(raw: bytes, source: str) -> tuple[list[dict[str, str]], int, int
     (a 1.7 MB copy is a millisecond of page faults in a process that has just started)."""
     stop = len(raw) - 1 if raw.endswith(b"\n") else len(raw)  # the document without it
     if not (raw.startswith(_HEAD, 0, stop) and raw.endswith(b"}", 0, stop)):
+        if raw.startswith(_HEAD) and not raw.rstrip().endswith(b"}"):
+            raise MalformedError(
+                f"{source}: truncated: its {len(raw):,} bytes end before the document's closing "
+                "brace (an interrupted download or copy); fetch the whole file again"
+            )
         what = "empty" if not raw.strip() else "not in the canonical layout"
         raise MalformedError(
             f'{source}: {what}: a signed document starts with {{"signatures": and is '

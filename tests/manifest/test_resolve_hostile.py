@@ -138,6 +138,17 @@ def test_many_bogus_signatures_are_refused_before_any_is_checked(host: Host) -> 
     assert code == 0 and "16 signatures" in err
 
 
+@pytest.mark.parametrize("keep", [14, 100, len(GOOD) // 2, GOOD.rindex(b'"')])
+def test_truncated_manifest_is_refused_as_truncated(keep: int) -> None:
+    # A copy or download cut off: after the signatures' key, inside them, halfway, in the last
+    # string (the hosts' most common broken file, named as such rather than as an edited one).
+    cut = GOOD[:keep].rstrip(b"}")
+    with pytest.raises(MalformedError, match=rf"truncated: its {len(cut):,} bytes end before"):
+        envelope.check_envelope(cut, TRUSTED)
+    with pytest.raises(MalformedError, match="truncated"):
+        load_manifest(cut)
+
+
 def test_re_indented_genuine_manifest_is_refused_unparsed() -> None:
     reindented = json.dumps(json.loads(GOOD), indent=2).encode()
     with pytest.raises(MalformedError, match="canonical layout"):
