@@ -40,8 +40,13 @@ def _when(value: datetime) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def _line(version: ManifestVersion) -> str:
+def _line(version: ManifestVersion, published_since: int | None) -> str:
     head = f"v{version.version}  {one_line(version.release)}"
+    if version.state == "draft" and published_since is not None:
+        return (
+            f"{head}  created {_when(version.created)}: a draft, never published: v"
+            f"{published_since} was published since (publish refuses it; generate a new one)"
+        )
     if version.state != "published" or version.published_at is None:
         what = {
             "draft": "a draft, not published",
@@ -72,7 +77,13 @@ def render_history(versions: Sequence[ManifestVersion], *, earlier: int = 0) -> 
     line)."""
     if not versions and not earlier:
         return "no manifest version recorded: qualify manifest generate drafts the first"
-    lines = [_line(v) for v in versions]
+    lines: list[str] = []
+    published_since: int | None = None  # the newest published version after each one
+    for version in reversed(versions):
+        lines.append(_line(version, published_since))
+        if version.state == "published" and published_since is None:
+            published_since = version.version
+    lines.reverse()
     if earlier:
         plural = "s" if earlier != 1 else ""
         lines.insert(0, f"({earlier} earlier version{plural} not shown: drop --last to see all)")

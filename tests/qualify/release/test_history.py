@@ -217,3 +217,20 @@ def test_last_shows_the_newest_versions_and_says_how_many_it_leaves_out(tmp_path
     assert lab.cli("manifest", "history", "--last", "9") == lab.cli("manifest", "history")
     refused = lab.cli("manifest", "history", "--last", "0", code=2)
     assert "--last" in refused and "0" in refused
+
+
+def test_a_draft_a_later_publication_passed_says_it_can_no_longer_be_published(
+    tmp_path: Path,
+) -> None:
+    lab = make_lab(tmp_path / "lab")  # release 1, published
+    lab.cli("manifest", "generate", "--release", "r2")  # v2, a draft...
+    kept = (lab.root / "manifest.draft.json").read_bytes()
+    lab.cli("manifest", "generate", "--publish", "--release", "r3")  # ...passed by v3
+    lines = _history(lab)
+    assert lines[1].startswith("v2  r2  created ") and lines[1].endswith(
+        "a draft, never published: v3 was published since (publish refuses it; generate a new one)"
+    )
+    # What the line says is what publishing it does.
+    (lab.root / "old.draft.json").write_bytes(kept)
+    refused = lab.cli("manifest", "publish", str(lab.root / "old.draft.json"), code=2)
+    assert "draft version 2 is older than published version 3" in refused
