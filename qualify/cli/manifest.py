@@ -39,7 +39,32 @@ def _echo_published(result: Any, out: Path, per_class_dir: Path | None) -> None:
         )
     if per_class_dir is not None:
         click.echo(f"per-class documents: {per_class_dir}")
+    _warn_dropped(result.dropped, "and publish again")
     _warn_if_hosts_refuse(out, per_class_dir)
+
+
+_DROPPED_SHOWN = 10
+"""Dropped classes named one per line; more are counted (a fleet retired at once)."""
+
+
+def _warn_dropped(dropped: dict[str, str], then: str) -> None:
+    """Say, on stderr, which classes the published manifest had and this one has not."""
+    from qualify.text import one_line
+
+    for name, was in list(dropped.items())[:_DROPPED_SHOWN]:
+        click.echo(
+            f"warning: {one_line(name)} has no entry here ({one_line(was)}): the project file "
+            "no longer lists the class, so its hosts will find none (resolve-artifact exits 2)",
+            err=True,
+        )
+    more = len(dropped) - _DROPPED_SHOWN
+    if more > 0:
+        click.echo(f"warning: {more} more classes of the published manifest have none", err=True)
+    if dropped:
+        click.echo(
+            "warning: if those hosts still run, put their classes back in the project file " + then,
+            err=True,
+        )
 
 
 def _draft_validity(publishing: Publishing) -> Any:
@@ -70,6 +95,7 @@ def _echo_draft(draft: Any, target: Path, release: str) -> None:
             f"  {one_line(name)}: {entry['decision']} — {one_line(entry['summary'])}"
             + (f" [kept: {kept}]" if kept else "")
         )
+    _warn_dropped(draft.dropped, "and generate again")
     click.echo(
         f"next: qualify manifest diff manifest.json {target}, then "
         f"qualify manifest publish {target} --key KEYFILE"

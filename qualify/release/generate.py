@@ -115,6 +115,8 @@ class GeneratedManifest:
     per_class_dir: Path | None
     signed: bool
     kept: dict[str, str] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
+    """Classes the manifest published before had and this one has not (`Draft.dropped`)."""
     validated: Manifest | None = field(default=None, repr=False)
     """The document's model, when it was validated whole before publishing (a draft read from
     the matrix); None when it was built here from validated parts."""
@@ -173,6 +175,22 @@ class Draft:
     """Classes whose published entry was carried over unchanged, and why (a rollout in progress,
     a hold or a pin): a draft never undoes what a person is steering by hand."""
     path: Path | None
+    dropped: dict[str, str] = field(default_factory=dict)
+    """Classes the published manifest has and this one has not, as the project file no longer
+    lists them, each with what the published one gave it: their hosts will find no entry."""
+
+
+def _dropped(previous: PreviousManifest | None, entries: Mapping[str, Any]) -> dict[str, str]:
+    """`Draft.dropped`: class name -> ``in v7 it was held`` (or ``... ran int8``)."""
+    if previous is None:
+        return {}
+    version = previous.signed.version
+    return {
+        name: f"in v{version} it "
+        + ("was held" if e.artifact is None else f"ran {e.artifact.name}")
+        for name, e in previous.signed.entries.items()
+        if name not in entries
+    }
 
 
 def _kept_classes(db: Store, previous: PreviousManifest | None) -> dict[str, str]:
@@ -221,8 +239,9 @@ def _decide_and_build(
     expires_in: timedelta,
     artifact_base_uri: str | None,
     store_dir: Path | None,
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """The ``signed`` part a draft records and the kept classes; nothing is recorded or
+) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
+    """The ``signed`` part a draft records, the kept classes and the dropped ones (`Draft`);
+    nothing is recorded or
     written. Each class's entry is written as soon as its batch of classes is decided
     (``decide_each``), and its decision is not kept: the entry holds all of it, and a fleet's
     decisions kept until the end were as many objects again to hold and free."""
@@ -254,7 +273,7 @@ def _decide_and_build(
         for name in kept:
             if name in mine:
                 mine[name] = validate_entry(entries[name], name=name, source=source)
-    return signed, kept
+    return signed, kept, _dropped(previous, signed["entries"])
 
 
 def _read_previous(db: Store) -> tuple[PreviousManifest | None, dict[str, Any], str]:
@@ -291,7 +310,7 @@ def draft_manifest(
     """
     # No cycles are made here; a collection mid-way would walk every cell of the matrix.
     with paused_gc():
-        signed, kept = _decide_and_build(
+        signed, kept, dropped = _decide_and_build(
             loaded,
             db,
             release=release,
@@ -309,7 +328,7 @@ def draft_manifest(
         if out is not None:
             out.parent.mkdir(parents=True, exist_ok=True)
             write_manifest(canonical, out)
-    return Draft(signed["version"], signed, kept, out)
+    return Draft(signed["version"], signed, kept, out, dropped)
 
 
 def previous_document(db: Store) -> str:
@@ -399,7 +418,9 @@ def publish_manifest(
         "expires": format_time(publish.now + publish.expires_in),
     }
     with paused_gc():
-        return _sign_and_publish(db, version, signed, key, publish, from_matrix=True)
+        previous = _read_previous(db)[0]  # the one it replaces (a later one refused the draft)
+        published = _sign_and_publish(db, version, signed, key, publish, from_matrix=True)
+    return dataclasses.replace(published, dropped=_dropped(previous, signed["entries"]))
 
 
 def _sign_and_publish(
@@ -487,7 +508,7 @@ def generate_manifest(
     # automatic collections walked them all, again and again, for nothing (a third of the
     # time at 10,000 classes). Reference counting still frees everything.
     with paused_gc():
-        signed, kept = _decide_and_build(
+        signed, kept, dropped = _decide_and_build(
             loaded,
             db,
             release=release,
@@ -502,7 +523,7 @@ def generate_manifest(
         published = _sign_and_publish(
             db, signed["version"], signed, key, publish, draft_release=release
         )
-    return dataclasses.replace(published, kept=kept)
+    return dataclasses.replace(published, kept=kept, dropped=dropped)
 
 
 @dataclass(frozen=True)

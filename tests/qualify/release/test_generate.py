@@ -354,3 +354,37 @@ def test_a_draft_file_larger_than_a_manifest_is_refused_unread(
     assert refused.exit_code == 2, refused.output
     assert f"draft.json: larger than the {size - 1}-byte limit of a manifest" in refused.output
     assert not (tmp / "p.json").exists() and _published_version(tmp) == before
+
+
+def test_a_class_the_project_file_no_longer_lists_is_named_as_its_entry_goes(
+    matrix: Path, tmp_path: Path
+) -> None:
+    tmp = own_copy(matrix, tmp_path)
+    key = str(tmp / "rel.key")
+    assert generate(tmp, "manifest.json", "--key", key).exit_code == 0
+    entry = json.loads((tmp / "manifest.json").read_bytes())["signed"]["entries"]["elsewhere"]
+    was = "was held" if entry["artifact"] is None else f"ran {entry['artifact']['name']}"
+    version = json.loads((tmp / "manifest.json").read_bytes())["signed"]["version"]
+    project = tmp / "qualify.yaml"
+    text = project.read_text()
+    project.write_text(text[: text.index("  elsewhere:")])  # the last class, retired
+
+    drafted = generate(tmp, "manifest.draft.json")
+    assert drafted.exit_code == 0, drafted.output
+    said = f"warning: elsewhere has no entry here (in v{version} it {was}): the project file"
+    assert said in drafted.stderr and "back in the project file and generate again" in (
+        drafted.stderr
+    )
+    assert "here-cpu" not in drafted.stderr and "lost-gpu" not in drafted.stderr
+    signed = json.loads((tmp / "manifest.draft.json").read_bytes())["signed"]
+    assert set(signed["entries"]) == {"here-cpu", "lost-gpu"}
+
+    published = invoke(
+        "manifest", "publish", str(tmp / "manifest.draft.json"), "--key", key,
+        "--out", str(tmp / "manifest.json"), "--db", str(tmp / "qualify.duckdb"),
+    )  # fmt: skip
+    assert published.exit_code == 0, published.output
+    assert said in published.stderr and "and publish again" in published.stderr
+    # The next release replaces one without the class: nothing more to say.
+    again = generate(tmp, "next.json", "--key", key)
+    assert again.exit_code == 0 and "warning" not in again.stderr
