@@ -569,9 +569,9 @@ def decide_each(
     policy and the writer each run over a batch while their code is hot in the processor's
     caches (one class at a time costs more: docs/benchmarks.md, generation). The same
     decisions and errors as `decide` (an error is raised when its class's batch is decided),
-    for any ``batch`` >= 1. The consumer pauses the cyclic collector around a
-    fleet's loop (``build_manifest`` does); a pause held here across the yields would outlive
-    a consumer that stops early.
+    for any ``batch`` >= 1. The consumer pauses the cyclic collector around a fleet's loop
+    (``build_manifest`` does); a pause held here across the yields would outlive a consumer
+    that stops early.
     """
     if batch < 1:
         raise ValueError(f"batch: decide at least 1 class at a time, not {batch}")

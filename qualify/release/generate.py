@@ -241,10 +241,10 @@ def _decide_and_build(
     store_dir: Path | None,
 ) -> tuple[dict[str, Any], dict[str, str], dict[str, str]]:
     """The ``signed`` part a draft records, the kept classes and the dropped ones (`Draft`);
-    nothing is recorded or
-    written. Each class's entry is written as soon as its batch of classes is decided
-    (``decide_each``), and its decision is not kept: the entry holds all of it, and a fleet's
-    decisions kept until the end were as many objects again to hold and free."""
+    nothing is recorded or written. Each class's entry is written as soon as its batch of
+    classes is decided (``decide_each``), and its decision is not kept: the entry holds all of
+    it, and a fleet's decisions kept until the end were as many objects again to hold and
+    free."""
     previous, published, source = _read_previous(db)
     store = ArtifactStore(store_dir or Path(db.path).resolve().parent / "artifacts")
     digests, refs = artifact_refs(loaded, store, artifact_base_uri)
