@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -483,24 +483,32 @@ class Store(ReleaseRecords, Annotations, ParquetExport):
         ).fetchall()
         return [Cell.model_validate_json(row[0]) for row in rows]
 
-    def latest_warnings(self) -> list[tuple[str, str, list[tuple[str, int]]]]:
+    def latest_warnings(
+        self, keys: Collection[tuple[str, str, str]] | None = None
+    ) -> list[tuple[str, str, list[tuple[str, int]]]]:
         """What the runtime warned while measuring each latest cell, for ``matrix show``.
 
         Read from the stored cells with the standard library (``matrix show`` loads no
         pydantic); a warning stored as a plain string (cells before counts) counts once.
+
+        Args:
+            keys: only the cells on these (hardware, runtime, provider) keys (a project's
+                classes'); None: every latest cell.
 
         Returns:
             ``(class, artifact name, [(message, count), ...])`` per latest cell that has
             warnings, in the order of `latest_cells`.
         """
         rows = self._conn.execute(
-            "SELECT m.host_class, m.artifact_name, c.cell FROM matrix AS m "
-            "JOIN cells AS c USING (run_id, artifact_digest) "
+            "SELECT m.host_class, m.artifact_name, c.cell, m.hardware, m.runtime, m.provider "
+            "FROM matrix AS m JOIN cells AS c USING (run_id, artifact_digest) "
             "ORDER BY m.hardware, m.runtime, m.provider, m.role, m.artifact_name, "
             "m.artifact_digest"
         ).fetchall()
         found = []
-        for host_class, name, text in rows:
+        for host_class, name, text, *key in rows:
+            if keys is not None and tuple(key) not in keys:
+                continue
             placement = json.loads(text).get("placement") or {}
             said: list[tuple[str, int]] = []
             for item in placement.get("warnings") or []:

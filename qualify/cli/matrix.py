@@ -70,6 +70,9 @@ def matrix_show(db_path: Path, project_path: Path, fmt: str, as_json: bool) -> N
             db.require_model_line(loaded.project.model)
             shown = show_now(loaded, db, unserved=unserved)
             rows, items, orphans, title = shown.rows, shown.items, shown.orphans, TITLE_NOW
+            if warned:  # of the classes shown: the cells of other keys are counted, not shown
+                keys = {c.key.as_tuple() for c in loaded.project.host_classes.values()}
+                warned = db.latest_warnings(keys)
     if as_json:
         echo_json(_show_document(rows, items, warned, fleet_gaps, orphans))
     elif fmt == "json":

@@ -501,3 +501,13 @@ def test_onnxruntime_warnings_are_kept_once_with_their_count_and_shown(tmp_path:
     assert f"warning: here-cpu x warns_each_run: warned {warning.count}x: [W:onnxruntime:" in (
         result.output
     )
+    # The class retired from the project file: its cell is counted among those not shown, and
+    # so are its warnings (not printed under a table that no longer has the class).
+    text = project.read_text()
+    project.write_text(text[: text.index("  here-cpu:")] + text[text.index("  lost-gpu:") :])
+    for extra in ([], ["--json"]):
+        shown_args = ["matrix", "show", "--db", str(tmp_path / "m.duckdb"), "--project"]
+        retired = CliRunner().invoke(cli, [*shown_args, str(project), *extra])
+        assert retired.exit_code == 0, retired.output
+        assert "VerifyOutputSizes" not in retired.output
+        assert "1 cell(s) measured on keys no class" in retired.output or extra
