@@ -46,6 +46,7 @@ from qualify.measure.sysroot import emulator_dirs
 from qualify.measure.workload import build_pool
 from qualify.project.graph import read_signature
 from qualify.project.load import LoadedProject
+from qualify.project.problems import no_such_class
 from qualify.project.view import record_view
 from qualify.release.generate import previous_manifest
 from qualify.rounds import EventSink, Measurements, RunContext, latency_of, measure_interleaved
@@ -315,11 +316,7 @@ def check_host(
 ) -> tuple[HostClass, Fingerprint, list[str]]:
     classes = loaded.project.host_classes
     if class_name not in classes:
-        known = ", ".join(sorted(classes))
-        raise ProjectError(
-            f"{loaded.path}: host_classes: no class named {class_name!r}. "
-            f"Fix: pick one of: {known}."
-        )
+        raise ProjectError(no_such_class(loaded.path, class_name, classes))
     host_class = classes[class_name]
     fp = take_fingerprint(probe)
     mismatches = class_mismatches(fp, host_class)

@@ -60,6 +60,7 @@ def emulators_prepare(
     from qualify.measure.runner import probe_runtime
     from qualify.measure.sysroot import prepare_runtime, user_emulator_dir
     from qualify.project.load import load_project
+    from qualify.project.problems import no_such_class
 
     if (class_name is None) == (arch is None):
         _fail("pass --class NAME (from the project file) or --arch aarch64, one of them")
@@ -82,7 +83,7 @@ def emulators_prepare(
     else:
         classes = load_project(project_path, check_models=False).project.host_classes
         if class_name not in classes:
-            _fail(f"{project_path}: host_classes: no class named {class_name!r}")
+            _fail(no_such_class(project_path, str(class_name), classes))
         path = prepare_for_class(
             classes[str(class_name)],
             folder,

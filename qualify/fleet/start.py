@@ -25,6 +25,7 @@ from qualify.fleet.cluster import (
 )
 from qualify.fleet.driver import Driver
 from qualify.project.load import LoadedProject
+from qualify.project.problems import no_such_class
 from schemas.host import Fingerprint
 
 __all__ = ["fleet_run"]
@@ -60,10 +61,7 @@ def fleet_run(
     wanted = list(dict.fromkeys(classes)) if classes else list(known)
     for name in wanted:
         if name not in known:
-            raise ProjectError(
-                f"{loaded.path}: host_classes: no class named {name!r}. "
-                f"Fix: pick from {', '.join(known)}."
-            )
+            raise ProjectError(no_such_class(loaded.path, name, known))
     if options.db_path.exists():  # a matrix of another model line is refused before any host runs
         from matrix.store import Store
 

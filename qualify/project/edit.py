@@ -19,6 +19,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
 from qualify.errors import ProjectError
 from qualify.project.load import parse_project
+from qualify.project.problems import no_such_class
 from qualify.project.view import MAX_PROJECT_BYTES
 from schemas.atomic import read_bounded, write_atomic
 from schemas.project import Project
@@ -86,7 +87,8 @@ def set_class_provider(path: Path, class_name: str, updates: Mapping[str, Any]) 
     def change(doc: CommentedMap) -> None:
         classes = doc.get("host_classes")
         if not isinstance(classes, CommentedMap) or class_name not in classes:
-            raise ProjectError(f"{path}: host_classes: no class named {class_name!r}")
+            known = classes if isinstance(classes, CommentedMap) else ()
+            raise ProjectError(no_such_class(path, class_name, [str(c) for c in known]))
         cls = classes[class_name]
         if cls.get("provider") is None:
             cls["provider"] = CommentedMap()

@@ -14,7 +14,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel
@@ -25,12 +25,34 @@ from qualify.errors import ProjectError
 from qualify.text import one_line
 from schemas.project import Budgets, Project
 
-__all__ = ["Document", "Loc", "Problem", "fail", "problem_from_error", "show"]
+__all__ = ["Document", "Loc", "Problem", "fail", "no_such_class", "problem_from_error", "show"]
 
 Loc = tuple[str | int, ...]
 """A place in the document: mapping keys and list indices from the top level down."""
 
 _SHOW_LIMIT = 60
+_CLASSES_NAMED = 10
+"""Classes a "no class named" message lists (a fleet has thousands)."""
+
+
+def no_such_class(path: object, name: str, known: Iterable[str]) -> str:
+    """What to say of a class name the project file at ``path`` does not define: the closest
+    name it does, then the classes it has (the first few, by name, and how many)."""
+    names = sorted(known)
+    close = difflib.get_close_matches(name, names, n=1)
+    listed = ", ".join(names[:_CLASSES_NAMED])
+    if len(names) > _CLASSES_NAMED:
+        listed += f", ... ({len(names):,} classes)"
+    if not names:
+        return f"{path}: host_classes: no class named {name!r}. Fix: the file defines no class yet."
+    fix = (
+        f"did you mean {close[0]!r}? The file's classes"
+        if close
+        else "use one of the file's classes"
+    )
+    return f"{path}: host_classes: no class named {name!r}. Fix: {fix}: {listed}."
+
+
 _DUPLICATE_CLASS_KEY = re.compile(
     r"host classes '(?P<first>.+?)' and '(?P<second>.+)' have the same key"
 )
