@@ -25,7 +25,16 @@ from qualify.errors import ProjectError
 from qualify.text import one_line
 from schemas.project import Budgets, Project
 
-__all__ = ["Document", "Loc", "Problem", "fail", "no_such_class", "problem_from_error", "show"]
+__all__ = [
+    "Document",
+    "Loc",
+    "Problem",
+    "class_choices",
+    "fail",
+    "no_such_class",
+    "problem_from_error",
+    "show",
+]
 
 Loc = tuple[str | int, ...]
 """A place in the document: mapping keys and list indices from the top level down."""
@@ -36,21 +45,23 @@ _CLASSES_NAMED = 10
 
 
 def no_such_class(path: object, name: str, known: Iterable[str]) -> str:
-    """What to say of a class name the project file at ``path`` does not define: the closest
-    name it does, then the classes it has (the first few, by name, and how many)."""
+    """What to say of a class name the project file at ``path`` does not define."""
+    return f"{path}: host_classes: no class named {name!r}. Fix: {class_choices(name, known)}"
+
+
+def class_choices(name: str, known: Iterable[str], whose: str = "the file's") -> str:
+    """The fix for a class name not among ``known``: the closest name (if one is close), then
+    the classes, the first few by name and how many (``whose``: ``the manifest's``...)."""
     names = sorted(known)
+    if not names:
+        return f"{whose} classes: none yet."
     close = difflib.get_close_matches(name, names, n=1)
     listed = ", ".join(names[:_CLASSES_NAMED])
     if len(names) > _CLASSES_NAMED:
         listed += f", ... ({len(names):,} classes)"
-    if not names:
-        return f"{path}: host_classes: no class named {name!r}. Fix: the file defines no class yet."
-    fix = (
-        f"did you mean {close[0]!r}? The file's classes"
-        if close
-        else "use one of the file's classes"
-    )
-    return f"{path}: host_classes: no class named {name!r}. Fix: {fix}: {listed}."
+    if close:
+        return f"did you mean {close[0]!r}? {whose[0].upper()}{whose[1:]} classes: {listed}."
+    return f"use one of {whose} classes: {listed}."
 
 
 _DUPLICATE_CLASS_KEY = re.compile(

@@ -17,6 +17,7 @@ from manifest.load import load_editable, load_manifest
 from manifest.signing import sign_encoded
 from matrix.store import Store
 from qualify.errors import QualifyError
+from qualify.project.problems import class_choices
 from qualify.release.generate import latest_published
 from qualify.release.publishing import Publication, PublishOptions, log_row, publish
 from schemas.manifest import Manifest, ManifestEntry
@@ -48,8 +49,8 @@ class ManifestEdit:
         """
         found = self.entries.get(host_class)
         if found is None:
-            known = ", ".join(sorted(self.entries))
-            raise QualifyError(f"the current manifest has no class {host_class!r} ({known})")
+            fix = class_choices(host_class, self.entries, "the manifest's")
+            raise QualifyError(f"the current manifest has no class {host_class!r}. Fix: {fix}")
         return found
 
     def record(

@@ -1,9 +1,10 @@
-"""How a class name the project file does not define is answered (`no_such_class`): by every
-command that takes one (run, fleet run, emulators prepare, the project editor)."""
+"""How a class name the project file (or the manifest) does not define is answered
+(`no_such_class`, `class_choices`): by every command that takes one (run, fleet run, emulators
+prepare, the project editor, the rollout steps)."""
 
 from __future__ import annotations
 
-from qualify.project.problems import no_such_class
+from qualify.project.problems import class_choices, no_such_class
 
 
 def test_a_misspelt_class_is_answered_with_the_closest_name_and_the_classes() -> None:
@@ -27,4 +28,9 @@ def test_a_large_fleet_lists_a_few_classes_and_counts_them_all() -> None:
 
 
 def test_a_file_without_classes_says_so() -> None:
-    assert no_such_class("p.yaml", "a", []).endswith("Fix: the file defines no class yet.")
+    assert no_such_class("p.yaml", "a", []).endswith("Fix: the file's classes: none yet.")
+
+
+def test_the_manifest_s_classes_are_offered_for_a_rollout_step() -> None:
+    fix = class_choices("x86v4", ["x86-v4", "arm-r5"], "the manifest's")
+    assert fix == "did you mean 'x86-v4'? The manifest's classes: arm-r5, x86-v4."
