@@ -185,7 +185,7 @@ def _find_class(
             raise _Refused(
                 EXIT_UNKNOWN,
                 f"class {host_class!r} is not in manifest version {signed['version']} "
-                f"({len(entries)} classes); check --host-class",
+                f"({len(entries)} classes{_closest(host_class, entries)}); check --host-class",
             )
         if entry.get("host_class", host_class) != host_class:
             raise _Refused(
@@ -217,6 +217,21 @@ def _find_class(
         )
     shown = ", ".join(show(m) for m in sorted(matches)[:10])
     raise _Refused(EXIT_UNKNOWN, f"this host matches several classes ({shown}); pass --host-class")
+
+
+_CLOSEST_AMONG = 10_000
+"""Classes a refused --host-class is compared with for a near miss (a host's typo); past that
+many, a guess would take seconds of a host's start."""
+
+
+def _closest(host_class: str, entries: Mapping[str, Any]) -> str:
+    """``; did you mean 'x86-v4'?`` for a class name of the manifest close to ``host_class``."""
+    if len(entries) > _CLOSEST_AMONG:
+        return ""
+    import difflib  # only when refusing: a host's start imports nothing it does not use
+
+    close = difflib.get_close_matches(host_class, [str(name) for name in entries], n=1)
+    return f"; did you mean '{show(close[0])}'?" if close else ""
 
 
 def show(value: Any, limit: int = 120) -> str:

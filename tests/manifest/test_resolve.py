@@ -159,7 +159,10 @@ def test_unknown_class_exits_2(host: Host) -> None:
     path = dump(fresh(), host.tmp / "m.json")
     code, _, err = host.run(path, "--host-class", "sparc-t5")
     assert code == lookup.EXIT_UNKNOWN
-    assert "'sparc-t5' is not in manifest version 2" in err
+    assert "'sparc-t5' is not in manifest version 2" in err and "did you mean" not in err
+    code, _, err = host.run(path, "--host-class", "x86_vnni")  # a host's typo
+    assert code == lookup.EXIT_UNKNOWN
+    assert "did you mean 'x86-vnni'?); check --host-class" in err
 
 
 def test_missing_trusted_key_is_a_usage_error(host: Host) -> None:
