@@ -149,6 +149,13 @@ def test_truncated_manifest_is_refused_as_truncated(keep: int) -> None:
         load_manifest(cut)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=len(GOOD) - 1))
+def test_no_prefix_of_a_genuine_manifest_is_accepted(keep: int) -> None:
+    with pytest.raises(VerificationError):  # malformed, truncated, or its signature fails
+        envelope.check_envelope(GOOD[:keep], TRUSTED)
+
+
 def test_re_indented_genuine_manifest_is_refused_unparsed() -> None:
     reindented = json.dumps(json.loads(GOOD), indent=2).encode()
     with pytest.raises(MalformedError, match="canonical layout"):
