@@ -29,7 +29,16 @@ from manifest.errors import BuildError
 from manifest.signing import key_id, sign_encoded
 from schemas.atomic import remove_leftovers, temp_prefix, write_atomic
 
-__all__ = ["MARKER", "Ownership", "claim", "discard", "point", "stage", "write_per_class"]
+__all__ = [
+    "MARKER",
+    "Ownership",
+    "claim",
+    "discard",
+    "point",
+    "published_set",
+    "stage",
+    "write_per_class",
+]
 
 MARKER = ".qualify-per-class.json"
 """The file that makes a directory qualify's: ``{"format", "model", "sets"}``."""
@@ -82,6 +91,19 @@ def _read_marker(directory: Path) -> Ownership | None:
             "documents into a new directory"
         ) from exc
     return Ownership(model, tuple(sets))
+
+
+def published_set(directory: Path) -> tuple[str, int] | None:
+    """The model line a per-class directory qualify wrote serves and the version its pointer
+    names; None for any other directory (no marker or pointer, or one qualify does not write)."""
+    try:
+        owned = _read_marker(directory)
+    except BuildError:
+        return None
+    current = _pointer(directory)
+    if owned is None or current is None:
+        return None
+    return owned.model, _number(current)
 
 
 def _write_marker(directory: Path, owned: Ownership) -> None:

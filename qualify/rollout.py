@@ -97,6 +97,12 @@ class RolloutAction:
     version: int
     path: Path
     summary: str
+    model: str
+    """The model line of the manifest it published."""
+
+
+def _model(edit: ManifestEdit) -> str:
+    return edit.manifest.signed.model
 
 
 SAID_MOST = 500
@@ -241,7 +247,9 @@ def start_rollout(
             why=options.why,
         )
     summary = f"rollout {rollout_id} of {ref.name} started at {steps[0]}% (v{edit.version})"
-    return RolloutAction(host_class, edit.version, options.out, f"{host_class}: {summary}")
+    return RolloutAction(
+        host_class, edit.version, options.out, f"{host_class}: {summary}", _model(edit)
+    )
 
 
 def _rolling(
@@ -313,6 +321,7 @@ def abort_rollout(
         options.out,
         f"{host_class}: rollout {rollout.id} aborted; every host goes back to {target} "
         f"(v{edit.version})",
+        _model(edit),
     )
 
 
@@ -391,7 +400,11 @@ def advance_rollout(
             return None, verdict
         said = _step(edit, host_class, rollout, verdict, loaded, db)
     done = RolloutAction(
-        host_class, edit.version, options.out, f"{host_class}: {said} (v{edit.version})"
+        host_class,
+        edit.version,
+        options.out,
+        f"{host_class}: {said} (v{edit.version})",
+        _model(edit),
     )
     return done, verdict
 
@@ -523,7 +536,7 @@ def hold_class(db: Store, host_class: str, options: PublishOptions) -> RolloutAc
         )
         _steered(edit, host_class, "hold", held, "")
     summary = f"{host_class}: held{stopped} (v{edit.version})"
-    return RolloutAction(host_class, edit.version, options.out, summary)
+    return RolloutAction(host_class, edit.version, options.out, summary, _model(edit))
 
 
 def _pin_choices(
@@ -597,7 +610,7 @@ def pin_class(
         )
         _steered(edit, host_class, "pin", note.on(entry, **update), name)
     summary = f"{host_class}: pinned to {name} (v{edit.version})"
-    return RolloutAction(host_class, edit.version, options.out, summary)
+    return RolloutAction(host_class, edit.version, options.out, summary, _model(edit))
 
 
 def clear_class(

@@ -40,7 +40,7 @@ def _echo_published(result: Any, out: Path, per_class_dir: Path | None) -> None:
     if per_class_dir is not None:
         click.echo(f"per-class documents: {per_class_dir}")
     _warn_dropped(result.dropped, "and publish again")
-    _warn_if_hosts_refuse(out, per_class_dir)
+    _warn_if_hosts_refuse(out, per_class_dir, int(signed["version"]), str(signed["model"]))
 
 
 _DROPPED_SHOWN = 10

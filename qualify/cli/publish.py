@@ -207,9 +207,45 @@ def _recover(db: Any) -> None:
         click.echo(f"recovered: {line}")
 
 
-def _warn_if_hosts_refuse(out: Path, per_class_dir: Path | None) -> None:
-    """Say so on stderr when the whole manifest just written to ``out`` is larger than hosts'
-    ``resolve-artifact`` reads by default (a fleet past ~37,000 classes), and what serves them."""
+_BESIDE_MOST = 1_000
+"""Entries of the manifest file's folder looked at for per-class directories left behind."""
+
+
+def _warn_if_hosts_refuse(out: Path, per_class_dir: Path | None, version: int, model: str) -> None:
+    """Say so on stderr when hosts will not see version ``version`` just written to ``out``:
+    a per-class directory of the same model line beside it still names an older version (this
+    one was not written there), or the whole manifest is larger than ``resolve-artifact``
+    reads by default (a fleet past ~37,000 classes)."""
+    _warn_left_behind(out, per_class_dir, version, model)
+    _warn_if_too_large(out, per_class_dir)
+
+
+def _warn_left_behind(out: Path, per_class_dir: Path | None, version: int, model: str) -> None:
+    import itertools
+    import os
+
+    from manifest.perclass import MARKER, published_set
+
+    written = per_class_dir.resolve() if per_class_dir is not None else None
+    try:
+        with os.scandir(out.resolve().parent) as entries:
+            beside = [Path(e.path) for e in itertools.islice(entries, _BESIDE_MOST) if e.is_dir()]
+    except OSError:
+        return
+    for folder in beside:
+        if folder == written or not (folder / MARKER).is_file():
+            continue
+        found = published_set(folder)
+        if found is not None and found[0] == model and found[1] < version:
+            click.echo(
+                f"warning: {folder} holds {model}'s per-class documents at v{found[1]}, and "
+                f"v{version} was not written there: hosts that read it stay on v{found[1]} "
+                f"until it expires; publish with --per-class {folder}",
+                err=True,
+            )
+
+
+def _warn_if_too_large(out: Path, per_class_dir: Path | None) -> None:
     from manifest import envelope
 
     try:

@@ -71,7 +71,7 @@ def _publishing_session(
 
 def _published(done: RolloutAction, publishing: Publishing) -> None:
     click.echo(f"{done.summary}; wrote {done.path}")
-    _warn_if_hosts_refuse(done.path, publishing.per_class_dir)
+    _warn_if_hosts_refuse(done.path, publishing.per_class_dir, done.version, done.model)
 
 
 @rollout_group.command("start")

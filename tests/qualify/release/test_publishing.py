@@ -183,6 +183,27 @@ def test_a_per_class_directory_of_an_earlier_release_is_adopted_and_only_its_set
     assert_record_and_files_agree(lab)
 
 
+def test_a_version_not_written_to_the_per_class_directory_beside_it_says_hosts_stay_behind(
+    tmp_path: Path,
+) -> None:
+    lab = make_lab(tmp_path / "lab")  # release 1, with per-class documents in manifest.d
+    said = lab.cli("rollout", "hold", "here-cpu", "--why", "x")  # v2: the manifest file only
+    assert (
+        f"warning: {lab.per_class} holds tiny's per-class documents at v1, and v2 was not "
+        "written there: hosts that read it stay on v1 until it expires; publish with "
+        f"--per-class {lab.per_class}"
+    ) in said
+    lab.cli("rollout", "clear", "here-cpu", "--why", "x")
+    again = lab.cli("manifest", "generate", "--publish", "--release", "r3")
+    assert "at v1, and v3 was not written there" in again
+    caught_up = lab.cli("manifest", "generate", "--publish", "--release", "r4", *_per_class(lab))
+    assert "warning" not in caught_up
+    # Another model line's directory beside it is not this release's to keep up.
+    marker = json.loads((lab.per_class / MARKER).read_text())
+    (lab.per_class / MARKER).write_text(json.dumps({**marker, "model": "another"}))
+    assert "warning" not in lab.cli("rollout", "hold", "here-cpu", "--why", "x")
+
+
 def test_one_per_class_directory_serves_one_model_line(tmp_path: Path) -> None:
     lab = make_lab(tmp_path / "lab")
     marker = json.loads((lab.per_class / MARKER).read_text())
