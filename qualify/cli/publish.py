@@ -225,6 +225,7 @@ def _warn_left_behind(out: Path, per_class_dir: Path | None, version: int, model
     import os
 
     from manifest.perclass import MARKER, published_set
+    from qualify.text import one_line
 
     written = per_class_dir.resolve() if per_class_dir is not None else None
     try:
@@ -233,14 +234,18 @@ def _warn_left_behind(out: Path, per_class_dir: Path | None, version: int, model
     except OSError:
         return
     for folder in beside:
-        if folder == written or not (folder / MARKER).is_file():
+        try:  # after the publication: nothing here may fail the command
+            if folder == written or not (folder / MARKER).is_file():
+                continue
+            found = published_set(folder)
+        except OSError:
             continue
-        found = published_set(folder)
         if found is not None and found[0] == model and found[1] < version:
+            shown = one_line(folder)
             click.echo(
-                f"warning: {folder} holds {model}'s per-class documents at v{found[1]}, and "
-                f"v{version} was not written there: hosts that read it stay on v{found[1]} "
-                f"until it expires; publish with --per-class {folder}",
+                f"warning: {shown} holds {one_line(model)}'s per-class documents at "
+                f"v{found[1]}, and v{version} was not written there: hosts that read it stay "
+                f"on v{found[1]} until it expires; publish with --per-class {shown}",
                 err=True,
             )
 
