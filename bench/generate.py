@@ -18,9 +18,10 @@ measured: mixed decisions). Target (issue 36): generation in memory (decide + bu
 write, the evidence already read) <= 3x the reference; the end-to-end row is reported without a
 target, and so are the rows that split the in-memory work: build + sign + write from decisions
 in hand, and the policy (decide) alone; and the in-memory work deciding one class at a time
-rather than in ``decide_each``'s batches (the same bytes). Where the target is not met, a closing line says where
-the ratio is spent. Prints one markdown section: the stage times of one generation (profiled apart), the
-medians, their ratios, the machine, the load average and the command.
+rather than in ``decide_each``'s batches (the same bytes). Where the target is not met, a
+closing line says where the ratio is spent. Prints one markdown section: the stage times of
+one generation (profiled apart), the medians, their ratios, the machine, the load average and
+the command.
 
 Usage::
 

@@ -56,7 +56,8 @@ def matrix_show(db_path: Path, project_path: Path, fmt: str, as_json: bool) -> N
     with Store.open(db_path, read_only=True) as db:  # showing never writes, nor migrates
         rows = with_budgets(db.matrix_rows(), None)
         unserved = db.unserved()
-        warned = db.latest_warnings() if fmt == "table" or as_json else []
+        # With a project, the warnings of its classes' cells (other keys' are counted, not shown).
+        keys: set[tuple[str, str, str]] | None = None
         fleet_gaps = db.fleet_gaps() if as_json else {}
         if project_path.exists() and not rows and db.model_line() is None:
             # Nothing measured, of any line: every class x artifact is a gap, which the
@@ -70,9 +71,8 @@ def matrix_show(db_path: Path, project_path: Path, fmt: str, as_json: bool) -> N
             db.require_model_line(loaded.project.model)
             shown = show_now(loaded, db, unserved=unserved)
             rows, items, orphans, title = shown.rows, shown.items, shown.orphans, TITLE_NOW
-            if warned:  # of the classes shown: the cells of other keys are counted, not shown
-                keys = {c.key.as_tuple() for c in loaded.project.host_classes.values()}
-                warned = db.latest_warnings(keys)
+            keys = {c.key.as_tuple() for c in loaded.project.host_classes.values()}
+        warned = db.latest_warnings(keys) if fmt == "table" or as_json else []
     if as_json:
         echo_json(_show_document(rows, items, warned, fleet_gaps, orphans))
     elif fmt == "json":
